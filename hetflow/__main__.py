@@ -1,0 +1,3 @@
+from hetflow.cli.main import main
+
+main()

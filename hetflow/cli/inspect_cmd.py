@@ -1,0 +1,81 @@
+"""`hetflow inspect MODEL`: layers, shapes, FLOPs, totals and the SDF summary."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from .common import console, fmt_si, print_json
+
+
+def inspect_summary(graph) -> dict:
+    from hetflow.dataflow.sdf import cnn_to_sdf
+
+    sdf = cnn_to_sdf(graph)
+    unknown = [l.name for l in graph.layers if l.flops is None]
+    return {
+        "model": graph.name, "source": graph.source, "model_hash": graph.model_hash,
+        "inputs": [graph.tensors[t].to_dict() for t in graph.inputs],
+        "outputs": [graph.tensors[t].to_dict() for t in graph.outputs],
+        "layers": [{**l.to_dict(), "output_shapes": [list(graph.tensors[t].shape) for t in l.outputs]}
+                   for l in graph.layers],
+        "totals": {"layers": len(graph.layers), "edges": len(graph.edges),
+                   "flops": graph.total_flops, "flops_unknown_layers": unknown,
+                   "param_bytes": graph.total_param_bytes,
+                   "activation_bytes": sum(graph.tensors[e.tensor].nbytes for e in graph.edges)},
+        "sdf": {"actors": len(sdf.actors), "channels": len(sdf.channels),
+                "homogeneous": all(c.production == c.consumption for c in sdf.channels),
+                "tokens_per_iteration": sum(c.production[0] for c in sdf.channels)},
+    }
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def inspect(
+        model: str = typer.Argument(..., help="ONNX file or zoo model name"),
+        json_out: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
+        sdf3: Optional[Path] = typer.Option(None, "--sdf3", help="also write the SDF graph as SDF3 XML"),
+        fuse: bool = typer.Option(False, "--fuse", help="fuse Conv+BatchNorm+activation chains"),
+        input_shape: Optional[list[str]] = typer.Option(None, "--input-shape",
+                                                        help="NAME=1x3x224x224 for dynamic inputs"),
+        limit: int = typer.Option(40, help="layers to list in the table (0: all)"),
+    ) -> None:
+        """Print the layers (operator, shapes, FLOPs), totals and the SDF summary of a model."""
+        from hetflow.model import parse_input_shapes, resolve_model
+
+        graph = resolve_model(model, parse_input_shapes(input_shape), fuse)
+        info = inspect_summary(graph)
+        if sdf3 is not None:
+            from hetflow.dataflow.sdf import cnn_to_sdf
+            from hetflow.dataflow.sdf3 import write_sdf3
+
+            write_sdf3(cnn_to_sdf(graph), sdf3)
+        if json_out:
+            print_json(info)
+            return
+        t = Table(title=f"{graph.name}: {len(graph.layers)} layers", show_lines=False)
+        for col in ("#", "layer", "op", "output shape", "FLOPs", "params"):
+            t.add_column(col, justify="right" if col in ("#", "FLOPs", "params") else "left")
+        shown = graph.layers if limit <= 0 else graph.layers[:limit]
+        for i, (l, d) in enumerate(zip(shown, info["layers"])):
+            t.add_row(str(i), l.name, l.op_type, "x".join(map(str, d["output_shapes"][0])) if
+                      d["output_shapes"] else "-", fmt_si(l.flops), fmt_si(l.param_bytes, "B"))
+        console.print(t)
+        if limit and len(graph.layers) > limit:
+            console.print(f"... {len(graph.layers) - limit} more layers (--limit 0 lists all)")
+        tot = info["totals"]
+        ins = ", ".join(f"{d['name']} {d['shape']}" for d in info["inputs"])
+        outs = ", ".join(f"{d['name']} {d['shape']}" for d in info["outputs"])
+        console.print(f"inputs: {ins}; outputs: {outs}")
+        console.print(f"total: {fmt_si(tot['flops'], 'FLOP')}, parameters {fmt_si(tot['param_bytes'], 'B')}, "
+                      f"activations on edges {fmt_si(tot['activation_bytes'], 'B')}"
+                      + (f"; FLOPs unknown for {len(tot['flops_unknown_layers'])} layer(s)"
+                         if tot["flops_unknown_layers"] else ""))
+        s = info["sdf"]
+        console.print(f"SDF (Algorithm 1): {s['actors']} actors, {s['channels']} channels, "
+                      f"{'homogeneous' if s['homogeneous'] else 'multi-rate'}, repetition vector all 1, "
+                      f"{fmt_si(s['tokens_per_iteration'])} tokens per iteration")
+        if sdf3:
+            console.print(f"wrote {sdf3}")

@@ -1,0 +1,29 @@
+"""Model: ONNX file -> CnnGraph; the built-in zoo; sub-network extraction."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from hetflow.errors import InputError
+
+from .graph import CnnGraph, Edge, Layer, TensorInfo
+from .reader import load_model, parse_input_shapes
+
+
+def resolve_model(arg: str, input_shapes: dict[str, tuple[int, ...]] | None = None,
+                  fuse: bool = False) -> CnnGraph:
+    """A path to an ONNX file, or the name of a zoo model."""
+    p = Path(arg)
+    if p.exists() or p.suffix == ".onnx" or "/" in arg:
+        return load_model(p, input_shapes, fuse)
+    from . import zoo
+
+    try:
+        entry = zoo.get_entry(arg)
+    except InputError:
+        raise InputError(f"{arg}: no such file, and not a zoo model "
+                         f"(known: {', '.join(e.name for e in zoo.list_models())})") from None
+    return load_model(zoo.cached_model_path(entry.name), input_shapes, fuse, name=entry.name)
+
+
+__all__ = ["CnnGraph", "Edge", "Layer", "TensorInfo", "load_model", "parse_input_shapes",
+           "resolve_model"]

@@ -1,0 +1,276 @@
+"""Read an ONNX file into a `CnnGraph` (one layer per node, or fused Conv+BN+activation chains).
+
+The model is normalised first, so every later step (sub-network extraction, backends) can rely
+on it: nodes named and topologically sorted, Constant nodes turned into initializers, the batch
+dimension fixed to 1, shapes inferred. The normalised proto travels with the graph as
+`graph.onnx` (not serialised).
+"""
+from __future__ import annotations
+
+import hashlib
+import heapq
+import logging
+import os
+from collections import Counter
+from pathlib import Path
+
+import onnx
+from onnx import numpy_helper
+
+from hetflow.errors import InputError, ModelError
+
+from .flops import node_flops
+from .graph import CnnGraph, Layer, TensorInfo
+
+log = logging.getLogger("hetflow.model")
+
+CONTROL_FLOW = {"If", "Loop", "Scan"}
+ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSwish", "HardSigmoid", "Elu",
+               "Selu", "PRelu"}
+_ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64",
+                9: "bool", 10: "float16", 11: "float64", 16: "bfloat16"}
+
+notices: list[str] = []  # human-readable notices of the last load (e.g. batch fixed to 1)
+
+
+def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
+    """Parse ['input=1x3x224x224', ...] as given on the command line."""
+    out: dict[str, tuple[int, ...]] = {}
+    for spec in specs or []:
+        name, sep, dims = spec.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            out[name] = tuple(int(d) for d in dims.lower().split("x"))
+            if any(d <= 0 for d in out[name]):
+                raise ValueError
+        except ValueError:
+            raise InputError(f"--input-shape {spec!r}: expected NAME=DxDx..., e.g. input=1x3x224x224")
+    return out
+
+
+def load_model(path: str | os.PathLike, input_shapes: dict[str, tuple[int, ...]] | None = None,
+               fuse: bool = False, name: str | None = None) -> CnnGraph:
+    """Read and normalise an ONNX CNN. Bad input raises ModelError naming the file and node."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not an ONNX file")
+    data = path.read_bytes()
+    try:
+        model = onnx.load_from_string(data)
+        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+            onnx.load_external_data_for_model(model, str(path.parent))
+    except Exception as e:  # protobuf DecodeError and friends: the file is not (a whole) ONNX model
+        raise ModelError(f"{path}: not a readable ONNX model ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else 'truncated or corrupt'})") from None
+    if not model.graph.node:
+        raise ModelError(f"{path}: not a readable ONNX model (the graph has no nodes; truncated?)")
+    model = normalise(model, str(path), input_shapes or {})
+    graph = to_cnn_graph(model, name or path.stem, fuse)
+    graph.model_hash = hashlib.sha256(data).hexdigest()
+    graph.source = str(path)
+    return graph
+
+
+def normalise(model: onnx.ModelProto, src: str, input_shapes: dict[str, tuple[int, ...]]
+              ) -> onnx.ModelProto:
+    g = model.graph
+    for n in g.node:
+        if n.op_type in CONTROL_FLOW:
+            raise ModelError(f"{src}: node {n.name or n.output[0]!r} is control flow ({n.op_type});"
+                             " hetflow handles static dataflow CNNs only")
+    _name_nodes(g)
+    _constants_to_initializers(g)
+    _toposort(g, src)
+    _fix_input_shapes(g, src, input_shapes)
+    try:
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except Exception as e:
+        raise ModelError(f"{src}: ONNX shape inference failed: {str(e).splitlines()[0]}") from None
+    return model
+
+
+def _name_nodes(g: onnx.GraphProto) -> None:
+    seen: Counter[str] = Counter()
+    for i, n in enumerate(g.node):
+        base = n.name or f"{n.op_type}_{i}"
+        seen[base] += 1
+        n.name = base if seen[base] == 1 else f"{base}__{seen[base]}"
+
+
+def _constants_to_initializers(g: onnx.GraphProto) -> None:
+    keep = []
+    for n in g.node:
+        if n.op_type == "Constant" and len(n.attribute) == 1 and n.attribute[0].name == "value":
+            t = onnx.TensorProto()
+            t.CopyFrom(n.attribute[0].t)
+            t.name = n.output[0]
+            g.initializer.append(t)
+        else:
+            keep.append(n)
+    if len(keep) != len(g.node):
+        del g.node[:]
+        g.node.extend(keep)
+
+
+def _toposort(g: onnx.GraphProto, src: str) -> None:
+    produced_by = {o: i for i, n in enumerate(g.node) for o in n.output if o}
+    indeg = [0] * len(g.node)
+    users: dict[int, list[int]] = {}
+    for i, n in enumerate(g.node):
+        for t in set(n.input):
+            j = produced_by.get(t)
+            if j is not None:
+                indeg[i] += 1
+                users.setdefault(j, []).append(i)
+    # Kahn's algorithm with a heap on the original index: an already sorted graph keeps its order
+    ready = [i for i, d in enumerate(indeg) if d == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for k in users.get(i, []):
+            indeg[k] -= 1
+            if indeg[k] == 0:
+                heapq.heappush(ready, k)
+    if len(order) != len(g.node):
+        stuck = [g.node[i].name for i, d in enumerate(indeg) if d > 0][:5]
+        raise ModelError(f"{src}: the graph has a cycle through nodes {', '.join(stuck)}")
+    nodes = [g.node[i] for i in order]
+    del g.node[:]
+    g.node.extend(nodes)
+
+
+def _fix_input_shapes(g: onnx.GraphProto, src: str, given: dict[str, tuple[int, ...]]) -> None:
+    inits = {t.name for t in g.initializer}
+    real_inputs = [i for i in g.input if i.name not in inits]
+    unknown = set(given) - {i.name for i in real_inputs}
+    if unknown:
+        raise InputError(f"{src}: --input-shape names {sorted(unknown)}, but the model's inputs "
+                         f"are {[i.name for i in real_inputs]}")
+    for inp in real_inputs:
+        dims = inp.type.tensor_type.shape.dim
+        if inp.name in given:
+            shape = given[inp.name]
+            if dims and len(dims) != len(shape):
+                raise InputError(f"{src}: --input-shape {inp.name} has {len(shape)} dimensions, the "
+                                 f"model's input has {len(dims)}")
+            del dims[:]
+            for d in shape:
+                dims.add().dim_value = d
+            continue
+        for k, d in enumerate(dims):
+            if d.dim_value > 0:
+                continue
+            if k == 0:
+                notices.append(f"{src}: input {inp.name!r} has a symbolic batch dimension "
+                               f"{d.dim_param or '?'!r}; using batch 1")
+                log.info(notices[-1])
+                d.Clear()
+                d.dim_value = 1
+            else:
+                raise InputError(
+                    f"{src}: input {inp.name!r} has dynamic dimension {k} "
+                    f"({d.dim_param or '?'}); give its shape with --input-shape "
+                    f"{inp.name}=1x3x224x224 (your sizes)")
+
+
+def _tensor_infos(model: onnx.ModelProto) -> dict[str, TensorInfo]:
+    out = {}
+    g = model.graph
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape"):
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim]
+        if any(d < 0 for d in dims):
+            continue
+        out[vi.name] = TensorInfo(vi.name, tuple(dims), _ONNX_DTYPES.get(tt.elem_type, "float32"))
+    return out
+
+
+def to_cnn_graph(model: onnx.ModelProto, name: str, fuse: bool = False) -> CnnGraph:
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    weight_shapes = {n: tuple(t.dims) for n, t in inits.items()}
+    tensors = _tensor_infos(model)
+    inputs = [i.name for i in g.input if i.name not in inits]
+    outputs = [o.name for o in g.output]
+    layers: list[Layer] = []
+    for n in g.node:
+        acts_in = tuple(dict.fromkeys(t for t in n.input if t and t not in inits))
+        acts_out = tuple(t for t in n.output if t)
+        for t in acts_in + acts_out:
+            if t not in tensors:
+                raise ModelError(f"{name}: node {n.name!r} ({n.op_type}): the shape of tensor {t!r} "
+                                 "could not be inferred; give the input shape with --input-shape")
+        param = sum(_nbytes(inits[t]) for t in n.input if t in inits)
+        flops = node_flops(n, tensors, weight_shapes)
+        attrs = {a.name: _plain(onnx.helper.get_attribute_value(a)) for a in n.attribute
+                 if a.type in (onnx.AttributeProto.INT, onnx.AttributeProto.INTS,
+                               onnx.AttributeProto.FLOAT, onnx.AttributeProto.STRING)}
+        layers.append(Layer(n.name, n.op_type, acts_in, acts_out, flops, param, (n.name,), attrs))
+    graph = CnnGraph(name, layers, tensors, inputs, outputs)
+    if fuse:
+        graph = fuse_chains(graph)
+    graph.onnx = model  # type: ignore[attr-defined]  # normalised proto, not serialised
+    return graph
+
+
+def _nbytes(t: onnx.TensorProto) -> int:
+    import numpy as np
+
+    n = int(np.prod(t.dims, dtype=np.int64)) if t.dims else 1
+    return n * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+
+
+def _plain(v):
+    if isinstance(v, bytes):
+        return v.decode(errors="replace")
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+def fuse_chains(graph: CnnGraph) -> CnnGraph:
+    """Fuse Conv(+BatchNormalization)(+activation) chains into one layer each.
+
+    A chain link is fused only where the intermediate tensor has exactly one consumer and is
+    not a model output, so the fused layer has the same external edges as the chain.
+    """
+    consumers = graph.consumers
+    outputs = set(graph.outputs)
+    by_name = {l.name: l for l in graph.layers}
+
+    def sole_consumer(t: str) -> Layer | None:
+        c = consumers.get(t, [])
+        return by_name[c[0]] if len(c) == 1 and t not in outputs else None
+
+    absorbed: set[str] = set()
+    fused: list[Layer] = []
+    for l in graph.layers:
+        if l.name in absorbed:
+            continue
+        chain = [l]
+        if l.op_type in ("Conv", "ConvTranspose", "Gemm"):
+            nxt = sole_consumer(l.outputs[0]) if len(l.outputs) == 1 else None
+            if nxt is not None and nxt.op_type == "BatchNormalization":
+                chain.append(nxt)
+                nxt = sole_consumer(nxt.outputs[0])
+            if nxt is not None and nxt.op_type in ACTIVATIONS and len(nxt.inputs) == 1:
+                chain.append(nxt)
+        if len(chain) == 1:
+            fused.append(l)
+            continue
+        absorbed.update(c.name for c in chain[1:])
+        flops = [c.flops for c in chain]
+        fused.append(Layer(
+            name=l.name, op_type="+".join(c.op_type for c in chain), inputs=l.inputs,
+            outputs=chain[-1].outputs, flops=None if None in flops else sum(flops),
+            param_bytes=sum(c.param_bytes for c in chain),
+            nodes=tuple(n for c in chain for n in c.nodes), attrs=dict(l.attrs)))
+    return CnnGraph(graph.name, fused, graph.tensors, graph.inputs, graph.outputs,
+                    graph.model_hash, graph.source)
