@@ -1,0 +1,143 @@
+"""`hetflow bench`: profile (or reuse a profile), search plans, run baselines and plans side by
+side in one process, and report throughput, latency, speed-ups and predicted vs measured."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from hetflow.errors import HetflowError
+from hetflow.runtime.report import RunReport
+
+
+@dataclass
+class BenchSettings:
+    strategies: list[str] = field(default_factory=lambda: ["pipeline", "single"])
+    frames: int = 300
+    warmup: int = 30
+    baseline_seconds: float = 4.0
+    profile_repeats: int = 10
+    capacity: int = 2
+    seed: int = 0
+    refine: bool = True  # re-time the chosen plans' stages as whole sub-networks
+
+
+@dataclass
+class ModelBench:
+    model: str
+    platform: str
+    rows: list[dict[str, Any]]
+    profile_seconds: float
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self):
+        return dict(self.__dict__)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("HETFLOW_CACHE", Path.home() / ".cache" / "hetflow"))
+
+
+def get_profile(graph, platform, repeats: int, log: Callable[[str], None]):
+    """Reuse a cached profile made for this model and platform; else measure and cache it."""
+    from hetflow.profile import profile_model
+    from hetflow.profile.profile import Profile
+
+    path = cache_dir() / "profiles" / f"{graph.name}-{graph.model_hash[:12]}-{platform.platform_hash[:12]}.json"
+    if path.exists():
+        try:
+            prof = Profile.load(path)
+            prof.check_matches(graph, platform)
+            log(f"reusing profile {path}")
+            return prof, 0.0
+        except HetflowError:
+            pass
+    log(f"profiling {graph.name} on {platform.name} ({len(graph.layers)} layers)")
+    t0 = time.perf_counter()
+    prof = profile_model(graph, platform, repeats=repeats, progress=False)
+    prof.save(path)
+    return prof, time.perf_counter() - t0
+
+
+def baseline_elements(platform):
+    """(peak-single candidates, parallel-copy elements) of a platform."""
+    from hetflow.platform.configs import default_config, resolve_config
+
+    singles = [e for e in default_config(platform).elements if e.backend != "none"]
+    finest = resolve_config(platform, {cl.name: [1] * len(platform.free_cores(cl))
+                                       for cl in platform.clusters})
+    parallel = [e for e in finest.elements if e.backend != "none"]
+    return singles, parallel
+
+
+def _row(name: str, kind: str, r: RunReport, predicted: float | None = None,
+         search_s: float | None = None, plan=None) -> dict[str, Any]:
+    return {"name": name, "kind": kind, "throughput": r.throughput,
+            "latency_p50": r.latency["p50"], "latency_p99": r.latency["p99"],
+            "predicted_throughput": predicted, "search_seconds": search_s,
+            "checked_frames": r.checked_frames, "max_abs_error": r.max_abs_error,
+            "utilisation": r.utilisation,
+            "stages": [a for a in plan.app.phases] if plan is not None else None}
+
+
+def bench_model(model: str, platform, settings: BenchSettings,
+                log: Callable[[str], None] = lambda s: None, report_dir: Path | None = None
+                ) -> ModelBench:
+    from hetflow.mapping.from_profile import problem_from_profile
+    from hetflow.mapping.planner import make_plan, search_plan
+    from hetflow.mapping.problem import evaluate
+    from hetflow.model import resolve_model
+    from hetflow.model.subnet import subnet_key
+    from hetflow.profile import profile_subnets
+    from hetflow.runtime.api import run_plan
+    from hetflow.runtime.baselines import measure_parallel, measure_single
+    from hetflow.runtime.inputs import random_source
+
+    graph = resolve_model(model, fuse=True)
+    prof, prof_s = get_profile(graph, platform, settings.profile_repeats, log)
+    problem = problem_from_profile(graph, prof, platform, settings.capacity)
+    source = random_source(graph)
+    rows = []
+
+    singles, parallel = baseline_elements(platform)
+    single_reports = []
+    for e in singles:
+        log(f"baseline: whole model on {e.name}")
+        single_reports.append(measure_single(graph, e, source, warmup=5,
+                                             seconds=settings.baseline_seconds))
+    best_single = max(single_reports, key=lambda r: r.throughput)
+    rows.append(_row(f"peak single ({best_single.name.split(':', 1)[1]})", "baseline", best_single))
+    log(f"baseline: parallel copies on {', '.join(e.name for e in parallel)}")
+    par = measure_parallel(graph, parallel, source, warmup=5, seconds=settings.baseline_seconds)
+    rows.append(_row("parallel copies", "baseline", par))
+
+    plans = {}
+    for strategy in settings.strategies:
+        log(f"searching: {strategy}")
+        plan, result = search_plan(problem, strategy, platform.name, settings.seed, True)
+        if settings.refine:
+            # time the plan's phases as whole sub-networks and predict again with those times
+            groups = [(e, p.layers) for a, ps in plan.app.phases.items() for p in ps
+                      for e in a.split("|")[:1]]
+            profile_subnets(graph, platform, groups, profile=prof, repeats=settings.profile_repeats)
+            problem.subnet_times.update({(e, k): v["median"] for e, st in prof.subnet_times.items()
+                                         for k, v in st.items()})
+            metrics = evaluate(problem, plan.mapping)
+            plan = make_plan(problem, plan.mapping, metrics, strategy, platform.name,
+                             plan.search, True)
+        plans[strategy] = plan
+        log(f"running plan {strategy}: {', '.join(plan.app.phases)}")
+        r = run_plan(plan, graph, settings.frames, settings.warmup, check="first")
+        rows.append(_row(f"hetflow {strategy}", "plan", r, plan.predicted["throughput"],
+                         plan.search.get("seconds"), plan))
+        if report_dir is not None:
+            plan.save(Path(report_dir) / f"{graph.name}.{strategy}.plan.json")
+    par_fps, single_fps = par.throughput, best_single.throughput
+    for row in rows:
+        row["vs_parallel"] = row["throughput"] / par_fps
+        row["vs_single"] = row["throughput"] / single_fps
+        row["p99_vs_parallel"] = row["latency_p99"] / par.latency["p99"]
+    return ModelBench(graph.name, platform.name, rows, prof_s,
+                      {"layers": len(graph.layers), "parallel_elements": [e.name for e in parallel]})

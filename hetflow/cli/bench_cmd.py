@@ -1,0 +1,67 @@
+"""`hetflow bench [MODEL ...]`: one command from model to evidence."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from .common import console, err_console, print_json, write_json
+
+
+def print_bench(mb) -> None:
+    t = Table(title=f"{mb.model} on {mb.platform}")
+    for c in ("run", "frames/s", "p50 ms", "p99 ms", "x parallel", "x single", "p99/parallel",
+              "predicted", "search s", "checked"):
+        t.add_column(c, justify="left" if c == "run" else "right")
+    for r in mb.rows:
+        t.add_row(r["name"], f"{r['throughput']:.1f}", f"{r['latency_p50'] * 1e3:.2f}",
+                  f"{r['latency_p99'] * 1e3:.2f}", f"{r['vs_parallel']:.2f}", f"{r['vs_single']:.2f}",
+                  f"{r['p99_vs_parallel']:.2f}",
+                  f"{r['predicted_throughput']:.1f}" if r["predicted_throughput"] else "-",
+                  f"{r['search_seconds']:.2f}" if r["search_seconds"] is not None else "-",
+                  f"{r['checked_frames']} ok" if r["checked_frames"] else "-")
+    console.print(t)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def bench(
+        models: Optional[list[str]] = typer.Argument(None, help="ONNX files or zoo names (default resnet18)"),
+        platform: str = typer.Option("auto", "--platform", "-p"),
+        strategies: str = typer.Option("pipeline,single", "--strategies"),
+        quick: bool = typer.Option(False, "--quick", help="fewer frames and repeats"),
+        frames: Optional[int] = typer.Option(None, "--frames"),
+        json_out: bool = typer.Option(False, "--json"),
+        report: Optional[Path] = typer.Option(None, "--report", help="write JSON (+HTML) here"),
+    ) -> None:
+        """Profile, map and run MODELs against the baselines; print one table per model."""
+        from hetflow.bench.core import BenchSettings, bench_model
+        from hetflow.platform import resolve_platform
+
+        plat = resolve_platform(platform, check_devices=True)
+        s = BenchSettings(strategies=[x.strip() for x in strategies.split(",") if x.strip()])
+        if quick:
+            s.frames, s.warmup, s.baseline_seconds, s.profile_repeats = 120, 20, 2.0, 5
+        if frames:
+            s.frames = frames
+        results = []
+        for m in models or ["resnet18"]:
+            with err_console.status(f"bench {m}") as status:
+                mb = bench_model(m, plat, s, log=lambda msg: status.update(f"{m}: {msg}"),
+                                 report_dir=report)
+            results.append(mb)
+            if not json_out:
+                print_bench(mb)
+        data = {"platform": plat.name, "settings": s.__dict__, "models": [r.to_dict() for r in results]}
+        if report:
+            write_json(report / "bench.json", data)
+            try:
+                from hetflow.bench.html import write_report
+            except ImportError:
+                write_report = None
+            if write_report:
+                write_report(report, data)
+        if json_out:
+            print_json(data)

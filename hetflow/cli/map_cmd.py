@@ -1,0 +1,81 @@
+"""`hetflow map MODEL --profile P.json --strategy NAME -o PLAN.json`."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from .common import console, print_json
+
+
+def load_problem(model: str, profile_path: Path, platform_arg: Optional[str],
+                 capacity: int = 2, input_shape: Optional[list[str]] = None):
+    from hetflow.mapping.from_profile import problem_from_profile
+    from hetflow.model import parse_input_shapes, resolve_model
+    from hetflow.platform import resolve_platform
+    from hetflow.profile.profile import Profile
+
+    prof = Profile.load(profile_path)
+    fuse = bool(prof.meta.get("fused", False))
+    graph = resolve_model(model, parse_input_shapes(input_shape), fuse)
+    platform = resolve_platform(platform_arg or "auto")
+    return graph, platform, problem_from_profile(graph, prof, platform, capacity), fuse
+
+
+def print_plan(plan, title: str = "plan") -> None:
+    from hetflow.mapping.planner import describe_stages
+
+    t = Table(title=f"{title}: {plan.model_name}, strategy {plan.strategy}")
+    for c in ("stage (actor)", "elements", "phases", "layers", "first .. last", "busy ms/frame",
+              "util"):
+        t.add_column(c, justify="right" if c in ("phases", "layers", "busy ms/frame", "util") else "left")
+    for r in describe_stages(plan):
+        t.add_row(r["actor"], ",".join(r["elements"]), str(r["phases"]), str(r["layers"]),
+                  f"{r['first']} .. {r['last']}",
+                  f"{r['busy_s'] * 1e3:.3f}" if r["busy_s"] is not None else "?",
+                  f"{r['utilisation']:.0%}")
+    console.print(t)
+    p = plan.predicted
+    console.print(f"predicted: {p['throughput']:.1f} frames/s, latency {p['latency'] * 1e3:.2f} ms "
+                  f"(alone {p['latency_isolated'] * 1e3:.2f} ms)"
+                  + (f", {p['energy_per_frame']:.3f} J/frame" if p.get("energy_per_frame") else "")
+                  + f"; search {plan.search.get('seconds', 0):.2f} s")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("map")
+    def map_(
+        model: str = typer.Argument(..., help="ONNX file or zoo model name"),
+        profile: Path = typer.Option(..., "--profile", help="profile JSON (hetflow profile)"),
+        strategy: str = typer.Option("pipeline", "--strategy", "-s"),
+        platform: Optional[str] = typer.Option(None, "--platform",
+                                               help="platform YAML, bundled name, or auto"),
+        seed: int = typer.Option(0, "--seed"),
+        output: Optional[Path] = typer.Option(None, "-o", "--output", help="plan JSON to write"),
+        capacity: int = typer.Option(2, "--capacity", help="FIFO capacity in frames"),
+        json_out: bool = typer.Option(False, "--json"),
+        pareto: Optional[Path] = typer.Option(None, "--pareto", help="write the front as CSV (+PNG)"),
+        input_shape: Optional[list[str]] = typer.Option(None, "--input-shape"),
+    ) -> None:
+        """Search a mapping of the model's layers onto the platform's elements; write a plan."""
+        from hetflow.errors import InputError
+        from hetflow.mapping.planner import search_plan
+
+        if capacity < 1:
+            raise InputError("--capacity must be at least 1 frame")
+        graph, plat, problem, fuse = load_problem(model, profile, platform, capacity, input_shape)
+        plan, result = search_plan(problem, strategy, plat.name, seed, fuse)
+        if output:
+            plan.save(output)
+        if pareto:
+            from hetflow.mapping.pareto import write_front
+
+            write_front(result, pareto)
+        if json_out:
+            print_json(plan.to_dict())
+            return
+        print_plan(plan)
+        if output:
+            console.print(f"wrote {output}")

@@ -1,0 +1,61 @@
+"""`hetflow run PLAN.json`: execute a plan as a pipelined engine, check outputs, report."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from .common import console, print_json
+
+
+def print_report(reports) -> None:
+    t = Table(title="measured")
+    for c in ("run", "frames/s", "p50 ms", "p90 ms", "p99 ms", "predicted fps", "pred/meas",
+              "checked"):
+        t.add_column(c, justify="left" if c == "run" else "right")
+    for r in reports:
+        pred = r.predicted.get("throughput") if r.predicted else None
+        t.add_row(r.name, f"{r.throughput:.1f}", f"{r.latency['p50'] * 1e3:.2f}",
+                  f"{r.latency['p90'] * 1e3:.2f}", f"{r.latency['p99'] * 1e3:.2f}",
+                  f"{pred:.1f}" if pred else "-", f"{pred / r.throughput:.2f}" if pred else "-",
+                  f"{r.checked_frames} ok" if r.checked_frames else "-")
+    console.print(t)
+    for r in reports:
+        if r.utilisation:
+            console.print(f"{r.name} utilisation: " + ", ".join(
+                f"{e} {u:.0%}" for e, u in sorted(r.utilisation.items())))
+        if not r.complete:
+            console.print(f"[yellow]{r.name}: interrupted after {r.frames} frames[/yellow]")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def run(
+        plan_path: Path = typer.Argument(..., metavar="PLAN.json"),
+        frames: int = typer.Option(500, "--frames", "-n"),
+        warmup: int = typer.Option(50, "--warmup"),
+        input_spec: str = typer.Option("random", "--input", help="random, or an .npz file"),
+        check: str = typer.Option("first", "--check", help="first (8 frames), all, none"),
+        trace: Optional[Path] = typer.Option(None, "--trace", help="write a Chrome trace JSON"),
+        model: Optional[str] = typer.Option(None, "--model", help="model path if it moved"),
+        json_out: bool = typer.Option(False, "--json"),
+        stall_timeout: float = typer.Option(30.0, "--stall-timeout"),
+    ) -> None:
+        """Run a plan's CSDF application on this machine; outputs are checked in order."""
+        from hetflow.mapping.plan import Plan
+        from hetflow.runtime.api import load_plan_model, run_plan
+
+        plan = Plan.load(plan_path)
+        graph = load_plan_model(plan, model)
+        with console.status("preparing sessions ...") as status:
+            report = run_plan(plan, graph, frames, warmup, input_spec, check, trace_path=trace,
+                              stall_timeout=stall_timeout,
+                              progress=lambda s: status.update(s))
+        if json_out:
+            print_json(report.to_dict())
+            return
+        print_report([report])
+        if trace:
+            console.print(f"wrote {trace}")

@@ -1,0 +1,61 @@
+"""Build the mapping `Problem` from a profile and a platform."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from hetflow.errors import InputError
+from hetflow.model.graph import CnnGraph
+from hetflow.platform.configs import _build, count_configurations, integer_partitions
+
+from .problem import Problem
+
+MAX_CONFIGS = 40
+
+
+def _curated_partitions(n: int) -> list[tuple[int, ...]]:
+    """For big clusters: one group, all single cores, two halves, (n-1, 1)."""
+    if n == 0:
+        return [()]
+    cands = {(n,), (1,) * n, tuple(sorted((n - n // 2, n // 2), reverse=True)), (n - 1, 1)}
+    return sorted(tuple(x for x in p if x > 0) for p in cands)
+
+
+def select_configurations(platform, max_configs: int = MAX_CONFIGS):
+    """All configurations when there are few; a representative subset otherwise."""
+    from hetflow.platform.configs import configurations
+
+    if count_configurations(platform) <= max_configs:
+        return list(configurations(platform))
+    per = [_curated_partitions(len(platform.free_cores(cl))) for cl in platform.clusters]
+    names = [cl.name for cl in platform.clusters]
+    return [_build(platform, dict(zip(names, combo))) for combo in itertools.product(*per)]
+
+
+def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: int = 2,
+                         call_overhead: float | None = None) -> Problem:
+    profile.check_matches(graph, platform)
+    configs = select_configurations(platform)
+    elements, seen = [], set()
+    usable = []
+    for cfg in configs:
+        names = [e.name for e in cfg.elements]
+        if not all(n in profile.layer_times for n in names):
+            names = [n for n in names if n in profile.layer_times]
+            if not names:
+                continue
+        usable.append(names)
+        for e in cfg.elements:
+            if e.name in profile.layer_times and e.name not in seen:
+                seen.add(e.name)
+                elements.append(e)
+    if not elements:
+        raise InputError(f"profile {profile.source or ''} has times for none of the elements of "
+                         f"platform {platform.name!r}; profile on this platform first")
+    usable = [list(c) for c in dict.fromkeys(tuple(c) for c in usable)]
+    times = np.array([[profile.layer_time(l.name, e.name) for e in elements] for l in graph.layers])
+    overhead = call_overhead if call_overhead is not None else float(
+        profile.meta.get("call_overhead_s", 30e-6))
+    return Problem(graph, elements, times, profile.transfer_time, overhead, capacity_frames,
+                   configurations=usable)

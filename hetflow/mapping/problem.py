@@ -1,0 +1,153 @@
+"""The mapping problem and the evaluation of one mapping (predicted throughput, latency, ...).
+
+`Problem` holds everything a strategy needs as plain arrays: layer times per element (from a
+profile), the transfer-time model, element powers, which elements exclude each other (a core can
+be in only one element of a configuration). `evaluate` builds the CSDF app of a mapping
+(Algorithm 2), times it and analyses it; strategies call it as their fitness.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Callable
+
+import numpy as np
+
+from hetflow.dataflow.csdf import CsdfApp, cnn_to_csdf
+from hetflow.errors import InputError
+from hetflow.model.graph import CnnGraph
+from hetflow.platform.spec import ProcessingElement
+
+from .mapping import Mapping, group_members
+
+TransferFn = Callable[[int, str, str], float]
+
+
+@dataclass
+class Problem:
+    graph: CnnGraph
+    elements: list[ProcessingElement]
+    layer_times: np.ndarray  # (n_layers, n_elements) seconds; inf = cannot run there
+    transfer: TransferFn  # (nbytes, src element, dst element) -> seconds
+    call_overhead: float = 30e-6  # runtime cost of one phase firing (dispatch, queue hand-off)
+    capacity_frames: int = 2  # FIFO capacity in frames (double buffering)
+    idle_power_fraction: float = 0.0  # energy model: idle elements draw this share of power_w
+    # element sets a mapping may use together (each one configuration of the platform);
+    # empty = every element alone, and all pairwise non-conflicting elements together
+    configurations: list[list[str]] = field(default_factory=list)
+    # measured times of whole sub-networks {(element, subnet_key(layers)): s}; a phase whose
+    # sub-network was measured uses that time instead of the sum of its layers (fusion, cache
+    # effects and per-call overhead make the two differ)
+    subnet_times: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    @cached_property
+    def element_index(self) -> dict[str, int]:
+        return {e.name: i for i, e in enumerate(self.elements)}
+
+    @cached_property
+    def layer_index(self) -> dict[str, int]:
+        return self.graph.layer_index
+
+    @cached_property
+    def conflicts(self) -> np.ndarray:
+        """conflicts[i, j]: elements i and j share a core (cannot both be used)."""
+        n = len(self.elements)
+        c = np.zeros((n, n), bool)
+        for i, a in enumerate(self.elements):
+            for j, b in enumerate(self.elements):
+                c[i, j] = i != j and bool(set(a.cores) & set(b.cores))
+        return c
+
+    def element(self, name: str) -> ProcessingElement:
+        try:
+            return self.elements[self.element_index[name]]
+        except KeyError:
+            raise InputError(f"mapping names element {name!r}, which is not in the profile "
+                             f"(elements: {', '.join(self.element_index)})") from None
+
+    def check_elements_compatible(self, names: list[str]) -> None:
+        idx = [self.element_index[n] for n in names]
+        for a in range(len(idx)):
+            for b in range(a + 1, len(idx)):
+                if idx[a] == idx[b] or self.conflicts[idx[a], idx[b]]:
+                    raise InputError(f"elements {names[a]!r} and {names[b]!r} share cores; a "
+                                     "mapping may use only elements of one configuration")
+
+    def actor_time(self, layers: list[str], actor: str) -> float:
+        """Time of running `layers` on (one member of) `actor`."""
+        el = group_members(actor)[0]
+        if self.subnet_times:
+            from hetflow.model.subnet import subnet_key
+
+            t = self.subnet_times.get((el, subnet_key(layers)))
+            if t is not None:
+                return t
+        col = self.element_index[el]
+        return float(sum(self.layer_times[self.layer_index[l], col] for l in layers))
+
+
+@dataclass
+class Metrics:
+    throughput: float  # frames/s
+    latency: float  # s, one frame through the pipeline in steady state
+    latency_isolated: float  # s, one frame alone
+    utilisation: dict[str, float]  # element -> busy fraction
+    energy_per_frame: float | None  # J, None if powers are unknown
+    peak_memory: dict[str, int]  # element -> bytes of weights + FIFO buffers
+    stage_times: dict[str, float]  # actor -> busy time per frame (sum of its phases)
+    critical: list[str] = field(default_factory=list)
+
+    def to_dict(self):
+        return dict(self.__dict__)
+
+
+def build_app(problem: Problem, mapping: Mapping) -> CsdfApp:
+    for actor in mapping.actors:
+        for e in group_members(actor):
+            problem.element(e)
+    problem.check_elements_compatible(mapping.elements)
+    return cnn_to_csdf(problem.graph, mapping.assignment, mapping.policy)
+
+
+def timed_graph(problem: Problem, app: CsdfApp, capacity_frames: int | None = None):
+    def phase_time(p):
+        return problem.actor_time(p.layers, p.actor) + problem.call_overhead
+
+    def transfer(c):
+        return problem.transfer(c.nbytes, group_members(c.src)[0], group_members(c.dst)[0])
+
+    conc = {a: len(group_members(a)) for a in app.phases}
+    cap = problem.capacity_frames if capacity_frames is None else capacity_frames
+    return app.to_graph(phase_time, transfer, cap, conc)
+
+
+def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> Metrics:
+    from hetflow.dataflow.analysis import latency, throughput_mcr
+
+    app = build_app(problem, mapping)
+    g = timed_graph(problem, app)
+    res = throughput_mcr(g)
+    thr = res.throughput
+    stage = {a: sum(problem.actor_time(p.layers, a) + problem.call_overhead for p in ps)
+             for a, ps in app.phases.items()}
+    util = {}
+    for a, t in stage.items():
+        members = group_members(a)
+        for e in members:
+            util[e] = min(1.0, t * thr / len(members)) if np.isfinite(thr) else 0.0
+    powers = [problem.element(e).power_w for e in util]
+    energy = None
+    if all(p is not None for p in powers) and np.isfinite(thr) and thr > 0:
+        energy = sum(problem.element(e).power_w * (u + problem.idle_power_fraction * (1 - u))
+                     for e, u in util.items()) / thr
+    mem = {}
+    for a, ps in app.phases.items():
+        w = sum(problem.graph.layer(l).param_bytes for p in ps for l in p.layers)
+        buf = sum(c.nbytes * problem.capacity_frames for c in app.channels if c.dst == a)
+        for e in group_members(a):
+            mem[e] = w + buf
+    lat = lat_iso = float("nan")
+    if with_latency:
+        lr = latency(g)
+        lat, lat_iso = lr.steady, lr.isolated
+    return Metrics(thr, lat, lat_iso, util, energy, mem, stage, list(res.critical))

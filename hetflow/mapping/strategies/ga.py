@@ -1,0 +1,401 @@
+"""Minakova et al.'s genetic algorithm (thesis ch. 3, Section 3.5.2), on pymoo.
+
+Chromosome: one gene per layer, the index of the element (of one configuration) it runs on
+(Fig. 3.5). Operators: binary tournament, two-parent single-point crossover, single-gene
+mutation; (mu + lambda) elitist survival with duplicates removed. Published defaults:
+population 1000, 500 epochs, mutation probability 5%, stop after 50 epochs without improvement.
+The crossover probability is not published; 0.9 (pymoo's default) is used.
+
+Fitness (minimised), Eq. 3.1-3.4: the sum over element pairs of |tau_i - tau_j|, where tau_i is
+the time of the layers mapped on element i (Eq. 3.3) plus its communication time (Eq. 3.4): for
+every channel of the layer-level SDF graph, the writer is charged tau_w * u and the reader
+tau_r * v. The per-token times are not measured here; the problem's transfer model stands in for
+them: tau_w * u = tau_r * v = transfer(bytes, writer's element, reader's element), which is 0
+(or whatever the model says) when both layers share an element. Every element of the
+configuration counts, used or not, as in the paper (it balances *all* cores).
+
+Beyond the paper:
+- `fitness="throughput"`: minimise -(analysed throughput) from `evaluate()` (the CSDF app of
+  Algorithm 2 and its dataflow analysis), cached per decoded mapping since it is the expensive
+  part. Its defaults are smaller (population 48, 100 epochs, stop after 20 stale epochs).
+- Replica groups (`replicate=True`): one extra gene per element of a class of identical elements
+  holds a group label; identical elements with the same label form one replica-group actor that
+  takes frames in turn. For load balance, a group's time is shared by its members.
+- Configurations: the GA runs once per configuration (Kang et al. do the same: the encoding
+  depends on the configuration), and the best is kept.
+- The initial population holds the chromosomes of the greedy, pipeline and whole-model mappings
+  (so the GA is never worse than them in its own fitness); the rest is uniform random.
+- The answer: with `final="analysed"` (default) the few best chromosomes of the last
+  population and the seeds are evaluated with `evaluate()` and the best predicted throughput
+  wins; `final="fitness"` returns the GA's best chromosome as published. `notes` says which.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from pymoo.algorithms.soo.nonconvex.ga import GA
+from pymoo.core.duplicate import DuplicateElimination
+from pymoo.core.mutation import Mutation
+from pymoo.core.problem import Problem as PymooProblem
+from pymoo.core.termination import Termination
+from pymoo.operators.crossover.pntx import SinglePointCrossover
+from pymoo.operators.selection.tournament import TournamentSelection
+from pymoo.optimize import minimize
+
+from hetflow.errors import InputError
+
+from ..mapping import Mapping, group_members, group_name
+from ..problem import Metrics, Problem, evaluate
+from .base import SearchResult, best_of, configurations
+
+PUBLISHED = {"pop_size": 1000, "epochs": 500, "stall": 50}
+THROUGHPUT_DEFAULTS = {"pop_size": 48, "epochs": 100, "stall": 20}
+BIG = 1e30  # stands for inf in fitness values (pymoo sorts them)
+
+
+# ---------------------------------------------------------------- encoding
+
+
+@dataclass
+class Encoding:
+    """Chromosome <-> mapping for one configuration: layer genes, then group-label genes."""
+
+    problem: Problem
+    config: list[str]
+    replicate: bool = True
+    layers: list[str] = field(init=False)
+    columns: np.ndarray = field(init=False)  # layer_times column per config position
+    label_genes: list[int] = field(init=False)  # config positions that carry a label gene
+    class_of: np.ndarray = field(init=False)  # class id per config position
+
+    def __post_init__(self) -> None:
+        self.layers = [l.name for l in self.problem.graph.layers]
+        self.columns = np.array([self.problem.element_index[e] for e in self.config])
+        keys: dict[tuple, int] = {}
+        self.class_of = np.array([keys.setdefault(self.problem.element(e).equivalence_key,
+                                                  len(keys)) for e in self.config])
+        sizes = np.bincount(self.class_of)
+        self.label_genes = [i for i in range(len(self.config))
+                            if self.replicate and sizes[self.class_of[i]] > 1]
+        self.class_size = sizes
+
+    @property
+    def n_var(self) -> int:
+        return len(self.layers) + len(self.label_genes)
+
+    @property
+    def upper(self) -> np.ndarray:
+        """Largest value of each gene."""
+        ub = [len(self.config) - 1] * len(self.layers)
+        ub += [int(self.class_size[self.class_of[i]]) - 1 for i in self.label_genes]
+        return np.array(ub)
+
+    def groups(self, X: np.ndarray) -> np.ndarray:
+        """groups[r, i]: the config position leading the replica group of position i in
+        chromosome r (the first position of its class with the same label)."""
+        n_pop, n_e = X.shape[0], len(self.config)
+        g = np.tile(np.arange(n_e), (n_pop, 1))
+        if not self.label_genes:
+            return g
+        labels = np.full((n_pop, n_e), -1)
+        labels[:, self.label_genes] = X[:, len(self.layers):]
+        for i in self.label_genes:
+            for j in self.label_genes:
+                if j >= i:
+                    break
+                if self.class_of[i] == self.class_of[j]:
+                    same = (labels[:, i] == labels[:, j]) & (g[:, i] == i)
+                    g[same, i] = j
+        return g
+
+    def decode(self, x: np.ndarray) -> dict[str, str]:
+        x = np.asarray(x, dtype=np.int64)
+        lead = self.groups(x[None, :])[0]
+        actor = [group_name([self.config[j] for j in range(len(self.config)) if lead[j] == lead[i]])
+                 for i in range(len(self.config))]
+        return {l: actor[int(e)] for l, e in zip(self.layers, x[:len(self.layers)])}
+
+    def encode(self, mapping: Mapping) -> np.ndarray | None:
+        """The chromosome of `mapping`, or None if it uses elements outside this configuration
+        or replica groups the encoding cannot express."""
+        pos = {e: i for i, e in enumerate(self.config)}
+        genes, labels = [], {}
+        next_label: dict[int, int] = {}
+        for actor in mapping.actors:
+            members = group_members(actor)
+            if any(m not in pos for m in members):
+                return None
+            if len(members) > 1:
+                cls = {int(self.class_of[pos[m]]) for m in members}
+                if len(cls) > 1 or not self.label_genes:
+                    return None
+                c = cls.pop()
+                lab = next_label.get(c, 0)
+                next_label[c] = lab + 1
+                for m in members:
+                    labels[pos[m]] = lab
+        for l in self.layers:
+            genes.append(pos[group_members(mapping.assignment[l])[0]])
+        # elements outside any group get labels of their own
+        for i in self.label_genes:
+            if i not in labels:
+                c = int(self.class_of[i])
+                labels[i] = next_label.get(c, 0)
+                next_label[c] = labels[i] + 1
+        if any(v >= self.class_size[self.class_of[i]] for i, v in labels.items()):
+            return None
+        return np.array(genes + [labels[i] for i in self.label_genes], dtype=np.int64)
+
+
+# ---------------------------------------------------------------- Eq. 3.1-3.4
+
+
+@dataclass
+class LoadBalanceModel:
+    """Arrays for evaluating Eq. 3.1-3.4 on a whole population at once."""
+
+    times: np.ndarray  # (n_layers, n_e)
+    edge_src: np.ndarray  # producer layer per SDF channel
+    edge_dst: np.ndarray  # consumer layer
+    edge_cost: np.ndarray  # (n_edges, n_e, n_e) transfer time writer elem -> reader elem
+
+    @staticmethod
+    def build(enc: Encoding) -> "LoadBalanceModel":
+        p, g = enc.problem, enc.problem.graph
+        times = np.where(np.isfinite(p.layer_times[:, enc.columns]),
+                         p.layer_times[:, enc.columns], BIG)
+        src, dst, cost = [], [], []
+        memo: dict[int, np.ndarray] = {}
+        for e in g.edges:
+            nbytes = g.tensors[e.tensor].nbytes
+            if nbytes not in memo:
+                memo[nbytes] = np.array([[p.transfer(nbytes, a, b) for b in enc.config]
+                                         for a in enc.config])
+            src.append(g.layer_index[e.src])
+            dst.append(g.layer_index[e.dst])
+            cost.append(memo[nbytes])
+        n_e = len(enc.config)
+        return LoadBalanceModel(times, np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64),
+                                np.array(cost).reshape(-1, n_e, n_e))
+
+    def element_times(self, enc: Encoding, X: np.ndarray) -> np.ndarray:
+        """tau[r, i] of Eq. 3.2 for every chromosome r and config position i."""
+        n_pop, n_l, n_e = X.shape[0], len(enc.layers), len(enc.config)
+        genes = X[:, :n_l]
+        lead = enc.groups(X)
+        rows = np.arange(n_pop)[:, None]
+        group_of_gene = lead[rows, genes]  # group leader of each layer's element
+        flat = rows * n_e + group_of_gene
+        load = np.bincount(flat.ravel(), self.times[np.arange(n_l), genes].ravel(),
+                           minlength=n_pop * n_e)
+        if len(self.edge_src):
+            s, d = genes[:, self.edge_src], genes[:, self.edge_dst]
+            cost = self.edge_cost[np.arange(len(self.edge_src))[None, :], s, d]
+            cost = np.where(group_of_gene[:, self.edge_src] == group_of_gene[:, self.edge_dst],
+                            0.0, cost)  # one actor: no channel
+            load += np.bincount(flat[:, self.edge_src].ravel(), cost.ravel(),
+                                minlength=n_pop * n_e)  # tau_w * u
+            load += np.bincount(flat[:, self.edge_dst].ravel(), cost.ravel(),
+                                minlength=n_pop * n_e)  # tau_r * v
+        load = load.reshape(n_pop, n_e)
+        size = np.zeros((n_pop, n_e))
+        np.add.at(size, (np.repeat(np.arange(n_pop), n_e), lead.ravel()), 1.0)
+        return load[rows, lead] / size[rows, lead]  # a group's time is shared by its members
+
+    def fitness(self, enc: Encoding, X: np.ndarray) -> np.ndarray:
+        """Eq. 3.1 over unordered pairs: sum_{i<j} |tau_i - tau_j|, via the sorted order."""
+        tau = np.sort(self.element_times(enc, X), axis=1)
+        n = tau.shape[1]
+        weights = 2 * np.arange(n) - n + 1
+        return np.minimum(tau @ weights, BIG)
+
+
+# ---------------------------------------------------------------- pymoo pieces
+
+
+class SingleGeneMutation(Mutation):
+    """With probability `prob` per chromosome, one random gene takes another random value."""
+
+    def __init__(self, upper: np.ndarray, prob: float):
+        super().__init__(prob=prob)
+        self.upper = upper
+
+    def _do(self, problem, X, random_state=None, **kwargs):
+        X = X.copy()
+        rows = np.arange(len(X))
+        gene = random_state.integers(0, X.shape[1], len(X))
+        span = self.upper[gene]
+        shift = random_state.integers(1, np.maximum(span, 1) + 1)  # never the same value
+        X[rows, gene] = np.where(span > 0, (X[rows, gene] + shift) % (span + 1), X[rows, gene])
+        return X
+
+
+class RowDuplicates(DuplicateElimination):
+    """Exact duplicate rows, by hashing (pymoo's default compares all pairs by distance)."""
+
+    def _do(self, pop, other, is_duplicate):
+        X = np.ascontiguousarray(pop.get("X").astype(np.int64))
+        seen = set() if other is None else {r.tobytes() for r in
+                                            np.ascontiguousarray(other.get("X").astype(np.int64))}
+        for i, r in enumerate(X):
+            key = r.tobytes()
+            if key in seen:
+                is_duplicate[i] = True
+            elif other is None:
+                seen.add(key)
+        return is_duplicate
+
+
+def binary_tournament(pop, P, random_state=None, **kwargs):
+    f = pop.get("F")[:, 0]
+    a, b = P[:, 0], P[:, 1]
+    return np.where(f[a] <= f[b], a, b)[:, None]
+
+
+class StallTermination(Termination):
+    """Stop after `epochs` generations, or `stall` generations without a better best."""
+
+    def __init__(self, epochs: int, stall: int):
+        super().__init__()
+        self.epochs, self.stall = epochs, stall
+        self.best, self.since = np.inf, 0
+
+    def _update(self, algorithm):
+        f = float(algorithm.opt.get("F").min())
+        if f < self.best - 1e-12 * abs(self.best):
+            self.best, self.since = f, 0
+        else:
+            self.since += 1
+        if self.since >= self.stall:
+            return 1.0
+        return algorithm.n_gen / self.epochs
+
+
+class _IntProblem(PymooProblem):
+    def __init__(self, enc: Encoding, fn):
+        super().__init__(n_var=enc.n_var, n_obj=1, xl=np.zeros(enc.n_var), xu=enc.upper,
+                         vtype=int)
+        self.fn = fn
+
+    def _evaluate(self, X, out, *args, **kwargs):
+        out["F"] = self.fn(np.asarray(np.rint(X), dtype=np.int64))[:, None]
+
+
+# ---------------------------------------------------------------- search
+
+
+def seed_mappings(problem: Problem, config: list[str], use_pipeline: bool = True
+                  ) -> dict[str, Mapping]:
+    """Cheap known-good mappings to put in the initial population."""
+    from .greedy import greedy_assignment
+
+    seeds: dict[str, Mapping] = {}
+    layers = [l.name for l in problem.graph.layers]
+    classes: dict[tuple, list[str]] = {}
+    for e in config:
+        seeds[f"single:{e}"] = Mapping({l: e for l in layers})
+        classes.setdefault(problem.element(e).equivalence_key, []).append(e)
+    for members in classes.values():
+        if len(members) > 1:
+            actor = group_name(members)
+            seeds[f"single:{actor}"] = Mapping({l: actor for l in layers})
+    seeds["greedy"] = Mapping(greedy_assignment(problem, config))
+    if use_pipeline:
+        from .pipeline import search as pipeline_search
+
+        for i, (m, _) in enumerate(pipeline_search(problem).front):
+            seeds[f"pipeline#{i}"] = m
+    return seeds
+
+
+def search(problem: Problem, seed: int = 0, fitness: str = "load_balance",
+           pop_size: int | None = None, epochs: int | None = None, stall: int | None = None,
+           mutation: float = 0.05, crossover: float = 0.9, replicate: bool = True,
+           seed_pipeline: bool = True, final: str = "analysed", final_candidates: int = 8,
+           **_) -> SearchResult:
+    if fitness not in ("load_balance", "throughput"):
+        raise InputError(f"ga: unknown fitness {fitness!r} (use 'load_balance' or 'throughput')")
+    if final not in ("analysed", "fitness"):
+        raise InputError(f"ga: unknown final {final!r} (use 'analysed' or 'fitness')")
+    defaults = PUBLISHED if fitness == "load_balance" else THROUGHPUT_DEFAULTS
+    pop_size = pop_size or defaults["pop_size"]
+    epochs = epochs or defaults["epochs"]
+    stall = stall or defaults["stall"]
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    cache: dict[tuple, Metrics] = {}
+
+    def analysed(mapping: Mapping) -> Metrics:
+        key = mapping.key()
+        if key not in cache:
+            cache[key] = evaluate(problem, mapping, with_latency=False)
+        return cache[key]
+
+    candidates: list[tuple[str, Mapping]] = []
+    pipeline_seeds = None
+    runs = []
+    for config in configurations(problem):
+        enc = Encoding(problem, config, replicate)
+        if pipeline_seeds is None and seed_pipeline:
+            pipeline_seeds = {k: m for k, m in seed_mappings(problem, config).items()
+                              if k.startswith("pipeline")}
+        seeds = seed_mappings(problem, config, use_pipeline=False) | (pipeline_seeds or {})
+        seed_x = {k: x for k, m in seeds.items() if (x := enc.encode(m)) is not None}
+        if fitness == "load_balance":
+            model = LoadBalanceModel.build(enc)
+
+            def fn(X, enc=enc, model=model):
+                return model.fitness(enc, X)
+        else:
+            def fn(X, enc=enc):
+                out = np.empty(len(X))
+                for i, x in enumerate(X):
+                    thr = analysed(Mapping(enc.decode(x))).throughput
+                    out[i] = -thr if np.isfinite(thr) else 0.0
+                return out
+        X0 = rng.integers(0, enc.upper + 1, size=(pop_size, enc.n_var))
+        seed_rows = np.array(list(seed_x.values()))[:pop_size] if seed_x else np.empty((0, 0))
+        X0[:len(seed_rows)] = seed_rows
+        algorithm = GA(pop_size=pop_size, sampling=X0,
+                       selection=TournamentSelection(func_comp=binary_tournament),
+                       crossover=SinglePointCrossover(prob=crossover),
+                       mutation=SingleGeneMutation(enc.upper, mutation),
+                       eliminate_duplicates=RowDuplicates())
+        res = minimize(_IntProblem(enc, fn), algorithm, StallTermination(epochs, stall),
+                       seed=int(rng.integers(2**31)), verbose=False)
+        pop = res.pop
+        order = np.argsort(pop.get("F")[:, 0], kind="stable")
+        X = np.asarray(np.rint(pop.get("X")), dtype=np.int64)
+        top = [Mapping(enc.decode(X[i]), "maximal") for i in order[:max(1, final_candidates)]]
+        runs.append({"config": config, "generations": int(res.algorithm.n_gen),
+                     "best_fitness": float(pop.get("F")[order[0], 0]),
+                     "evaluations": int(res.algorithm.evaluator.n_eval)})
+        candidates += [("ga", top[0])] + [("ga-population", m) for m in top[1:]]
+        candidates += [(k, seeds[k]) for k in seed_x]
+    ga_winner = min(((r["best_fitness"], i) for i, r in enumerate(runs)))[1]
+    ga_best = [m for k, m in candidates if k == "ga"][ga_winner]
+    if final == "fitness":
+        pool = [("ga", ga_best)]
+    else:
+        pool = candidates
+    scored, origin = [], {}
+    for k, m in pool:
+        if m.key() in origin:
+            continue
+        origin[m.key()] = k
+        scored.append((m, analysed(m)))
+    best, _ = best_of(scored)
+    metrics = evaluate(problem, best)
+    notes = {"fitness": fitness, "returned": origin[best.key()], "runs": runs,
+             "ga_best_throughput": analysed(ga_best).throughput,
+             "params": {"pop_size": pop_size, "epochs": epochs, "stall": stall,
+                        "mutation": mutation, "crossover": crossover, "replicate": replicate}}
+    n_eval = sum(r["evaluations"] for r in runs)
+    return SearchResult(best, metrics, scored, n_eval, time.perf_counter() - t0, None, notes)
+
+
+__all__ = ["search", "Encoding", "LoadBalanceModel", "SingleGeneMutation", "StallTermination",
+           "RowDuplicates", "binary_tournament", "seed_mappings", "PUBLISHED",
+           "THROUGHPUT_DEFAULTS"]

@@ -1,0 +1,47 @@
+"""The reference check: pipelined outputs against a run of the whole model on one backend."""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from hetflow.dataflow.csdf import CsdfApp
+from hetflow.errors import RuntimeFault
+from hetflow.model.graph import CnnGraph
+
+RTOL, ATOL = 1e-3, 1e-4  # float32 with different kernel orders (and TF32-free GPU math)
+
+
+def reference_session(graph: CnnGraph):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(graph.onnx.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+
+
+def check_outputs(graph: CnnGraph, app: CsdfApp, kept: dict[int, dict[str, np.ndarray]],
+                  inputs: Callable[[int], dict], session=None) -> float:
+    """Compare every kept frame with the reference; raise RuntimeFault naming the stage that
+    produced a mismatching output. Returns the largest absolute error seen."""
+    sess = session or reference_session(graph)
+    names = list(graph.outputs)
+    worst = 0.0
+    for f in sorted(kept):
+        ref = dict(zip(names, sess.run(names, inputs(f))))
+        for t in names:
+            got, want = np.asarray(kept[f][t]), ref[t]
+            if got.shape != want.shape:
+                raise RuntimeFault(f"frame {f}: output {t!r} has shape {got.shape}, reference "
+                                   f"{want.shape} (produced by stage {app.model_outputs[t]})")
+            err = float(np.max(np.abs(got - want))) if got.size else 0.0
+            worst = max(worst, err)
+            if not np.allclose(got, want, rtol=RTOL, atol=ATOL):
+                actor = app.model_outputs[t]
+                ph = next(p for p in app.phases[actor] if t in p.outputs)
+                raise RuntimeFault(
+                    f"frame {f}: output {t!r} differs from the reference run (max abs error "
+                    f"{err:.3g}); produced by stage {actor} phase {ph.index} "
+                    f"(layers {ph.layers[0]}..{ph.layers[-1]})")
+    return worst

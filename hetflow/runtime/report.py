@@ -1,0 +1,33 @@
+"""What a run measured, as a plain object: printed as a table, written as JSON."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+def latency_stats(lat: list[float] | np.ndarray) -> dict[str, float]:
+    a = np.asarray(lat, dtype=float)
+    if a.size == 0:
+        return {"p50": float("nan"), "p90": float("nan"), "p99": float("nan"), "max": float("nan")}
+    return {"p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)),
+            "p99": float(np.percentile(a, 99)), "max": float(a.max()), "mean": float(a.mean())}
+
+
+@dataclass
+class RunReport:
+    name: str  # 'plan', 'single', 'parallel', ...
+    frames: int  # frames completed
+    warmup: int
+    throughput: float  # frames/s in steady state
+    latency: dict[str, float]  # s: p50/p90/p99/max/mean
+    utilisation: dict[str, float] = field(default_factory=dict)  # element -> busy share
+    predicted: dict[str, Any] = field(default_factory=dict)
+    checked_frames: int = 0
+    max_abs_error: float = 0.0
+    complete: bool = True  # False when interrupted
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
