@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 OPSET = 17
 IR_VERSION = 8  # the IR of opset 17; ONNX Runtime 1.17+ reads it
@@ -41,10 +41,15 @@ def seed_for(model_name: str) -> int:
     return int.from_bytes(hashlib.sha256(model_name.encode()).digest()[:8], "little")
 
 
-def _pool_out(size: int, kernel: int, stride: int, pad: int, ceil_mode: bool) -> int:
+def _window_out(size: int, kernel: int, stride: int, pad: int, ceil_mode: bool) -> int:
+    """Output length of a sliding window (Conv, pooling) along one axis."""
     span = size + 2 * pad - kernel
-    steps = -(-span // stride) if ceil_mode else span // stride
-    return steps + 1
+    if not ceil_mode:
+        return span // stride + 1
+    out = -(-span // stride) + 1
+    # PyTorch and ONNX Runtime drop a last window that would start in the end padding
+    # (ONNX's own shape inference does not; no zoo model has such a window).
+    return out - 1 if (out - 1) * stride >= size + pad else out
 
 
 class GraphBuilder:
@@ -54,8 +59,9 @@ class GraphBuilder:
         self.model_name = model_name
         self.input = Tensor("input", tuple(input_shape))
         self._rng = np.random.default_rng(seed_for(model_name))
-        self._nodes: list[onnx.NodeProto] = []
-        self._initializers: list[TensorProto] = []
+        # Weights are written straight into the final proto: make_graph/make_model would copy
+        # them twice more, which costs seconds for VGG-19's 548 MB.
+        self._model = onnx.ModelProto()
         self._shapes: dict[str, tuple[int, ...]] = {}  # intermediate tensors, for value_info
         self._names: set[str] = {"input"}
 
@@ -63,7 +69,12 @@ class GraphBuilder:
 
     def _add_initializer(self, name: str, array: np.ndarray) -> str:
         self._claim(name)
-        self._initializers.append(numpy_helper.from_array(array, name))
+        tensor = self._model.graph.initializer.add()
+        tensor.name = name
+        tensor.data_type = helper.np_dtype_to_tensor_dtype(array.dtype)
+        tensor.dims.extend(array.shape)
+        # raw_data is little-endian by the ONNX spec (a no-op copy on little-endian hosts)
+        tensor.raw_data = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
         return name
 
     def _normal(self, name: str, shape: tuple[int, ...], std: float) -> str:
@@ -91,7 +102,8 @@ class GraphBuilder:
     def _node(self, op: str, name: str, inputs: Sequence[str], shape: tuple[int, ...],
               **attrs) -> Tensor:
         self._claim(name)
-        self._nodes.append(helper.make_node(op, list(inputs), [name], name=name, **attrs))
+        node = helper.make_node(op, list(inputs), [name], name=name, **attrs)
+        self._model.graph.node.append(node)
         self._shapes[name] = shape
         return Tensor(name, shape)
 
@@ -104,8 +116,8 @@ class GraphBuilder:
                                        np.sqrt(2.0 / fan_in))]  # He init keeps activations O(1)
         if bias:
             inputs.append(self._normal(f"{name}.bias", (out_channels,), 0.01))
-        shape = (n, out_channels, _pool_out(h, kernel, stride, pad, False),
-                 _pool_out(w, kernel, stride, pad, False))
+        shape = (n, out_channels, _window_out(h, kernel, stride, pad, False),
+                 _window_out(w, kernel, stride, pad, False))
         return self._node("Conv", name, inputs, shape, kernel_shape=[kernel, kernel],
                           strides=[stride, stride], pads=[pad] * 4, group=group)
 
@@ -140,8 +152,8 @@ class GraphBuilder:
     def _pool(self, op: str, x: Tensor, name: str, kernel: int, stride: int, pad: int,
               ceil_mode: bool) -> Tensor:
         n, c, h, w = x.shape
-        shape = (n, c, _pool_out(h, kernel, stride, pad, ceil_mode),
-                 _pool_out(w, kernel, stride, pad, ceil_mode))
+        shape = (n, c, _window_out(h, kernel, stride, pad, ceil_mode),
+                 _window_out(w, kernel, stride, pad, ceil_mode))
         return self._node(op, name, [x.name], shape, kernel_shape=[kernel, kernel],
                           strides=[stride, stride], pads=[pad] * 4, ceil_mode=int(ceil_mode))
 
@@ -180,19 +192,23 @@ class GraphBuilder:
     # -- model -----------------------------------------------------------------------------
 
     def build(self, output: Tensor, doc: str, version: str) -> onnx.ModelProto:
-        """The finished model; the tensor `output` becomes the graph output named 'output'."""
-        for node in self._nodes:
+        """The finished model; the tensor `output` becomes the graph output named 'output'.
+
+        Call once: the builder hands over its proto rather than copying it."""
+        model, graph = self._model, self._model.graph
+        for node in graph.node:
             node.output[:] = ["output" if o == output.name else o for o in node.output]
-        inner = [helper.make_tensor_value_info(t, TensorProto.FLOAT, s)
-                 for t, s in self._shapes.items() if t != output.name]
-        graph = helper.make_graph(
-            self._nodes, self.model_name,
-            [helper.make_tensor_value_info("input", TensorProto.FLOAT, self.input.shape)],
-            [helper.make_tensor_value_info("output", TensorProto.FLOAT, output.shape)],
-            initializer=self._initializers, value_info=inner)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                                  ir_version=IR_VERSION, producer_name="hetflow.model.zoo",
-                                  producer_version=version, doc_string=doc)
+        graph.name = self.model_name
+        graph.input.append(helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                         self.input.shape))
+        graph.output.append(helper.make_tensor_value_info("output", TensorProto.FLOAT,
+                                                          output.shape))
+        graph.value_info.extend(helper.make_tensor_value_info(t, TensorProto.FLOAT, s)
+                                for t, s in self._shapes.items() if t != output.name)
+        model.ir_version = IR_VERSION
+        model.opset_import.append(helper.make_opsetid("", OPSET))
+        model.producer_name, model.producer_version = "hetflow.model.zoo", version
+        model.doc_string = doc
         helper.set_model_props(model, {"hetflow.zoo.name": self.model_name,
                                        "hetflow.zoo.version": version})
         return model

@@ -38,7 +38,7 @@ def vgg19(b: GraphBuilder, x: Tensor) -> Tensor:
 
 
 def _classifier(b: GraphBuilder, x: Tensor, linears: list[tuple[int, int]]) -> Tensor:
-    """torchvision's `classifier` Sequential: Linear + ReLU (Dropouts omitted), last without ReLU."""
+    """torchvision's `classifier`: Linear + ReLU pairs (Dropouts omitted), the last without ReLU."""
     for j, (index, out) in enumerate(linears):
         x = b.gemm(x, f"classifier.{index}", out, x.shape[1])
         if j < len(linears) - 1:

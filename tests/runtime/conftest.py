@@ -1,0 +1,25 @@
+import os
+
+import pytest
+
+from hetflow.dataflow.csdf import cnn_to_csdf
+from hetflow.mapping.mapping import Mapping, group_members
+from hetflow.mapping.plan import Plan
+from hetflow.platform.spec import ProcessingElement
+
+
+def element(name: str) -> ProcessingElement:
+    cores = sorted(os.sched_getaffinity(0))
+    return ProcessingElement(name, "cpu", (cores[hash(name) % len(cores)],))
+
+
+def make_plan(graph, assignment: dict[str, str], capacity: int = 2, policy: str = "paper") -> Plan:
+    app = cnn_to_csdf(graph, assignment, policy)
+    elements = {e: element(e) for a in app.phases for e in group_members(a)}
+    return Plan(graph.name, graph.model_hash, "", "test", Mapping(assignment, policy), app,
+                elements, capacity, {"throughput": 0.0}, "test")
+
+
+@pytest.fixture
+def plan_for():
+    return make_plan

@@ -1,0 +1,130 @@
+"""The pipelined runtime: outputs equal the reference frame by frame and in order, for random
+CNN DAGs and random mappings (replicated stages included); faults and stalls stop the run with an
+error naming where; Ctrl-C returns what was measured."""
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from hetflow.errors import RuntimeFault
+from hetflow.model.synthetic import random_cnn_graph
+from hetflow.runtime.api import run_plan
+from hetflow.runtime.check import reference_session
+from hetflow.runtime.engine import prepare, run_prepared
+from hetflow.runtime.inputs import random_source
+
+GRAPHS = {(n, s): random_cnn_graph(n, s) for n in (8, 16) for s in range(4)}
+ACTORS = ["pe0", "pe1", "pe2", "pe0|pe3", "pe1|pe4|pe5"]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(sorted(GRAPHS)), data=st.data(), policy=st.sampled_from(["paper", "maximal"]),
+       capacity=st.integers(1, 3))
+def test_pipelined_outputs_equal_reference_in_order(plan_for, key, data, policy, capacity):
+    graph = GRAPHS[key]
+    # actors must not share elements: draw from a pool of disjoint actors
+    pool = data.draw(st.sampled_from([["pe0"], ["pe0", "pe1"], ["pe0", "pe1", "pe2"],
+                                      ["pe0|pe3", "pe1"], ["pe1|pe4|pe5", "pe0|pe3", "pe2"]]))
+    assignment = {l.name: data.draw(st.sampled_from(pool)) for l in graph.layers}
+    plan = plan_for(graph, assignment, capacity, policy)
+    frames = 13
+    report = run_plan(plan, graph, frames=frames, warmup=2, check="all")
+    assert report.frames == frames and report.checked_frames == frames
+    assert report.max_abs_error < 1e-4
+
+
+def test_outputs_arrive_in_input_order(plan_for):
+    graph = GRAPHS[(16, 1)]
+    names = [l.name for l in graph.layers]
+    assignment = {l: ("pe1|pe4|pe5" if i < len(names) // 2 else "pe0|pe3") for i, l in enumerate(names)}
+    plan = plan_for(graph, assignment)
+    source = random_source(graph, pool=5)
+    pp = prepare(plan, graph)
+    report, kept, _ = run_prepared(pp, source, 20, keep_outputs=lambda f: True)
+    sess = reference_session(graph)
+    for f in range(20):  # frame f's outputs are those of input f (pool of 5 distinct inputs)
+        ref = sess.run(graph.outputs, source(f))
+        for t, want in zip(graph.outputs, ref):
+            np.testing.assert_allclose(kept[f][t], want, rtol=1e-4, atol=1e-5)
+    assert list(kept) == list(range(20))
+
+
+class Boom:
+    def __init__(self, inner, after):
+        self.inner, self.n, self.after = inner, 0, after
+
+    def run(self, feeds):
+        self.n += 1
+        if self.n > self.after:
+            raise ValueError("injected failure")
+        return self.inner.run(feeds)
+
+
+def test_worker_fault_stops_run_and_names_element_stage_layer(plan_for):
+    graph = GRAPHS[(16, 2)]
+    names = [l.name for l in graph.layers]
+    plan = plan_for(graph, {l: ("pe0" if i < 8 else "pe1") for i, l in enumerate(names)}, policy="maximal")
+    pp = prepare(plan, graph)
+    key = ("pe1", 0)
+    pp.runners[key] = Boom(pp.runners[key], after=3)
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeFault, match=r"element pe1, stage pe1 phase 0 \(layers .+\.\..+\): "
+                                           r"ValueError: injected failure"):
+        run_prepared(pp, random_source(graph), 1000)
+    assert time.perf_counter() - t0 < 2.0
+
+
+class Hang:
+    def __init__(self, inner):
+        self.inner = inner
+
+    def run(self, feeds):
+        time.sleep(3600)
+
+
+def test_stall_watchdog_names_the_channel(plan_for):
+    graph = GRAPHS[(16, 3)]
+    names = [l.name for l in graph.layers]
+    plan = plan_for(graph, {l: ("pe0" if i < 8 else "pe1") for i, l in enumerate(names)}, policy="maximal")
+    pp = prepare(plan, graph)
+    pp.runners[("pe0", 0)] = Hang(pp.runners[("pe0", 0)])
+    with pytest.raises(RuntimeFault, match=r"stall: .*pe1 waits on channel .*from pe0"):
+        run_prepared(pp, random_source(graph), 50, stall_timeout=0.5)
+
+
+def test_interrupt_returns_partial_report(plan_for):
+    graph = GRAPHS[(8, 0)]
+    plan = plan_for(graph, {l.name: "pe0" for l in graph.layers})
+    pp = prepare(plan, graph)
+
+    def stop_at(f):
+        if f == 30:
+            raise KeyboardInterrupt
+
+    report, _, _ = run_prepared(pp, random_source(graph), 10_000, on_frame=stop_at)
+    assert not report.complete and report.frames == 31 and report.throughput > 0
+
+
+def test_mismatch_names_stage(plan_for, monkeypatch):
+    graph = GRAPHS[(8, 1)]
+    plan = plan_for(graph, {l.name: "pe0" for l in graph.layers})
+    import hetflow.runtime.engine as engine
+
+    real = engine.prepare
+
+    class Wrong:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def run(self, feeds):
+            return {k: v + 1.0 for k, v in self.inner.run(feeds).items()}
+
+    def bad_prepare(*a, **k):
+        pp = real(*a, **k)
+        pp.runners = {key: Wrong(r) for key, r in pp.runners.items()}
+        return pp
+
+    monkeypatch.setattr(engine, "prepare", bad_prepare)
+    with pytest.raises(RuntimeFault, match=r"frame 0: output .* differs from the reference .* stage pe0"):
+        run_plan(plan, graph, frames=4, warmup=0)
