@@ -15,8 +15,10 @@ RTOL, ATOL = 1e-3, 1e-4  # float32 with different kernel orders (and TF32-free G
 def reference_session(graph: CnnGraph):
     import onnxruntime as ort
 
+    # the reference runs unoptimised: no graph rewrite of ORT's can make it wrong
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(graph.onnx.SerializeToString(), so,
                                 providers=["CPUExecutionProvider"])
 

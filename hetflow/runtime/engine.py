@@ -123,16 +123,33 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     plan, app = pp.plan, pp.plan.app
     cap = max(1, plan.capacity_frames)
     members = {a: group_members(a) for a in app.phases}
+    patterns = {a: plan.mapping.pattern(a) for a in app.phases}
+
+    def member(actor: str, f: int) -> int:
+        p = patterns[actor]
+        return p[f % len(p)]
+
+    def fifo(i_actor: str | None, i: int, j_actor: str | None, j: int) -> queue.Queue:
+        # A FIFO between two members carries the frames both take; over one period of the two
+        # patterns it must hold all of them, or a slow member's frame in the collector's way
+        # (outputs leave in order) would block a fast member (head-of-line blocking).
+        pi = patterns[i_actor] if i_actor else [0]
+        pj = patterns[j_actor] if j_actor else [0]
+        period = len(pi) * len(pj)
+        shared_frames = sum(1 for f in range(period) if pi[f % len(pi)] == i and pj[f % len(pj)] == j)
+        share = shared_frames * max(len(pi), len(pj)) // period if period else 1
+        return queue.Queue(cap * max(1, share))
+
     shared = _Shared()
     # FIFOs: (channel name, src member idx, dst member idx)
     fifos: dict[tuple[str, int, int], queue.Queue] = {}
     for c in app.channels:
         for i in range(len(members[c.src])):
             for j in range(len(members[c.dst])):
-                fifos[(c.name, i, j)] = queue.Queue(cap)
-    in_q = {(a, j): queue.Queue(cap) for a in app.phases for j in range(len(members[a]))
+                fifos[(c.name, i, j)] = fifo(c.src, i, c.dst, j)
+    in_q = {(a, j): fifo(None, 0, a, j) for a in app.phases for j in range(len(members[a]))
             if any(a in readers for readers in app.model_inputs.values())}
-    out_q = {(a, j): queue.Queue(cap + 1) for a in set(app.model_outputs.values())
+    out_q = {(a, j): fifo(a, j, None, 0) for a in set(app.model_outputs.values())
              for j in range(len(members[a]))}
     # what each phase receives from channels / sends
     recv = {(a, p.index): [c for c in app.channels if c.dst == a and c.dst_phase == p.index]
@@ -144,19 +161,22 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     def worker(actor: str, j: int) -> None:
         el = members[actor][j]
         element = plan.elements[el]
-        k = len(members[actor])
+        period = patterns[actor]
+        mine = [off for off, m in enumerate(period) if m == j]
         phases = app.phases[actor]
         ph = None
         try:
             pin_current_thread(element.cores)
             shared.busy[el] = 0.0
-            for f in range(j, frames, k):
+            for f in (base + off for base in range(0, frames, len(period)) for off in mine):
+                if f >= frames:
+                    break
                 local: dict[str, np.ndarray] = {}
                 if (actor, j) in in_q:
                     local.update(_get(in_q[(actor, j)], shared, el, "the frame source"))
                 for ph in phases:
                     for c in recv[(actor, ph.index)]:
-                        i = f % len(members[c.src])
+                        i = member(c.src, f)
                         local[c.tensor] = _get(fifos[(c.name, i, j)], shared, el,
                                                f"channel {c.name} (from {members[c.src][i]})")
                     feeds = {t: local[t] for t in ph.inputs}
@@ -169,12 +189,12 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                         shared.events.append((el, actor, ph.index, f, t0, t1))
                     local.update(out)
                     for c in send[(actor, ph.index)]:
-                        jj = f % len(members[c.dst])
+                        jj = member(c.dst, f)
                         _put(fifos[(c.name, j, jj)], local[c.tensor], shared, el,
                              f"space in channel {c.name} (to {members[c.dst][jj]})")
                 if (actor, j) in out_q:
-                    mine = {t: local[t] for t, a in app.model_outputs.items() if a == actor}
-                    _put(out_q[(actor, j)], (f, mine), shared, el, "the output collector")
+                    outs = {t: local[t] for t, a in app.model_outputs.items() if a == actor}
+                    _put(out_q[(actor, j)], (f, outs), shared, el, "the output collector")
         except _Stopped:
             return
         except BaseException as e:  # any failure stops the whole run, naming where it happened
@@ -190,7 +210,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
             for f in range(frames):
                 x = inputs(f)
                 for a in {a for rs in readers.values() for a in rs}:
-                    j = f % len(members[a])
+                    j = member(a, f)
                     _put(in_q[(a, j)], {t: x[t] for t in model_inputs if a in readers[t]},
                          shared, "source", f"space in the input queue of {a}")
         except _Stopped:
@@ -214,7 +234,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         for f in range(frames):
             result: dict[str, np.ndarray] = {}
             for a in out_actors:
-                j = f % len(members[a])
+                j = member(a, f)
                 last = time.perf_counter()
                 while True:
                     try:

@@ -13,10 +13,11 @@ def element(name: str) -> ProcessingElement:
     return ProcessingElement(name, "cpu", (cores[hash(name) % len(cores)],))
 
 
-def make_plan(graph, assignment: dict[str, str], capacity: int = 2, policy: str = "paper") -> Plan:
+def make_plan(graph, assignment: dict[str, str], capacity: int = 2, policy: str = "paper",
+              dispatch: dict[str, list[int]] | None = None) -> Plan:
     app = cnn_to_csdf(graph, assignment, policy)
     elements = {e: element(e) for a in app.phases for e in group_members(a)}
-    return Plan(graph.name, graph.model_hash, "", "test", Mapping(assignment, policy), app,
+    return Plan(graph.name, graph.model_hash, "", "test", Mapping(assignment, policy, dispatch=dispatch or {}), app,
                 elements, capacity, {"throughput": 0.0}, "test")
 
 

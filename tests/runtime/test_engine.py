@@ -34,6 +34,19 @@ def test_pipelined_outputs_equal_reference_in_order(plan_for, key, data, policy,
     assert report.max_abs_error < 1e-4
 
 
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(sorted(GRAPHS)), a=st.lists(st.integers(0, 2), min_size=1, max_size=7),
+       b=st.lists(st.integers(0, 1), min_size=1, max_size=5))
+def test_weighted_dispatch_patterns_keep_order(plan_for, key, a, b):
+    """Heterogeneous replica groups take frames by arbitrary cyclic patterns."""
+    graph = GRAPHS[key]
+    names = [l.name for l in graph.layers]
+    assignment = {l: ("pe1|pe4|pe5" if i < len(names) // 2 else "pe0|pe3") for i, l in enumerate(names)}
+    plan = plan_for(graph, assignment, dispatch={"pe1|pe4|pe5": a, "pe0|pe3": b})
+    report = run_plan(plan, graph, frames=17, warmup=1, check="all")
+    assert report.checked_frames == 17 and report.max_abs_error < 1e-4
+
+
 def test_outputs_arrive_in_input_order(plan_for):
     graph = GRAPHS[(16, 1)]
     names = [l.name for l in graph.layers]

@@ -1,0 +1,193 @@
+"""ONNX Runtime on a group of CPU cores: one InferenceSession per sub-network.
+
+- `intra_op_num_threads` = the element's core count, `inter_op_num_threads` = 1, sequential
+  execution: a stage uses exactly its cores, so stages on other cores are not disturbed.
+- The pool's N-1 threads are pinned with `session.intra_op_thread_affinities` (ORT numbers
+  processors from 1); the thread that calls `run` is the N-th and the caller pins it to
+  `caller_cores` (the element's first core).
+- Spinning is off by default: a spinning pool thread burns a core that another stage may need
+  (turn it on with spinning=True when one stage owns the whole machine).
+- Graph optimisation ALL: ORT fuses Conv+BN+activation inside a sub-network.
+`run` is a plain `session.run` with numpy feeds: with io_binding and a new output per call, the
+40 layers of resnet18 took 36 ms against 31 ms on one core, so it is not used there.
+`benchmark` binds preallocated outputs once, for the profiler.
+"""
+from __future__ import annotations
+
+import re
+import time
+from typing import TYPE_CHECKING, Any, Mapping
+
+import numpy as np
+
+from hetflow.backends.base import Backend
+from hetflow.backends.registry import register_backend
+from hetflow.errors import BackendError
+
+if TYPE_CHECKING:
+    from hetflow.model.subnet import Subnet
+    from hetflow.platform.spec import ProcessingElement
+
+_OPT_LEVELS = ("disable", "basic", "extended", "all")
+
+
+def _first_line(e: BaseException) -> str:
+    """ORT's message without its status prefix and C++ source location."""
+    text = str(e).strip()
+    text = re.sub(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*", "", text)
+    m = re.match(r"\S+\.(?:cc|h|cpp):\d+ ", text)
+    if m:  # '/src/x.cc:256 ns::Func(args...) message': skip the signature
+        depth, i = 0, m.end()
+        while i < len(text):
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+            if depth == 0 and text[i - 1] == ")":
+                break
+        text = text[i:].strip()
+    text = re.sub(r"/\S+\.(?:cc|h|cpp):\d+ [\w:~<>]+\([^()]*\) ", "", text)
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _blame(message: str, subnet: "Subnet") -> str:
+    """'node NAME (OP) of ' for the node ORT complains about, or '' if it names none."""
+    nodes = list(subnet.model.graph.node)
+    for pat in (r'In Node, \("([^"]*)"', r"node with name '([^']*)'", r"Node \(([^)]*)\)",
+                r"[Nn]ode:? ?'?([\w./:-]+)'?"):
+        m = re.search(pat, message)
+        if m:
+            for n in nodes:
+                if n.name == m.group(1):
+                    return f"node {n.name!r} ({n.op_type}) of "
+    for n in nodes:  # no name given: the first node whose operator the message mentions
+        op = f"{n.domain}:{n.op_type}" if n.domain else n.op_type
+        if re.search(rf"(?<![\w.:]){re.escape(op)}(?!\w)", message):
+            return f"node {n.name!r} ({op}) of "
+    return ""
+
+
+# ORT's Pad_Fusion folds a Pad(0) into a following MaxPool, whose padding then acts as -inf
+# instead of 0: wrong outputs for tiny_yolo_v2 (seen with ORT 1.30/1.31; ORT PR #18136 names
+# the same fusion). Disabling that one rewrite rule keeps every other optimisation.
+DISABLED_OPTIMIZERS = ["Pad_Fusion"]
+
+
+def session_options(cores: tuple[int, ...], spinning: bool = False, optimization: str = "all",
+                    profile_prefix: str | None = None):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = max(1, len(cores))
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = {
+        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }[optimization]
+    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    if len(cores) > 1:
+        so.add_session_config_entry("session.intra_op_thread_affinities",
+                                    ";".join(str(c + 1) for c in cores[1:]))
+    so.log_severity_level = 4  # ORT logs errors to stderr too; we raise them as BackendError
+    if profile_prefix:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile_prefix
+    return so
+
+
+class OrtCpuRunner:
+    def __init__(self, subnet: "Subnet", element: "ProcessingElement", session):
+        self.subnet = subnet
+        self.element = element
+        self.session = session
+        self.inputs = list(subnet.inputs)
+        self.outputs = list(subnet.outputs)
+
+    @property
+    def caller_cores(self) -> tuple[int, ...]:
+        return self.element.cores[:1]
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            outs = self.session.run(self.outputs, {k: feeds[k] for k in self.inputs})
+        except KeyError as e:
+            raise BackendError(f"sub-network {self.subnet.name} on {self.element.name}: input "
+                               f"{e.args[0]!r} was not given (needs {self.inputs})") from None
+        except Exception as e:  # ORT raises its own exception types per status code
+            msg = _first_line(e)
+            raise BackendError(f"ort_cpu failed running {_blame(msg, self.subnet)}sub-network "
+                               f"{self.subnet.name} on "
+                               f"{self.element.name}: {msg}") from None
+        return dict(zip(self.outputs, outs))
+
+    def benchmark(self, feeds: Mapping[str, np.ndarray], repeats: int = 20,
+                  warmup: int = 3) -> list[float]:
+        """Seconds per run with inputs and preallocated outputs bound once (io_binding).
+
+        `run` allocates every output and copies it into a new numpy array; inside a
+        multi-layer stage ORT does neither (its arena reuses buffers), so a layer's time is
+        measured without them. The profiler also takes off the cost of one call.
+        """
+        import onnxruntime as ort
+
+        io = self.session.io_binding()
+        ins = {k: np.ascontiguousarray(feeds[k]) for k in self.inputs}  # kept alive while bound
+        for k, v in ins.items():
+            io.bind_cpu_input(k, v)
+        outs = self.run(ins)
+        bound = [ort.OrtValue.ortvalue_from_numpy(outs[o]) for o in self.outputs]
+        for name, value in zip(self.outputs, bound):
+            io.bind_ortvalue_output(name, value)
+        times = []
+        for i in range(warmup + repeats):
+            t0 = time.perf_counter()
+            self.session.run_with_iobinding(io)
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
+        return times
+
+    def close(self) -> None:
+        self.session = None
+
+
+class OrtCpuBackend(Backend):
+    name = "ort_cpu"
+    kinds = ("cpu",)
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            return False, "onnxruntime is not installed"
+        return True, ""
+
+    def prepare(self, subnet: "Subnet", element: "ProcessingElement", *, spinning: bool = False,
+                optimization: str = "all", profile_prefix: str | None = None,
+                **_ignored: Any) -> OrtCpuRunner:
+        """`spinning`: let idle pool threads spin (only when the stage owns its cores alone).
+        `optimization`: 'disable' | 'basic' | 'extended' | 'all'."""
+        import onnxruntime as ort
+
+        if element.kind != "cpu":
+            raise BackendError(f"ort_cpu runs on CPU elements, not on {element.name!r} "
+                               f"({element.kind})")
+        if optimization not in _OPT_LEVELS:
+            raise BackendError(f"ort_cpu: optimization {optimization!r} is not one of "
+                               f"{', '.join(_OPT_LEVELS)}")
+        so = session_options(element.cores, spinning, optimization, profile_prefix)
+        try:
+            session = ort.InferenceSession(subnet.serialized(), so,
+                                           providers=["CPUExecutionProvider"],
+                                           disabled_optimizers=DISABLED_OPTIMIZERS)
+        except Exception as e:
+            msg = _first_line(e)
+            raise BackendError(f"ort_cpu cannot run {_blame(msg, subnet)}sub-network "
+                               f"{subnet.name} on {element.name}: "
+                               f"{msg}") from None
+        return OrtCpuRunner(subnet, element, session)
+
+
+register_backend(OrtCpuBackend.name, OrtCpuBackend)

@@ -1,0 +1,318 @@
+"""torch_cuda backend. Three tiers, each skipped with its reason where the machine lacks it:
+no torch at all (CI): import and error paths; torch + onnx2torch on CPU: the ONNX -> torch
+conversion; a CUDA GPU: runners, CUDA graphs and their outputs against ONNX Runtime."""
+import importlib.util
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from hetflow.backends import get_backend
+from hetflow.backends.torch_cuda import TorchCudaBackend
+from hetflow.errors import BackendError
+from hetflow.model import resolve_model
+from hetflow.model.subnet import Subnet, extract_subnet
+from hetflow.platform.spec import ProcessingElement
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+HAS_ONNX2TORCH = HAS_TORCH and importlib.util.find_spec("onnx2torch") is not None
+
+
+def _cuda_available() -> bool:
+    if not HAS_TORCH:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+HAS_CUDA = _cuda_available()
+needs_onnx2torch = pytest.mark.skipif(not HAS_ONNX2TORCH,
+                                      reason="torch and onnx2torch are not installed")
+
+
+def needs_cuda(test):
+    skip = pytest.mark.skipif(not (HAS_CUDA and HAS_ONNX2TORCH),
+                              reason="needs a CUDA GPU with torch and onnx2torch")
+    return pytest.mark.gpu(skip(test))
+
+
+GPU = ProcessingElement(name="gpu0", kind="gpu", cores=(0,), device_index=0)
+RTOL, ATOL = 1e-3, 1e-4  # against ONNX Runtime on the CPU
+
+
+def assert_close(got, want, name):
+    """rtol 1e-3, atol 1e-4 on the tensor scaled to at most 1: the zoo's random weights give
+    activations in the hundreds, where fp32 summation order alone moves values by ~1e-4."""
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got / scale, want / scale, rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+def make_model(nodes, inputs, outputs, inits=(), opset=17) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+                                       for n, s in inputs],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+                           for n, s in outputs], list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def whole(model: onnx.ModelProto, name="t") -> Subnet:
+    return Subnet(name, tuple(n.name for n in model.graph.node), model,
+                  [i.name for i in model.graph.input], [o.name for o in model.graph.output])
+
+
+def relu_model() -> onnx.ModelProto:
+    return make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")],
+                      [("x", [1, 4, 8, 8])], [("y", [1, 4, 8, 8])])
+
+
+def ort_reference(subnet: Subnet, feeds: dict) -> dict:
+    """ONNX Runtime, graph optimisation off: ORT's Pad->MaxPool fusion pads with -inf where the
+    model pads with 0 (wrong for tiny_yolo_v2's pad6/pool6), so its optimised graph is no
+    reference."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(subnet.serialized(), so, providers=["CPUExecutionProvider"])
+    return dict(zip(subnet.outputs, sess.run(subnet.outputs,
+                                             {k: feeds[k] for k in subnet.inputs})))
+
+
+def chunks(graph, n: int) -> list[Subnet]:
+    """The graph cut into n consecutive runs of layers (consecutive in topological order, so
+    each is convex)."""
+    names = [l.name for l in graph.layers]
+    size = -(-len(names) // n)
+    return [extract_subnet(graph, names[i:i + size], name=f"{graph.name}[{i}]")
+            for i in range(0, len(names), size)]
+
+
+def model_input(graph) -> dict:
+    rng = np.random.default_rng(0)
+    return {n: rng.standard_normal(graph.tensors[n].shape, dtype=np.float32)
+            for n in graph.inputs}
+
+
+# ---- everywhere, CI included ------------------------------------------------------------
+
+def test_imports_and_refuses_cleanly_without_torch():
+    """With torch and onnx2torch made unimportable, the module imports, is the GPU default,
+    reports itself unavailable and `prepare` raises BackendError with the reason."""
+    code = textwrap.dedent("""
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("torch", "onnx2torch", "torchvision"):
+                    raise ImportError(f"No module named {name!r}")
+        sys.meta_path.insert(0, Block())
+        from onnx import TensorProto, helper
+        from hetflow.backends import get_backend
+        from hetflow.backends.torch_cuda import TorchCudaBackend
+        from hetflow.errors import BackendError
+        from hetflow.model.subnet import Subnet
+        from hetflow.platform.spec import ProcessingElement
+        assert isinstance(get_backend("gpu"), TorchCudaBackend)
+        ok, why = TorchCudaBackend.available()
+        assert not ok and why.startswith("PyTorch with CUDA is not available"), why
+        g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "t",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+        sub = Subnet("t", ("relu",), helper.make_model(g), ["x"], ["y"])
+        try:
+            TorchCudaBackend().prepare(sub, ProcessingElement("gpu0", "gpu", (0,), device_index=0))
+        except BackendError as e:
+            print(e)
+        else:
+            raise SystemExit("prepare did not raise")
+        assert "torch" not in sys.modules
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "torch_cuda cannot run t on gpu0: PyTorch with CUDA is not available: No module " \
+           "named 'torch'" in out.stdout
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="CUDA is available here")
+def test_prepare_without_cuda_raises_backend_error():
+    with pytest.raises(BackendError, match=r"torch_cuda cannot run t on gpu0: "
+                                           r"(PyTorch with CUDA|onnx2torch) is not available"):
+        get_backend("gpu").prepare(whole(relu_model()), GPU)
+    ok, why = TorchCudaBackend.available()
+    assert not ok and "not available" in why
+
+
+# ---- torch + onnx2torch, on the CPU -----------------------------------------------------
+
+@needs_onnx2torch
+@pytest.mark.parametrize("name, parts", [("googlenet", 3), ("tiny_yolo_v2", 2)])
+def test_converted_zoo_subnets_match_ort_on_cpu(name, parts):
+    import torch
+
+    from hetflow.backends.torch_cuda import to_torch_module
+
+    graph = resolve_model(name)
+    feeds = model_input(graph)
+    for sub in chunks(graph, parts):
+        module = to_torch_module(sub.model, sub.name)
+        with torch.inference_mode():
+            out = module(*(torch.from_numpy(feeds[i]) for i in sub.inputs))
+        outs = dict(zip(sub.outputs, out if isinstance(out, (tuple, list)) else (out,)))
+        ref = ort_reference(sub, feeds)
+        for t in sub.outputs:
+            assert_close(outs[t].numpy(), ref[t], t)
+        feeds.update(ref)
+
+
+@needs_onnx2torch
+def test_constant_pads_are_frozen_for_capture():
+    """tiny_yolo_v2's Pad reads its pads on the host each run unless frozen (no CUDA graph)."""
+    from onnx2torch.node_converters.pad import OnnxPadDynamic, OnnxPadStatic
+
+    from hetflow.backends.torch_cuda import to_torch_module
+
+    module = to_torch_module(onnx.load(resolve_model("tiny_yolo_v2").source))
+    kinds = {type(m) for m in module.modules()}
+    assert OnnxPadStatic in kinds and OnnxPadDynamic not in kinds
+    assert module.pad6.pads == [0, 1, 0, 1, 0, 0, 0, 0]
+
+
+@needs_onnx2torch
+def test_unsupported_op_names_node_and_op_type():
+    from hetflow.backends.torch_cuda import to_torch_module
+
+    model = make_model([helper.make_node("Relu", ["x"], ["a"], name="relu"),
+                        helper.make_node("GlobalMaxPool", ["a"], ["y"], name="gmp")],
+                       [("x", [1, 4, 8, 8])], [("y", [1, 4, 1, 1])])
+    with pytest.raises(BackendError, match=r"cannot convert node 'gmp' \(GlobalMaxPool\) of t: "
+                                           r"Converter is not implemented"):
+        to_torch_module(model, "t")
+
+
+@needs_onnx2torch
+def test_converter_refusal_names_node():
+    from hetflow.backends.torch_cuda import to_torch_module
+
+    model = make_model([helper.make_node("MaxPool", ["x"], ["y"], name="pool",
+                                         kernel_shape=[2, 2], strides=[2, 2], storage_order=1)],
+                       [("x", [1, 4, 8, 8])], [("y", [1, 4, 4, 4])])
+    with pytest.raises(BackendError, match=r"node 'pool' \(MaxPool\) of t: .*row major"):
+        to_torch_module(model, "t")
+
+
+@needs_onnx2torch
+def test_output_that_is_one_of_several_node_outputs():
+    """A sub-network output taken from a Split: onnx2torch alone would return the whole tuple."""
+    import torch
+
+    from hetflow.backends.torch_cuda import to_torch_module
+
+    split = numpy_helper.from_array(np.array([1, 3], dtype=np.int64), "split")
+    model = make_model([helper.make_node("Split", ["x", "split"], ["a", "b"], name="split", axis=1),
+                        helper.make_node("Relu", ["b"], ["y"], name="relu")],
+                       [("x", [1, 4, 2, 2])], [("a", [1, 1, 2, 2]), ("y", [1, 3, 2, 2])], [split])
+    x = np.random.default_rng(0).standard_normal((1, 4, 2, 2), dtype=np.float32)
+    with torch.inference_mode():
+        a, y = to_torch_module(model)(torch.from_numpy(x))
+    np.testing.assert_array_equal(a.numpy(), x[:, :1])
+    np.testing.assert_array_equal(y.numpy(), np.maximum(x[:, 1:], 0))
+
+
+# ---- a CUDA GPU ---------------------------------------------------------------------------
+
+@needs_cuda
+@pytest.mark.parametrize("name, parts", [("googlenet", 3), ("tiny_yolo_v2", 2)])
+def test_gpu_subnets_match_ort(name, parts):
+    graph = resolve_model(name)
+    feeds = model_input(graph)
+    backend = get_backend("gpu")
+    for sub in chunks(graph, parts):
+        runner = backend.prepare(sub, GPU)
+        try:
+            assert runner.mode == "cuda_graph", runner.fallback_reason
+            assert runner.caller_cores == (0,)
+            out = runner.run(feeds)
+        finally:
+            runner.close()
+        ref = ort_reference(sub, feeds)
+        assert list(out) == sub.outputs
+        for t in sub.outputs:
+            assert out[t].dtype == np.float32
+            assert_close(out[t], ref[t], t)
+        feeds.update(out)  # the next stage reads what this GPU stage produced
+
+
+@needs_cuda
+def test_graph_replay_equals_eager_and_outputs_stay_valid():
+    graph = resolve_model("googlenet")
+    sub = chunks(graph, 2)[0]
+    rng = np.random.default_rng(1)
+    frames = [{"input": rng.standard_normal(graph.tensors["input"].shape, dtype=np.float32)}
+              for _ in range(3)]
+    backend = get_backend("gpu")
+    graphed = backend.prepare(sub, GPU, cuda_graph=True)
+    eager = backend.prepare(sub, GPU, cuda_graph=False)
+    try:
+        assert (graphed.mode, eager.mode) == ("cuda_graph", "eager")
+        kept = [graphed.run(f) for f in frames]  # earlier results must survive later runs
+        for f, got in zip(frames, kept):
+            want = eager.run(f)
+            for t in sub.outputs:
+                scale = max(1.0, float(np.abs(want[t]).max()))  # equal up to summation order
+                np.testing.assert_allclose(got[t] / scale, want[t] / scale, rtol=1e-5, atol=1e-5,
+                                           err_msg=t)
+        assert not np.allclose(kept[0][sub.outputs[0]], kept[1][sub.outputs[0]])
+    finally:
+        graphed.close()
+        eager.close()
+
+
+@needs_cuda
+def test_uncapturable_forward_falls_back_to_eager():
+    """onnx2torch's Reshape reads its shape tensor on the host: no capture, eager still right."""
+    shape = numpy_helper.from_array(np.array([1, 16], dtype=np.int64), "shape")
+    model = make_model([helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")],
+                       [("x", [1, 4, 2, 2])], [("y", [1, 16])], [shape])
+    x = np.arange(16, dtype=np.float32).reshape(1, 4, 2, 2)
+    with pytest.warns(RuntimeWarning, match="cannot be captured as a CUDA graph"):
+        runner = get_backend("gpu").prepare(whole(model), GPU)
+    try:
+        assert runner.mode == "eager" and runner.fallback_reason
+        np.testing.assert_array_equal(runner.run({"x": x})["y"], x.reshape(1, 16))
+    finally:
+        runner.close()
+
+
+@needs_cuda
+def test_bad_feeds_and_elements_raise_backend_error():
+    backend = get_backend("gpu")
+    sub = whole(relu_model())
+    with pytest.raises(BackendError, match="runs on GPU elements, not on 'cpu0'"):
+        backend.prepare(sub, ProcessingElement(name="cpu0", kind="cpu", cores=(0,)))
+    with pytest.raises(BackendError, match="names CUDA device 99"):
+        backend.prepare(sub, ProcessingElement(name="gpu99", kind="gpu", cores=(0,),
+                                               device_index=99))
+    runner = backend.prepare(sub, GPU)
+    try:
+        with pytest.raises(BackendError, match="input 'x' was not given"):
+            runner.run({})
+        with pytest.raises(BackendError, match=r"input 'x' has shape \(4,\), expected"):
+            runner.run({"x": np.zeros(4, np.float32)})
+    finally:
+        runner.close()
+
+
+@needs_cuda
+def test_whole_model_cuda_graph_fps():
+    from hetflow.backends.torch_cuda import whole_model_cuda_graph_fps
+
+    r = whole_model_cuda_graph_fps(onnx.load(resolve_model("squeezenet1_0").source),
+                                   seconds=0.2)
+    assert min(r["graph_fps"], r["run_fps"], r["graph_async_fps"], r["graph_ms"]) > 0
