@@ -1,0 +1,33 @@
+"""Pin threads to cores (Linux). ONNX Runtime pins its own pool threads; the caller pins itself."""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import Iterable, Iterator
+
+
+def pin_current_thread(cores: Iterable[int]) -> None:
+    """Restrict the calling thread (not the whole process) to `cores`.
+
+    On Linux sched_setaffinity(0, ...) acts on the calling thread only. No-op where the OS has no
+    affinity call (macOS): timings are then less stable, not wrong.
+    """
+    cores = set(cores)
+    if cores and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cores)
+
+
+def current_affinity() -> set[int]:
+    return set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
+
+
+@contextmanager
+def pinned(cores: Iterable[int]) -> Iterator[None]:
+    """Pin the calling thread to `cores` for the duration of the block, then restore it."""
+    before = current_affinity()
+    pin_current_thread(cores)
+    try:
+        yield
+    finally:
+        if before:
+            pin_current_thread(before)

@@ -1,0 +1,53 @@
+"""What every backend offers: `prepare` a sub-network for one processing element, then `run` it.
+
+A backend is chosen per element (ONNX Runtime for CPU groups, PyTorch for CUDA GPUs, ...). A
+`Runner` is bound to one sub-network on one element; the caller owns the thread that calls `run`
+and pins it (see `hetflow.backends.affinity.pin_current_thread` and `Runner.caller_cores`).
+
+Optional timing hooks the profiler uses when a runner has them (device backends):
+`benchmark(feeds, repeats=, warmup=) -> list[seconds]`, or `replay()`: one run of the device
+work on the inputs staged by the last `run`, border copies excluded (those are priced by the
+profile's communication model).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Protocol, runtime_checkable
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from hetflow.model.subnet import Subnet
+    from hetflow.platform.spec import ProcessingElement
+
+
+@runtime_checkable
+class Runner(Protocol):
+    inputs: list[str]
+    outputs: list[str]
+
+    @property
+    def caller_cores(self) -> tuple[int, ...]:
+        """Cores the thread calling `run` should be pinned to."""
+        ...
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Tensors named in `inputs` -> tensors named in `outputs` (host numpy arrays)."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+class Backend(ABC):
+    name: ClassVar[str]
+    kinds: ClassVar[tuple[str, ...]]  # element kinds it can run on
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        """(usable here?, why not)."""
+        return True, ""
+
+    @abstractmethod
+    def prepare(self, subnet: "Subnet", element: "ProcessingElement", **opts: Any) -> Runner:
+        """Build what is needed to run `subnet` on `element` (sessions, weights on device)."""

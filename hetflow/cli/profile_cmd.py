@@ -1,0 +1,106 @@
+"""`hetflow profile MODEL --platform ...`: measure (or estimate) per-layer times and links."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from .common import console, err_console, print_json
+
+
+def profile_summary(prof, graph) -> dict:
+    """What the command reports: per element the sum of layer times against the whole model."""
+    return {
+        "model": prof.model_name, "platform": prof.platform_name, "estimated": prof.estimated,
+        "layers": len(graph.layers), "fused": prof.meta.get("fused"),
+        "method": prof.meta.get("method"), "repeats": prof.meta.get("repeats"),
+        "seconds": prof.meta.get("seconds"),
+        "elements": {e: {"profiled_as": prof.elements[e].get("profiled_as"),
+                         "layer_sum": sum(st["median"] for st in times.values()),
+                         **prof.layer_sum_vs_whole().get(e, {})}
+                     for e, times in prof.layer_times.items()},
+        "comm": prof.comm, "skipped": prof.meta.get("skipped", {}),
+        "cpu_freq_mhz": prof.cpu_freq_mhz, "source": prof.source,
+    }
+
+
+def _default_output(model: str, platform_name: str) -> Path:
+    safe = lambda s: re.sub(r"[^\w.-]+", "_", s)  # noqa: E731
+    return Path(f"{safe(Path(model).stem)}.{safe(platform_name)}.profile.json")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("profile")
+    def profile(
+        model: str = typer.Argument(..., help="ONNX file or zoo model name"),
+        platform: str = typer.Option("auto", "--platform", "-p",
+                                     help="platform YAML file, bundled name, or auto (this machine)"),
+        output: Optional[Path] = typer.Option(None, "-o", "--output",
+                                              help="profile JSON to write "
+                                                   "(default: MODEL.PLATFORM.profile.json)"),
+        estimate: bool = typer.Option(False, "--estimate",
+                                      help="roofline estimate from nominal peak rates; measures nothing"),
+        repeats: int = typer.Option(20, "--repeats", min=1, help="timed runs per layer"),
+        warmup: int = typer.Option(3, "--warmup", min=0, help="untimed runs first"),
+        method: str = typer.Option("isolated", "--method",
+                                   help="isolated: each layer repeated on a real input; chain: "
+                                        "layers timed in model order (over-estimates)"),
+        elements: Optional[list[str]] = typer.Option(None, "--element", "-e",
+                                                     help="profile only these elements (repeatable)"),
+        fuse: bool = typer.Option(True, "--fuse/--no-fuse",
+                                  help="profile fused Conv+BN+activation layers (as ORT runs them)"),
+        comm: bool = typer.Option(True, "--comm/--no-comm", help="measure communication links"),
+        dvfs: bool = typer.Option(False, "--dvfs-calibration",
+                                  help="scale times to the all-cores-busy frequency (Kang et al.)"),
+        input_shape: Optional[list[str]] = typer.Option(None, "--input-shape",
+                                                        help="NAME=1x3x224x224 for dynamic inputs"),
+        json_out: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+    ) -> None:
+        """Profile every layer of MODEL on every processing element of a platform."""
+        from hetflow.model import parse_input_shapes, resolve_model
+        from hetflow.platform import resolve_platform
+        from hetflow.profile import estimate_profile, profile_model
+
+        graph = resolve_model(model, parse_input_shapes(input_shape), fuse)
+        plat = resolve_platform(platform)
+        if estimate:
+            prof = estimate_profile(graph, plat, elements=elements)
+        else:
+            prof = profile_model(graph, plat, elements=elements, repeats=repeats, warmup=warmup,
+                                 method=method, comm=comm, dvfs_calibration=dvfs,
+                                 progress=not json_out and err_console.is_terminal)
+        out = output or _default_output(graph.name, plat.name)
+        prof.save(out)
+        summary = profile_summary(prof, graph)
+        if json_out:
+            print_json(summary)
+            return
+        kind = "estimated" if prof.estimated else f"measured ({summary['method']}, {repeats} repeats)"
+        console.print(f"{graph.name} on {plat.name}: {len(graph.layers)} layers, {kind}"
+                      + (f", {summary['seconds']} s" if summary["seconds"] else ""))
+        if prof.estimated:
+            t = Table(title="estimated model time (sum of layer times)")
+            t.add_column("element")
+            t.add_column("ms", justify="right")
+            for e, v in summary["elements"].items():
+                t.add_row(e, f"{v['layer_sum'] * 1e3:.2f}")
+        else:
+            t = Table(title="sum of layer times vs whole model (medians)")
+            for col in ("element", "as", "layer sum ms", "whole ms", "sum/whole"):
+                t.add_column(col, justify="left" if col in ("element", "as") else "right")
+            for e, v in summary["elements"].items():
+                same = v["profiled_as"] in (e, None)
+                whole = f"{v['whole'] * 1e3:.2f}" if "whole" in v else "-"
+                ratio = f"{v['ratio']:.3f}" if "ratio" in v else "-"
+                t.add_row(e, "" if same else v["profiled_as"], f"{v['layer_sum'] * 1e3:.2f}",
+                          whole, ratio)
+        console.print(t)
+        for link, m in prof.comm.items():
+            bw = f", {1 / m['b'] / 1e9:.1f} GB/s" if m["b"] > 0 else ""
+            console.print(f"{link}: {m['a'] * 1e6:.1f} us + {m['b'] * 1e9:.3f} ns/byte{bw}")
+        for e, why in summary["skipped"].items():
+            console.print(f"skipped {e}: {why}")
+        console.print(f"wrote {out}")

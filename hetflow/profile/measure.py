@@ -1,0 +1,465 @@
+"""Measure a model on the processing elements of this machine.
+
+Per-layer times are taken with each layer cut out as a one-layer sub-network and run by the
+element's backend, the calling thread pinned to the element. Elements that run alike (same kind,
+cluster and core count) are measured once and the times copied to the others.
+
+Two methods:
+- 'isolated' (default): each layer runs `repeats` times in a row on a real input (the output of
+  the layers before it). On resnet18 (fused Conv+BN+ReLU) on a quiet 16-core Xeon host, the sum
+  of the layer medians against the whole model's median was 0.97-1.24 on 1 and 2 cores (eight
+  runs, six within 5%), 1.08 on 3-4 cores, but 1.16-1.47 on 5-15 cores: every one-layer run
+  wakes ORT's thread pool (spinning is off), which the whole model does once per run. For wide
+  CPU elements and for GPUs, time the actual stages with `profile_subnets`.
+- 'chain': the one-layer runners are called in topological order with `run`, each call timed,
+  like a whole model run. It over-estimated resnet18 by 21-36% on the same cores (the cause is
+  not pinned down; glibc's malloc thresholds made no difference). Kept for study.
+In 'isolated' mode a runner that offers `benchmark(feeds, repeats, warmup) -> seconds list` (ORT:
+outputs preallocated and bound once, so no per-call output copy) or `replay()` (a GPU's device
+work on the inputs of the last `run`, border copies excluded) is timed with that, and the cost
+of one call (a one-element ReLU) is taken off every layer: inside a stage, layers follow each
+other without a call each (on a GPU, inside one captured graph). Border copies are priced by
+the communication model instead.
+"""
+from __future__ import annotations
+
+import datetime
+import multiprocessing
+import os
+import platform as _pyplatform
+import time
+from contextlib import nullcontext
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from hetflow.backends import backend_for, pinned
+from hetflow.errors import BackendError, InputError
+from hetflow.model.subnet import Subnet, extract_subnet, subnet_key
+from hetflow.platform.configs import distinct_elements
+from hetflow.platform.detect import core_cur_freq_mhz
+from hetflow.platform.spec import ProcessingElement, cpu_element_name
+from hetflow.profile import comm as commbench
+from hetflow.profile.profile import Profile, Stats
+
+if TYPE_CHECKING:
+    from hetflow.model.graph import CnnGraph
+    from hetflow.platform.spec import Platform
+
+METHODS = ("isolated", "chain")
+
+
+def stats(times: Sequence[float]) -> Stats:
+    t = np.asarray(times, dtype=float)
+    return {"median": float(np.median(t)), "p10": float(np.percentile(t, 10)),
+            "p90": float(np.percentile(t, 90)), "n": int(len(t))}
+
+
+def random_feeds(graph: "CnnGraph", names: Iterable[str], seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs of the right shape and dtype: N(0,1) floats, zeros for integer tensors."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for n in names:
+        info = graph.tensors[n]
+        dt = np.dtype(info.dtype)
+        out[n] = (rng.standard_normal(info.shape).astype(dt) if dt.kind == "f"
+                  else np.zeros(info.shape, dtype=dt))
+    return out
+
+
+def device_timed(runner) -> bool:
+    return hasattr(runner, "benchmark") or hasattr(runner, "replay")
+
+
+def time_runner(runner, feeds: Mapping[str, np.ndarray], repeats: int, warmup: int) -> list[float]:
+    """Seconds of `repeats` runs after `warmup` runs, on the same input."""
+    bench = getattr(runner, "benchmark", None)
+    if bench is not None:
+        return list(bench(feeds, repeats=repeats, warmup=warmup))
+    replay = getattr(runner, "replay", None)
+    if replay is not None:  # device work only; the inputs are staged once by run()
+        runner.run(feeds)
+        step = replay
+    else:
+        def step() -> None:
+            runner.run(feeds)
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def call_overhead_s(backend, element: ProcessingElement, repeats: int, warmup: int) -> float:
+    """Median time of running a one-element ReLU: the fixed cost of one call on `element`
+    (launch and synchronisation on a GPU)."""
+    from onnx import TensorProto, helper
+
+    model = helper.make_model(
+        helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "overhead",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    runner = backend.prepare(Subnet("call-overhead", ("relu",), model, ["x"], ["y"]), element)
+    try:
+        return float(np.median(time_runner(runner, {"x": np.zeros((1, 1), np.float32)},
+                                           max(repeats, 20), warmup)))
+    finally:
+        runner.close()
+
+
+def observed_freq_mhz(cores: Iterable[int]) -> float | None:
+    fs = [f for f in (core_cur_freq_mhz(c) for c in cores) if f]
+    return float(np.mean(fs)) if fs else None
+
+
+def _spin(core: int, seconds: float) -> None:  # runs in a child process
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {core})
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def all_busy_freq_mhz(cores: Sequence[int], seconds: float = 1.0) -> dict[int, float | None]:
+    """Frequency of each core while every core is busy (Kang et al.'s calibration point)."""
+    ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+    procs = [ctx.Process(target=_spin, args=(c, seconds), daemon=True) for c in cores]
+    for p in procs:
+        p.start()
+    time.sleep(seconds * 0.6)
+    freqs = {c: core_cur_freq_mhz(c) for c in cores}
+    for p in procs:
+        p.join()
+    return freqs
+
+
+class _Progress:
+    """A rich progress bar, or nothing."""
+
+    def __init__(self, enabled: bool):
+        self.bar = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                       TimeElapsedColumn)
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(),
+                                MofNCompleteColumn(), TimeElapsedColumn(), transient=False,
+                                console=Console(stderr=True))
+
+    def __enter__(self):
+        if self.bar:
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.bar:
+            self.bar.__exit__(*exc)
+
+    def task(self, description: str, total: int = 1) -> "_Task":
+        if not self.bar:
+            return _Task(None, None)
+        return _Task(self.bar, self.bar.add_task(description, total=total))
+
+
+class _Task:
+    def __init__(self, bar, tid):
+        self.bar, self.tid = bar, tid
+
+    def total(self, n: int) -> None:
+        if self.bar:
+            self.bar.update(self.tid, total=n)
+
+    def advance(self, n: int = 1) -> None:
+        if self.bar:
+            self.bar.advance(self.tid, n)
+
+
+def _resolve_elements(platform: "Platform", elements) -> list[ProcessingElement]:
+    every = {e.name: e for e in platform.all_elements()}
+    if elements is None:
+        return list(every.values())
+    out = []
+    for e in elements:
+        if isinstance(e, ProcessingElement):
+            out.append(e)
+        elif e in every:
+            out.append(every[e])
+        else:
+            raise InputError(f"platform {platform.name!r} has no element {e!r} "
+                             f"(elements: {', '.join(every)})")
+    return out
+
+
+def _element_info(e: ProcessingElement, profiled_as: str, **extra: Any) -> dict[str, Any]:
+    d = {"kind": e.kind, "cores": list(e.cores), "cluster": e.cluster,
+         "device_index": e.device_index, "model": e.model, "profiled_as": profiled_as, **extra}
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def _measure_layers(graph: "CnnGraph", element: ProcessingElement, method: str, repeats: int,
+                    warmup: int, backend_opts: Mapping[str, Any], task: "_Task"
+                    ) -> tuple[dict[str, Stats], Stats, float | None, float]:
+    """Layer stats, whole-model stats, the observed frequency and the per-call overhead that
+    was taken off each layer (runners with a timing hook: inside a stage, layers follow each
+    other without a call each, on a GPU inside one captured graph)."""
+    backend = backend_for(element)
+    task.total(len(graph.layers) + 1)
+    runners = [(l.name, backend.prepare(extract_subnet(graph, [l.name]), element, **backend_opts))
+               for l in graph.layers]
+    whole = backend.prepare(extract_subnet(graph, [l.name for l in graph.layers],
+                                           name=f"{graph.name}[all]"), element, **backend_opts)
+    caller = runners[0][1].caller_cores if runners else element.cores[:1]
+    freqs: list[float] = []
+    try:
+        with pinned(caller) if caller else nullcontext():
+            env = random_feeds(graph, graph.inputs)
+            for _, r in runners:  # one pass gives every layer a real input
+                env.update(r.run(env))
+            # a GPU runner's run() includes its border copies: it is always timed isolated
+            chain = method == "chain" and not any(hasattr(r, "replay") for _, r in runners)
+            hooked = not chain and any(device_timed(r) for _, r in runners)
+            times: dict[str, list[float]] = {name: [] for name, _ in runners}
+            if chain:
+                task.total(warmup + repeats + 1)
+                env = random_feeds(graph, graph.inputs)
+                for it in range(warmup + repeats):
+                    for name, r in runners:
+                        feeds = {k: env[k] for k in r.inputs}
+                        t0 = time.perf_counter()
+                        out = r.run(feeds)
+                        dt = time.perf_counter() - t0
+                        env.update(out)
+                        if it >= warmup:
+                            times[name].append(dt)
+                    f = observed_freq_mhz(element.cores)
+                    if f:
+                        freqs.append(f)
+                    task.advance()
+            else:
+                for name, r in runners:
+                    times[name] = time_runner(r, {k: env[k] for k in r.inputs}, repeats, warmup)
+                    task.advance()
+            whole_times = time_runner(whole, random_feeds(graph, graph.inputs), repeats, warmup)
+            overhead = call_overhead_s(backend, element, repeats, warmup) if hooked else 0.0
+            task.advance()
+            f = observed_freq_mhz(element.cores)
+            if f:
+                freqs.append(f)
+    finally:
+        for _, r in runners:
+            r.close()
+        whole.close()
+    # floor at 0.1 us: a layer never costs nothing, and zero times break rate computations
+    layer_stats = {n: stats([max(x - overhead, 1e-7) for x in t]) for n, t in times.items()}
+    return layer_stats, stats(whole_times), float(np.mean(freqs)) if freqs else None, overhead
+
+
+def _new_profile(graph: "CnnGraph", platform: "Platform", estimated: bool) -> Profile:
+    return Profile(model_name=graph.name, model_hash=graph.model_hash,
+                   platform_name=platform.name, platform_hash=platform.platform_hash,
+                   estimated=estimated,
+                   meta={"created": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                       timespec="seconds"), "host": _pyplatform.node(),
+                       "fused": any(len(l.nodes) > 1 for l in graph.layers)})
+
+
+def _derived_accelerators(profile: Profile, graph: "CnnGraph", platform: "Platform",
+                          wanted: list[ProcessingElement]) -> None:
+    """Accelerators without a backend but with a speed factor: time = reference / factor."""
+    for e in wanted:
+        if e.kind != "accel" or e.speed_factor is None or e.name in profile.layer_times:
+            continue
+        ref = cpu_element_name(platform.free_cores(platform.cluster(e.relative_to)))
+        if ref not in profile.layer_times:
+            profile.meta.setdefault("skipped", {})[e.name] = (
+                f"its speed factor is relative to {ref}, which was not measured")
+            continue
+        profile.layer_times[e.name] = {
+            l: {"median": s["median"] / e.speed_factor, "p10": s["p10"] / e.speed_factor,
+                "p90": s["p90"] / e.speed_factor, "n": 0}
+            for l, s in profile.layer_times[ref].items()}
+        profile.elements[e.name] = _element_info(
+            e, ref, derived=f"{ref} / speed_factor {e.speed_factor}")
+
+
+def profile_model(graph: "CnnGraph", platform: "Platform",
+                  elements: Iterable[ProcessingElement | str] | None = None, repeats: int = 20,
+                  warmup: int = 3, progress: bool = True, method: str = "isolated",
+                  comm: bool = True, comm_sizes: Sequence[int] = commbench.DEFAULT_SIZES,
+                  comm_repeats: int = 5, dvfs_calibration: bool = False,
+                  backend_opts: Mapping[str, Any] | None = None) -> Profile:
+    """Measure every layer of `graph` on `elements` (default: every element of every
+    configuration of `platform`), the whole model on each, and the communication links.
+
+    Elements whose backend is missing here are skipped (listed in `profile.meta['skipped']`)
+    when `elements` is None, and an error when named. `dvfs_calibration`: scale each element's
+    times by (its observed frequency / the frequency with all cores busy), as Kang et al. do
+    for phones whose governor slows down when every core works.
+    """
+    if method not in METHODS:
+        raise InputError(f"profile method {method!r}: choose one of {', '.join(METHODS)}")
+    if repeats < 1 or warmup < 0:
+        raise InputError(f"repeats must be >= 1 and warmup >= 0 (got {repeats}, {warmup})")
+    platform.check_devices()
+    started = time.perf_counter()
+    explicit = elements is not None
+    wanted = _resolve_elements(platform, elements)
+    prof = _new_profile(graph, platform, estimated=False)
+    prof.meta.update(method=method, repeats=repeats, warmup=warmup,
+                     backend_opts=dict(backend_opts or {}))
+    skipped: dict[str, str] = {}
+
+    measurable: list[ProcessingElement] = []
+    for e in wanted:
+        if e.kind == "accel" and e.speed_factor is not None and e.backend == "none":
+            continue  # derived below
+        try:
+            ok, why = type(backend_for(e)).available()
+            if not ok:
+                raise BackendError(f"element {e.name!r}: {why}")
+            measurable.append(e)
+        except BackendError as err:
+            if explicit:
+                raise
+            skipped[e.name] = str(err)
+
+    groups = distinct_elements(measurable)
+    overheads: dict[str, float] = {}  # per-call cost taken off each layer time
+    with _Progress(progress) as bar:
+        for rep, members in groups.items():
+            task = bar.task(f"{rep.name} ({len(graph.layers)} layers)")
+            layers, whole, freq, overhead = _measure_layers(graph, rep, method, repeats, warmup,
+                                                            backend_opts or {}, task)
+            if overhead:
+                overheads.update({e.name: overhead for e in members})
+            for e in members:
+                prof.layer_times[e.name] = {k: dict(v) for k, v in layers.items()}
+                prof.whole_model[e.name] = dict(whole)
+                prof.elements[e.name] = _element_info(e, rep.name)
+                prof.cpu_freq_mhz[e.name] = freq
+        if comm:
+            _measure_comm(prof, measurable, comm_sizes, comm_repeats, bar)
+    _derived_accelerators(prof, graph, platform, wanted)
+    if dvfs_calibration:
+        _calibrate_dvfs(prof, platform, measurable)
+    else:
+        prof.calibration = {"dvfs": False}
+    if overheads:
+        prof.calibration["call_overhead_s"] = overheads
+    if skipped:
+        prof.meta.setdefault("skipped", {}).update(skipped)
+    prof.meta["seconds"] = round(time.perf_counter() - started, 2)
+    return prof
+
+
+def _measure_comm(prof: Profile, elements: list[ProcessingElement], sizes: Sequence[int],
+                  repeats: int, bar: _Progress) -> None:
+    cpu_cores = sorted({c for e in elements if e.kind == "cpu" for c in e.cores})
+    gpus = [e for e in elements if e.kind == "gpu"]
+    raw: dict[str, list[list[float]]] = {}
+    if len(cpu_cores) >= 2:
+        task = bar.task("comm cpu->cpu")
+        raw["cpu->cpu"] = commbench.bench_cpu_handoff(cpu_cores[0], cpu_cores[-1], sizes, repeats)
+        task.advance()
+    if gpus:
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is not None:
+            task = bar.task("comm cpu<->gpu")
+            g0 = gpus[0]
+            raw.update(commbench.bench_cuda(g0.cores[0] if g0.cores else 0,
+                                            g0.device_index or 0, sizes, repeats))
+            if len({g.device_index for g in gpus}) >= 2:
+                raw["gpu->gpu"] = commbench.bench_cuda_peer(gpus[0].device_index,
+                                                            gpus[1].device_index, sizes, repeats)
+            task.advance()
+    prof.comm_raw.update(raw)
+    for link, pts in raw.items():
+        prof.comm[link] = commbench.fit_linear([p[0] for p in pts], [p[1] for p in pts])
+    prof.meta["comm"] = {"sizes": list(map(int, sizes)), "repeats": repeats,
+                         "cpu->cpu": "queue hand-off between pinned threads + first read"}
+
+
+def _calibrate_dvfs(prof: Profile, platform: "Platform", elements: list[ProcessingElement]) -> None:
+    busy = all_busy_freq_mhz(platform.cores)
+    factors: dict[str, float] = {}
+    for e in elements:
+        fb = [busy.get(c) for c in e.cores]
+        f_busy = float(np.mean(fb)) if fb and all(fb) else None
+        f_obs = prof.cpu_freq_mhz.get(e.name)
+        factors[e.name] = f_obs / f_busy if (f_obs and f_busy) else 1.0
+    for e, k in factors.items():
+        if k == 1.0:
+            continue
+        for table in (prof.layer_times.get(e, {}), {"whole": prof.whole_model.get(e, {})}):
+            for st in table.values():
+                for q in ("median", "p10", "p90"):
+                    if q in st:
+                        st[q] *= k
+    prof.calibration = {
+        "dvfs": True, "all_busy_mhz": {str(c): f for c, f in busy.items()}, "factors": factors,
+        "note": ("times scaled by observed / all-busy frequency (Kang et al. 2020, IV-A)"
+                 if any(busy.values()) else "no frequency readings here: factors are 1")}
+
+
+def _split_groups(groups, names: set[str]) -> list[tuple[str | None, list[str]]]:
+    """Items are layer lists, or (element name, layer list) pairs."""
+    out = []
+    for g in groups:
+        if (isinstance(g, tuple) and len(g) == 2 and isinstance(g[0], str) and g[0] in names
+                and not isinstance(g[1], str)):
+            out.append((g[0], list(g[1])))
+        else:
+            out.append((None, list(g)))
+    return out
+
+
+def profile_subnets(graph: "CnnGraph", platform: "Platform", groups: Iterable,
+                    elements: Iterable[ProcessingElement | str] | None = None,
+                    profile: Profile | None = None, repeats: int = 20, warmup: int = 3,
+                    progress: bool = False,
+                    backend_opts: Mapping[str, Any] | None = None) -> Profile:
+    """Time whole sub-networks (the stages a plan will run), isolated, into `profile`
+    (a new one if None). `groups`: layer lists (timed on every element of `elements`), or
+    (element name, layer list) pairs (timed on that element only)."""
+    platform.check_devices()
+    if profile is None:
+        profile = _new_profile(graph, platform, estimated=False)
+    else:
+        profile.check_matches(graph, platform, layers=False)
+    every = _resolve_elements(platform, elements)
+    by_name = {e.name: e for e in platform.all_elements()}
+    jobs: list[tuple[ProcessingElement, list[str]]] = []
+    for el, layers in _split_groups(groups, set(by_name)):
+        targets = [by_name[el]] if el else every
+        jobs += [(e, layers) for e in targets]
+    # equal elements are measured once per group
+    work: dict[tuple, tuple[ProcessingElement, list[str], list[ProcessingElement]]] = {}
+    for e, layers in jobs:
+        k = (e.equivalence_key, subnet_key(layers))
+        if k in work:
+            work[k][2].append(e)
+        else:
+            work[k] = (e, layers, [e])
+    with _Progress(progress) as bar:
+        task = bar.task("sub-networks", len(work))
+        for rep, layers, members in work.values():
+            sub: Subnet = extract_subnet(graph, layers)
+            runner = backend_for(rep).prepare(sub, rep, **(backend_opts or {}))
+            try:
+                with pinned(runner.caller_cores) if runner.caller_cores else nullcontext():
+                    times = time_runner(runner, random_feeds(graph, sub.inputs), repeats, warmup)
+            finally:
+                runner.close()
+            st = stats(times)
+            for e in members:
+                profile.subnet_times.setdefault(e.name, {})[sub.key] = dict(st)
+                profile.elements.setdefault(e.name, _element_info(e, rep.name))
+            task.advance()
+    return profile

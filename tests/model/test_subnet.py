@@ -1,0 +1,154 @@
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from hypothesis import given, settings, strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+from hetflow.errors import InputError
+from hetflow.model import load_model
+from hetflow.model.graph import CnnGraph
+from hetflow.model.subnet import extract_subnet, subnet_key
+from hetflow.model.synthetic import random_cnn_graph
+
+
+def session(model_bytes: bytes, optimise: bool) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimise
+                                   else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+
+
+def inputs_for(graph: CnnGraph) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {n: rng.standard_normal(graph.tensors[n].shape).astype(np.float32) for n in graph.inputs}
+
+
+def run_in_sequence(graph: CnnGraph, groups: list[list[str]], optimise: bool = False):
+    env = inputs_for(graph)
+    for g in groups:
+        sub = extract_subnet(graph, g)
+        out = session(sub.serialized(), optimise).run(sub.outputs, {k: env[k] for k in sub.inputs})
+        env.update(zip(sub.outputs, out))
+    return [env[o] for o in graph.outputs]
+
+
+def run_whole(graph: CnnGraph, optimise: bool = False):
+    return session(graph.onnx.SerializeToString(), optimise).run(graph.outputs, inputs_for(graph))
+
+
+def contiguous_groups(graph: CnnGraph, k: int, rng) -> list[list[str]]:
+    names = [l.name for l in graph.layers]
+    cuts = sorted(rng.choice(np.arange(1, len(names)), size=min(k, len(names)) - 1, replace=False))
+    return [list(g) for g in np.split(np.array(names, dtype=object), cuts)]
+
+
+def monotone_groups(graph: CnnGraph, k: int, rng, p_new: float = 0.3) -> list[list[str]]:
+    """Groups that interleave in topological order (non-contiguous) but can run one after the
+    other: a layer's group is at least the group of each of its predecessors."""
+    group: dict[str, int] = {}
+    for l in graph.layers:
+        base = max((group[p] for p in graph.preds[l.name]), default=0)
+        group[l.name] = min(k - 1, base + int(rng.random() < p_new))
+    out = [[n for n, g in group.items() if g == i] for i in range(k)]
+    return [g for g in out if g]
+
+
+# ---- semantics on a hand-made diamond --------------------------------------------------------
+@pytest.fixture(scope="module")
+def diamond(tmp_path_factory) -> CnnGraph:
+    """x -> A(conv) -> B(relu) -> D(add) ; A -> C(sigmoid) -> D; D is the output."""
+    w = numpy_helper.from_array(np.ones((2, 2, 1, 1), np.float32), "w")
+    unused = numpy_helper.from_array(np.ones((3,), np.float32), "unused")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], name="A"),
+             helper.make_node("Relu", ["a"], ["b"], name="B"),
+             helper.make_node("Sigmoid", ["a"], ["c"], name="C"),
+             helper.make_node("Add", ["b", "c"], ["d"], name="D")]
+    g = helper.make_graph(nodes, "diamond",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+                          [helper.make_tensor_value_info("d", TensorProto.FLOAT, [1, 2, 4, 4])],
+                          [w, unused])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = tmp_path_factory.mktemp("m") / "diamond.onnx"
+    onnx.save(m, path)
+    return load_model(path)
+
+
+def test_inputs_and_outputs_of_a_cut(diamond):
+    s = extract_subnet(diamond, ["A", "B"])
+    assert s.inputs == ["x"] and s.outputs == ["a", "b"]  # a is read by C outside
+    assert [t.name for t in s.model.graph.initializer] == ["w"]
+    s = extract_subnet(diamond, ["C", "D", "B"])
+    assert s.layers == ("B", "C", "D") and s.inputs == ["a"] and s.outputs == ["d"]
+    assert s.model.graph.initializer == []
+    onnx.checker.check_model(s.model, full_check=True)
+    assert s.key == subnet_key(["D", "B", "C"]) == "B+C+D"
+
+
+def test_bad_layer_sets_are_refused(diamond):
+    with pytest.raises(InputError, match="layer 'Z', which the graph does not have"):
+        extract_subnet(diamond, ["A", "Z"])
+    with pytest.raises(InputError, match="at least one layer"):
+        extract_subnet(diamond, [])
+    with pytest.raises(InputError, match="not convex: layer 'B' is outside it"):
+        extract_subnet(diamond, ["A", "D", "C"])
+    no_onnx = CnnGraph("bare", diamond.layers, diamond.tensors, diamond.inputs, diamond.outputs)
+    with pytest.raises(InputError, match="carries no ONNX model"):
+        extract_subnet(no_onnx, ["A"])
+
+
+def test_long_keys_are_hashed():
+    key = subnet_key([f"layer_with_a_long_name_{i}" for i in range(40)])
+    assert key.startswith("sha1:") and len(key) < 40
+    assert key == subnet_key(reversed([f"layer_with_a_long_name_{i}" for i in range(40)]))
+
+
+# ---- equivalence on random DAGs and zoo models -----------------------------------------------
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 6), st.booleans())
+def test_random_dags_cut_anyhow_give_the_same_outputs(seed, k, contiguous):
+    graph = random_cnn_graph(20, seed=seed, branchiness=0.6)
+    rng = np.random.default_rng(seed)
+    groups = contiguous_groups(graph, k, rng) if contiguous else monotone_groups(graph, k, rng)
+    # without graph optimisations the same kernels run in the same order: bit-identical
+    for got, want in zip(run_in_sequence(graph, groups), run_whole(graph)):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.fixture(scope="module", params=["resnet18", "googlenet", "squeezenet1_0", "densenet121"])
+def zoo_graph(request) -> CnnGraph:
+    zoo = pytest.importorskip("hetflow.model.zoo")
+    return load_model(zoo.cached_model_path(request.param), fuse=request.param != "squeezenet1_0")
+
+
+@pytest.mark.slow
+def test_zoo_models_cut_into_stages_give_the_same_outputs(zoo_graph):
+    want = run_whole(zoo_graph)
+    rng = np.random.default_rng(len(zoo_graph.layers))
+    for groups in (contiguous_groups(zoo_graph, 5, rng), monotone_groups(zoo_graph, 6, rng, 0.1)):
+        assert sum(len(g) for g in groups) == len(zoo_graph.layers)
+        for g, w in zip(run_in_sequence(zoo_graph, groups), want):
+            np.testing.assert_array_equal(g, w)
+    # with ORT's fusions each stage may fuse differently: equal up to float rounding
+    for g, w in zip(run_in_sequence(zoo_graph, groups, optimise=True), run_whole(zoo_graph, True)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * float(np.abs(w).max()))
+
+
+def test_densenet_cuts_fast_and_valid():
+    zoo = pytest.importorskip("hetflow.model.zoo")
+    graph = load_model(zoo.cached_model_path("densenet121"), fuse=True)
+    names = [l.name for l in graph.layers]
+    t0 = time.perf_counter()
+    subs = [extract_subnet(graph, list(c)) for c in np.array_split(np.array(names, dtype=object), 50)]
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 2.0, f"50 sub-networks of densenet121 took {elapsed:.2f} s"
+    for s in subs[::10]:
+        onnx.checker.check_model(s.model)
+        used = {t for n in s.model.graph.node for t in n.input}
+        assert {t.name for t in s.model.graph.initializer} <= used
+    produced = [t for s in subs for t in s.outputs]
+    assert set(graph.outputs) <= set(produced)

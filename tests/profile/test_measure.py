@@ -1,0 +1,172 @@
+import os
+
+import pytest
+
+from hetflow.errors import InputError
+from hetflow.model.synthetic import random_cnn_graph
+from hetflow.platform import CpuCluster, Platform, detect_platform, load_platform, platform_from_dict
+from hetflow.profile import Profile, estimate_profile, profile_model, profile_subnets
+
+CORES = tuple(sorted(os.sched_getaffinity(0)))
+FAST = dict(repeats=3, warmup=1, progress=False, comm_sizes=[1024, 65536], comm_repeats=2)
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return random_cnn_graph(10, seed=3, channels=8, size=16)
+
+
+@pytest.fixture(scope="module")
+def platform():
+    return Platform("here", (CpuCluster("cpu", CORES[:2]),))
+
+
+@pytest.fixture(scope="module")
+def measured(graph, platform) -> Profile:
+    return profile_model(graph, platform, **FAST)
+
+
+def test_every_layer_on_every_element(graph, platform, measured):
+    names = [e.name for e in platform.all_elements()]
+    assert set(measured.layer_times) == set(names) == set(measured.elements)
+    for e in names:
+        assert set(measured.layer_times[e]) == {l.name for l in graph.layers}
+        for st in measured.layer_times[e].values():
+            assert 0 < st["p10"] <= st["median"] <= st["p90"] and st["n"] == 3
+    assert not measured.estimated and measured.model_hash == graph.model_hash
+    measured.check_matches(graph, platform)
+
+
+@pytest.mark.skipif(len(CORES) < 2, reason="needs 2 cores")
+def test_equal_elements_are_measured_once(measured):
+    assert measured.elements["cpu1"]["profiled_as"] == measured.elements["cpu0"]["profiled_as"] == "cpu0"
+    assert measured.layer_times["cpu1"] == measured.layer_times["cpu0"]
+    assert measured.elements["cpu0-1"]["profiled_as"] == "cpu0-1"
+    assert set(measured.comm) == {"cpu->cpu"} and len(measured.comm_raw["cpu->cpu"]) == 2
+
+
+def test_whole_model_and_layer_sum_are_reported(measured):
+    report = measured.layer_sum_vs_whole()
+    assert set(report) == set(measured.layer_times)
+    for v in report.values():
+        assert v["whole"] > 0 and v["layer_sum"] > 0 and v["ratio"] > 0
+
+
+def test_chain_method_and_named_elements(graph, platform):
+    prof = profile_model(graph, platform, elements=["cpu0"], method="chain", comm=False, **{
+        k: v for k, v in FAST.items() if not k.startswith("comm")})
+    assert list(prof.layer_times) == ["cpu0"] and prof.meta["method"] == "chain"
+    assert all(st["n"] == 3 for st in prof.layer_times["cpu0"].values())
+    with pytest.raises(InputError, match="has no element 'cpu7'"):
+        profile_model(graph, platform, elements=["cpu7"], **FAST)
+    with pytest.raises(InputError, match="profile method 'fast'"):
+        profile_model(graph, platform, method="fast", **FAST)
+
+
+def test_round_trip_of_a_measured_profile(tmp_path, measured):
+    measured.save(tmp_path / "m.json")
+    assert Profile.load(tmp_path / "m.json") == measured
+
+
+def test_subnet_times(graph, platform, measured):
+    names = [l.name for l in graph.layers]
+    prof = profile_subnets(graph, platform, [names[:4], ("cpu0", names[4:])], profile=measured,
+                           repeats=3, warmup=1)
+    assert prof is measured
+    assert prof.subnet_time(names[:4], "cpu0-1") is not None
+    assert prof.subnet_time(names[4:], "cpu0") > 0
+    assert prof.subnet_time(names[4:], "cpu0-1") is None  # asked on cpu0 only
+    assert prof.stage_time(names[:4], "cpu0") == prof.subnet_time(names[:4], "cpu0")
+    other = random_cnn_graph(5, seed=4)
+    with pytest.raises(InputError, match="was made for model"):
+        profile_subnets(other, platform, [[other.layers[0].name]], profile=measured)
+
+
+def test_dvfs_calibration_records_its_factors(graph, platform, monkeypatch):
+    import hetflow.profile.measure as m
+
+    monkeypatch.setattr(m, "all_busy_freq_mhz", lambda cores, seconds=1.0: {c: 1000.0 for c in cores})
+    monkeypatch.setattr(m, "observed_freq_mhz", lambda cores: 2000.0)
+    prof = profile_model(graph, platform, elements=["cpu0"], dvfs_calibration=True, comm=False,
+                         **{k: v for k, v in FAST.items() if not k.startswith("comm")})
+    assert prof.calibration["dvfs"] and prof.calibration["factors"]["cpu0"] == pytest.approx(2.0)
+    assert prof.cpu_freq_mhz["cpu0"] == 2000.0
+
+
+def test_devices_must_be_present(graph):
+    tx2 = load_platform("jetson_tx2")
+    if set(tx2.cores) <= set(CORES):
+        pytest.skip("this machine has the TX2's cores")
+    with pytest.raises(InputError, match="is not available on this machine"):
+        profile_model(graph, tx2, **FAST)
+
+
+def test_accelerator_with_a_speed_factor_is_derived(graph):
+    doc = {"name": "x", "clusters": [{"name": "cpu", "cores": list(CORES[:1])}],
+           "accelerators": [{"name": "npu", "speed_factor": 4.0, "relative_to": "cpu"}]}
+    prof = profile_model(graph, platform_from_dict(doc, "x.yaml"), **FAST)
+    ref = f"cpu{CORES[0]}"
+    l0 = graph.layers[0].name
+    assert prof.layer_time(l0, "npu") == pytest.approx(prof.layer_time(l0, ref) / 4)
+
+
+def test_estimated_profile(graph):
+    hikey = load_platform("hikey970")
+    prof = estimate_profile(graph, hikey)
+    assert prof.estimated and prof.platform_hash == hikey.platform_hash
+    assert set(prof.layer_times) == {e.name for e in hikey.all_elements()}
+    conv = next(l for l in graph.layers if l.op_type == "Conv")
+    # the big cores are faster than the LITTLE ones, the NPU is the big cluster / 6.5
+    assert prof.layer_time(conv.name, "cpu4-7") < prof.layer_time(conv.name, "cpu1-3")
+    assert prof.layer_time(conv.name, "npu") == pytest.approx(
+        prof.layer_time(conv.name, "cpu4-7") / 6.5)
+    assert prof.comm["cpu->gpu"]["a"] == pytest.approx(5.7e-4)
+    assert prof.calibration["comm_source"]["cpu->gpu"] == "platform"
+    with pytest.raises(InputError, match="has no nominal peak_gflops"):
+        estimate_profile(graph, detect_platform())
+
+
+class _SlowDeviceRunner:
+    """An ORT runner dressed as a device runner: `replay` costs 2 ms more than the work."""
+
+    def __init__(self, inner):
+        self.inner, self.inputs, self.outputs = inner, inner.inputs, inner.outputs
+        self.caller_cores = inner.caller_cores
+
+    def run(self, feeds):
+        self._feeds = feeds
+        return self.inner.run(feeds)
+
+    def replay(self):
+        import time
+
+        self.inner.run(self._feeds)
+        time.sleep(0.002)
+
+    def close(self):
+        self.inner.close()
+
+
+def test_device_runners_lose_their_call_overhead(graph, monkeypatch):
+    from hetflow.backends import Backend, get_backend, register_backend
+    from hetflow.platform import Gpu
+
+    class SlowDevice(Backend):
+        name, kinds = "slow-device-test", ("gpu",)
+
+        def prepare(self, subnet, element, **opts):
+            cpu0 = Platform("p", (CpuCluster("cpu", CORES[:1]),)).all_elements()[0]
+            return _SlowDeviceRunner(get_backend("cpu").prepare(subnet, cpu0))
+
+    try:
+        register_backend(SlowDevice.name, SlowDevice)
+    except ValueError:
+        pass
+    plat = Platform("p", (CpuCluster("cpu", CORES),), gpus=(Gpu(0, "slow", CORES[-1],
+                                                                backend=SlowDevice.name),))
+    monkeypatch.setattr("hetflow.platform.detect.check_devices_present", lambda p: None)
+    prof = profile_model(graph, plat, elements=["gpu0"], comm=False, repeats=5, warmup=1,
+                         progress=False)
+    assert prof.calibration["call_overhead_s"]["gpu0"] >= 0.002
+    assert all(st["median"] < 0.0015 for st in prof.layer_times["gpu0"].values())
+    assert prof.whole_model["gpu0"]["median"] >= 0.002  # one call: overhead included

@@ -1,0 +1,40 @@
+import json
+
+import onnx
+import pytest
+from typer.testing import CliRunner
+
+from hetflow.cli.main import app
+from hetflow.model.synthetic import random_cnn_model
+from hetflow.profile import Profile
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("m") / "tiny.onnx"
+    onnx.save(random_cnn_model(8, seed=5), path)
+    return path
+
+
+def test_measured_profile(tmp_path, model_path):
+    out = tmp_path / "p.json"
+    result = runner.invoke(app, ["profile", str(model_path), "--platform", "auto", "-o", str(out),
+                                 "--repeats", "2", "--warmup", "1", "--no-comm", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert summary["model"] == "tiny" and not summary["estimated"]
+    prof = Profile.load(out)
+    assert set(summary["elements"]) == set(prof.layer_times)
+    table = runner.invoke(app, ["profile", str(model_path), "-o", str(out), "--repeats", "2",
+                                "--no-comm", "--element", "cpu0"])
+    assert table.exit_code == 0 and "sum/whole" in table.output and "wrote" in table.output
+
+
+def test_estimated_profile(tmp_path, model_path):
+    out = tmp_path / "e.json"
+    result = runner.invoke(app, ["profile", str(model_path), "--platform", "hikey970",
+                                 "--estimate", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert Profile.load(out).estimated and "cpu->gpu" in result.output
