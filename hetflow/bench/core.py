@@ -22,6 +22,9 @@ class BenchSettings:
     capacity: int = 2
     seed: int = 0
     refine: bool = True  # re-time the chosen plans' stages as whole sub-networks
+    # also search a *balanced* plan: best throughput with predicted latency at most this share
+    # of the parallel baseline's measured p99 (None: skip)
+    balanced_latency_share: float | None = 0.5
 
 
 @dataclass
@@ -54,9 +57,15 @@ def get_profile(graph, platform, repeats: int, log: Callable[[str], None]):
             return prof, 0.0
         except HetflowError:
             pass
-    log(f"profiling {graph.name} on {platform.name} ({len(graph.layers)} layers)")
+    from hetflow.mapping.from_profile import select_configurations
+
+    # only the elements of the configurations the search will consider
+    needed = list({e.name: e for cfg in select_configurations(platform) for e in cfg.elements
+                   if e.backend != "none"}.values())
+    log(f"profiling {graph.name} on {platform.name} ({len(graph.layers)} layers, "
+        f"{len(needed)} elements)")
     t0 = time.perf_counter()
-    prof = profile_model(graph, platform, repeats=repeats, progress=False)
+    prof = profile_model(graph, platform, elements=needed, repeats=repeats, progress=False)
     prof.save(path)
     return prof, time.perf_counter() - t0
 
@@ -114,30 +123,62 @@ def bench_model(model: str, platform, settings: BenchSettings,
     rows.append(_row("parallel copies", "baseline", par))
 
     plans = {}
-    for strategy in settings.strategies:
-        log(f"searching: {strategy}")
-        plan, result = search_plan(problem, strategy, platform.name, settings.seed, True)
+    jobs = [(strategy, strategy, {}) for strategy in settings.strategies]
+    if settings.balanced_latency_share is not None:
+        cap = settings.balanced_latency_share * par.latency["p99"]
+        jobs.append(("balanced", None, {"latency_cap": cap}))
+    for label, strategy, options in jobs:
+        log(f"searching: {label}")
+        plan = _search(problem, platform.name, settings, strategy, options, log)
+        if plan is None:
+            rows.append({"name": f"hetflow {label}", "kind": "plan", "infeasible": True})
+            continue
         if settings.refine:
             # time the plan's phases as whole sub-networks and predict again with those times
             groups = [(e, p.layers) for a, ps in plan.app.phases.items() for p in ps
-                      for e in a.split("|")[:1]]
+                      for e in a.split("|")]
             profile_subnets(graph, platform, groups, profile=prof, repeats=settings.profile_repeats)
             problem.subnet_times.update({(e, k): v["median"] for e, st in prof.subnet_times.items()
                                          for k, v in st.items()})
             metrics = evaluate(problem, plan.mapping)
-            plan = make_plan(problem, plan.mapping, metrics, strategy, platform.name,
+            plan = make_plan(problem, plan.mapping, metrics, plan.strategy, platform.name,
                              plan.search, True)
-        plans[strategy] = plan
-        log(f"running plan {strategy}: {', '.join(plan.app.phases)}")
-        r = run_plan(plan, graph, settings.frames, settings.warmup, check="first")
-        rows.append(_row(f"hetflow {strategy}", "plan", r, plan.predicted["throughput"],
+        plans[label] = plan
+        log(f"running plan {label}: {', '.join(plan.app.phases)}")
+        trace = Path(report_dir) / f"{graph.name}.{label}.trace.json" if report_dir else None
+        r = run_plan(plan, graph, settings.frames, settings.warmup, check="first",
+                     trace_path=trace)
+        rows.append(_row(f"hetflow {label}", "plan", r, plan.predicted["throughput"],
                          plan.search.get("seconds"), plan))
+        rows[-1]["strategy"] = plan.strategy
+        rows[-1]["predicted_latency"] = plan.predicted["latency"]
         if report_dir is not None:
-            plan.save(Path(report_dir) / f"{graph.name}.{strategy}.plan.json")
+            plan.save(Path(report_dir) / f"{graph.name}.{label}.plan.json")
     par_fps, single_fps = par.throughput, best_single.throughput
+    rows = [r for r in rows if not r.get("infeasible")] + [r for r in rows if r.get("infeasible")]
     for row in rows:
+        if row.get("infeasible"):
+            continue
         row["vs_parallel"] = row["throughput"] / par_fps
         row["vs_single"] = row["throughput"] / single_fps
         row["p99_vs_parallel"] = row["latency_p99"] / par.latency["p99"]
     return ModelBench(graph.name, platform.name, rows, prof_s,
                       {"layers": len(graph.layers), "parallel_elements": [e.name for e in parallel]})
+
+
+def _search(problem, platform_name: str, settings: BenchSettings, strategy: str | None,
+            options: dict, log):
+    """One strategy, or (strategy None) the best plan over all the settings' strategies."""
+    from hetflow.errors import InfeasibleError
+    from hetflow.mapping.planner import search_plan
+
+    best = None
+    for name in [strategy] if strategy else settings.strategies:
+        try:
+            plan, _ = search_plan(problem, name, platform_name, settings.seed, True, **options)
+        except InfeasibleError as e:
+            log(f"{name}: {e}")
+            continue
+        if best is None or plan.predicted["throughput"] > best.predicted["throughput"]:
+            best = plan
+    return best

@@ -16,6 +16,9 @@ def print_bench(mb) -> None:
               "predicted", "search s", "checked"):
         t.add_column(c, justify="left" if c == "run" else "right")
     for r in mb.rows:
+        if r.get("infeasible"):
+            t.add_row(r["name"], "no plan meets the latency cap", *[""] * 8)
+            continue
         t.add_row(r["name"], f"{r['throughput']:.1f}", f"{r['latency_p50'] * 1e3:.2f}",
                   f"{r['latency_p99'] * 1e3:.2f}", f"{r['vs_parallel']:.2f}", f"{r['vs_single']:.2f}",
                   f"{r['p99_vs_parallel']:.2f}",
@@ -47,14 +50,23 @@ def register(app: typer.Typer) -> None:
         if frames:
             s.frames = frames
         results = []
+        from hetflow.errors import HetflowError
+
+        failed = {}
         for m in models or ["resnet18"]:
-            with err_console.status(f"bench {m}") as status:
-                mb = bench_model(m, plat, s, log=lambda msg: status.update(f"{m}: {msg}"),
-                                 report_dir=report)
+            try:
+                with err_console.status(f"bench {m}") as status:
+                    mb = bench_model(m, plat, s, log=lambda msg: status.update(f"{m}: {msg}"),
+                                     report_dir=report)
+            except HetflowError as e:  # one model's failure is reported; the others still run
+                failed[m] = str(e)
+                err_console.print(f"[red]bench {m}: {e}[/red]")
+                continue
             results.append(mb)
             if not json_out:
                 print_bench(mb)
-        data = {"platform": plat.name, "settings": s.__dict__, "models": [r.to_dict() for r in results]}
+        data = {"platform": plat.name, "settings": s.__dict__,
+                "models": [r.to_dict() for r in results], "failed": failed}
         if report:
             write_json(report / "bench.json", data)
             try:
@@ -65,3 +77,5 @@ def register(app: typer.Typer) -> None:
                 write_report(report, data)
         if json_out:
             print_json(data)
+        if failed:
+            raise typer.Exit(1)

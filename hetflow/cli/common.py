@@ -10,6 +10,8 @@ from typing import Any
 from rich.console import Console
 
 console = Console()
+if not console.is_terminal:  # piped or logged: keep table rows on one line
+    console = Console(width=200)
 err_console = Console(stderr=True)
 
 

@@ -14,7 +14,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 # Each command module exposes register(app); a module that is not there yet is skipped.
 COMMAND_MODULES = ["inspect_cmd", "zoo_cmd", "platform_cmd", "profile_cmd", "map_cmd",
-                   "run_cmd", "bench_cmd"]
+                   "run_cmd", "bench_cmd", "multi_cmd"]
 for _name in COMMAND_MODULES:
     try:
         _mod = importlib.import_module(f"hetflow.cli.{_name}")

@@ -1,8 +1,10 @@
 """A mapping: which actor runs each layer, and which processing elements each actor runs on.
 
-An actor is one element, or a *replica group* of identical elements that take frames in turn
-(stage replication, DESIGN.md): actor 'cpu0|cpu1' runs its phases on cpu0 for even frames and on
-cpu1 for odd ones. Analysis models a group of k as an actor with concurrency k.
+An actor is one element, or a *replica group* of elements that take frames in turn (stage
+replication, DESIGN.md): actor 'cpu0|cpu1' runs its phases on cpu0 for even frames and on cpu1
+for odd ones. A group of elements of different speeds takes frames by a weighted cyclic
+*dispatch pattern* (a CSDF distributor with cyclic rates): pattern [0, 0, 0, 1] sends three
+frames of every four to the first member and one to the second.
 """
 from __future__ import annotations
 
@@ -25,6 +27,11 @@ class Mapping:
     assignment: dict[str, str]  # layer -> actor (element name or 'a|b' replica group)
     policy: str = "maximal"  # phase policy for Algorithm 2
     meta: dict[str, Any] = field(default_factory=dict)
+    dispatch: dict[str, list[int]] = field(default_factory=dict)  # actor -> member pattern
+
+    def pattern(self, actor: str) -> list[int]:
+        """Member index per frame, cyclically; round-robin unless a pattern was given."""
+        return self.dispatch.get(actor) or list(range(len(group_members(actor))))
 
     @property
     def actors(self) -> list[str]:
@@ -35,11 +42,40 @@ class Mapping:
         return [e for a in self.actors for e in group_members(a)]
 
     def key(self) -> tuple:
-        return tuple(sorted(self.assignment.items())), self.policy
+        return (tuple(sorted(self.assignment.items())), self.policy,
+                tuple(sorted((a, tuple(p)) for a, p in self.dispatch.items())))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"assignment": self.assignment, "policy": self.policy, "meta": self.meta}
+        return {"assignment": self.assignment, "policy": self.policy, "meta": self.meta,
+                "dispatch": self.dispatch}
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "Mapping":
-        return Mapping(dict(d["assignment"]), d.get("policy", "maximal"), d.get("meta", {}))
+        return Mapping(dict(d["assignment"]), d.get("policy", "maximal"), d.get("meta", {}),
+                       {k: [int(x) for x in v] for k, v in d.get("dispatch", {}).items()})
+
+
+def weighted_pattern(times: list[float], max_len: int = 64) -> list[int]:
+    """A cyclic dispatch pattern giving member m a share of frames proportional to 1/times[m],
+    at most `max_len` long, members interleaved (smooth weighted round-robin) so a slow member
+    never receives two frames back to back when a faster one is free."""
+    rates = [1.0 / t for t in times]
+    total = sum(rates)
+    best = None
+    for length in range(len(times), max_len + 1):
+        counts = [max(1, round(length * r / total)) for r in rates]
+        # throughput of the group with these counts, relative to the ideal sum of rates
+        thr = min(sum(counts) * r / c for r, c in zip(rates, counts)) / total
+        if best is None or thr > best[0] + 1e-9:
+            best = (thr, counts)
+        if thr > 0.995:
+            break
+    counts = best[1]
+    pattern, credit = [], [0.0] * len(counts)
+    for _ in range(sum(counts)):
+        for m, c in enumerate(counts):
+            credit[m] += c
+        m = max(range(len(counts)), key=lambda i: credit[i])
+        credit[m] -= sum(counts)
+        pattern.append(m)
+    return pattern

@@ -39,6 +39,9 @@ class Problem:
     # sub-network was measured uses that time instead of the sum of its layers (fusion, cache
     # effects and per-call overhead make the two differ)
     subnet_times: dict[tuple[str, str], float] = field(default_factory=dict)
+    # per element cost of one backend call, which per-layer profiles leave out: a phase run from
+    # layer times costs the sum of its layers plus this once
+    element_overhead: dict[str, float] = field(default_factory=dict)
 
     @cached_property
     def element_index(self) -> dict[str, int]:
@@ -83,7 +86,8 @@ class Problem:
             if t is not None:
                 return t
         col = self.element_index[el]
-        return float(sum(self.layer_times[self.layer_index[l], col] for l in layers))
+        return float(sum(self.layer_times[self.layer_index[l], col] for l in layers)
+                     + self.element_overhead.get(el, 0.0))
 
 
 @dataclass
@@ -109,15 +113,45 @@ def build_app(problem: Problem, mapping: Mapping) -> CsdfApp:
     return cnn_to_csdf(problem.graph, mapping.assignment, mapping.policy)
 
 
-def timed_graph(problem: Problem, app: CsdfApp, capacity_frames: int | None = None):
+def _is_uniform(problem: Problem, mapping: Mapping, actor: str) -> bool:
+    """A round-robin group of identical elements: exactly an actor with concurrency k."""
+    members = group_members(actor)
+    keys = {problem.element(e).equivalence_key for e in members}
+    return len(keys) == 1 and mapping.pattern(actor) == list(range(len(members)))
+
+
+def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
+                capacity_frames: int | None = None, for_latency: bool = False):
+    """The timed CSDF graph of `app`.
+
+    A group of identical round-robin members is an actor with concurrency k (exact). A group
+    with a weighted pattern or unlike members is, for throughput, an actor with concurrency 1
+    whose phase takes max over members of (frames it gets per period x its time) / period -- the
+    rate its slowest member allows -- and, `for_latency`, an actor with concurrency k whose phase
+    takes the slowest member's time (what the worst frame sees). Both are approximations.
+    """
+    mapping = mapping or Mapping(app.assignment)
+    uniform = {a: _is_uniform(problem, mapping, a) for a in app.phases}
+
     def phase_time(p):
-        return problem.actor_time(p.layers, p.actor) + problem.call_overhead
+        members = group_members(p.actor)
+        if uniform[p.actor] or len(members) == 1:
+            return problem.actor_time(p.layers, p.actor) + problem.call_overhead
+        times = [problem.actor_time(p.layers, e) + problem.call_overhead for e in members]
+        pat = mapping.pattern(p.actor)
+        if for_latency:
+            return max(t for m, t in enumerate(times) if m in pat)
+        return max(pat.count(m) * t for m, t in enumerate(times)) / len(pat)
 
     def transfer(c):
         return problem.transfer(c.nbytes, group_members(c.src)[0], group_members(c.dst)[0])
 
-    conc = {a: len(group_members(a)) for a in app.phases}
+    conc = {a: len(group_members(a)) if (uniform[a] or for_latency) else 1 for a in app.phases}
     cap = problem.capacity_frames if capacity_frames is None else capacity_frames
+    if not for_latency:
+        # a weighted group's FIFOs hold a pattern period of frames (see the runtime)
+        return app.to_graph(phase_time, transfer, {c.name: cap * max(
+            len(mapping.pattern(c.src)), len(mapping.pattern(c.dst))) for c in app.channels}, conc)
     return app.to_graph(phase_time, transfer, cap, conc)
 
 
@@ -125,16 +159,18 @@ def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> M
     from hetflow.dataflow.analysis import latency, throughput_mcr
 
     app = build_app(problem, mapping)
-    g = timed_graph(problem, app)
+    g = timed_graph(problem, app, mapping)
     res = throughput_mcr(g)
     thr = res.throughput
     stage = {a: sum(problem.actor_time(p.layers, a) + problem.call_overhead for p in ps)
              for a, ps in app.phases.items()}
     util = {}
-    for a, t in stage.items():
-        members = group_members(a)
-        for e in members:
-            util[e] = min(1.0, t * thr / len(members)) if np.isfinite(thr) else 0.0
+    for a in app.phases:
+        pat = mapping.pattern(a)
+        for m, e in enumerate(group_members(a)):
+            busy = sum(problem.actor_time(p.layers, e) + problem.call_overhead for p in app.phases[a])
+            share = pat.count(m) / len(pat)
+            util[e] = min(1.0, busy * share * thr) if np.isfinite(thr) else 0.0
     powers = [problem.element(e).power_w for e in util]
     energy = None
     if all(p is not None for p in powers) and np.isfinite(thr) and thr > 0:
@@ -143,11 +179,12 @@ def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> M
     mem = {}
     for a, ps in app.phases.items():
         w = sum(problem.graph.layer(l).param_bytes for p in ps for l in p.layers)
-        buf = sum(c.nbytes * problem.capacity_frames for c in app.channels if c.dst == a)
+        buf = sum(c.nbytes * problem.capacity_frames * len(mapping.pattern(a))
+                  for c in app.channels if c.dst == a)
         for e in group_members(a):
             mem[e] = w + buf
     lat = lat_iso = float("nan")
     if with_latency:
-        lr = latency(g)
+        lr = latency(timed_graph(problem, app, mapping, for_latency=True))
         lat, lat_iso = lr.steady, lr.isolated
     return Metrics(thr, lat, lat_iso, util, energy, mem, stage, list(res.critical))

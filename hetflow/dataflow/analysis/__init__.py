@@ -1,0 +1,13 @@
+"""Analysis of timed SDF/CSDF graphs with mapping constraints (see hetflow/dataflow/graphs.py).
+
+repetition_vector, check_liveness, throughput by maximum cycle ratio (throughput_mcr) and by
+state-space simulation (throughput_simulation), latency, and minimal buffer capacities.
+"""
+from .latency import LatencyResult, latency
+from .liveness import check_liveness
+from .repetition import repetition_vector
+from .simulation import StateSpaceLimitError, throughput_simulation
+from .throughput import ThroughputResult, throughput_mcr
+
+__all__ = ["LatencyResult", "latency", "ThroughputResult", "StateSpaceLimitError", "check_liveness", "repetition_vector",
+           "throughput_mcr", "throughput_simulation"]

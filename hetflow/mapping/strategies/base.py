@@ -32,6 +32,12 @@ REGISTRY: dict[str, str] = {
     "single": "hetflow.mapping.strategies.single:search",
     "greedy": "hetflow.mapping.strategies.greedy:search",
     "pipeline": "hetflow.mapping.strategies.pipeline:search",
+    "ga": "hetflow.mapping.strategies.ga:search",
+    "ilp": "hetflow.mapping.strategies.ilp:search",
+    "nsga2": "hetflow.mapping.strategies.moo:nsga2",
+    "spea2": "hetflow.mapping.strategies.moo:spea2",
+    "gp": "hetflow.mapping.strategies.gp:search",
+    "exhaustive": "hetflow.mapping.strategies.exhaustive:search",
 }
 
 
@@ -68,19 +74,31 @@ def configurations(problem: Problem) -> list[list[str]]:
 
 def replica_groups(problem: Problem, elements: list[str], max_size: int | None = None
                    ) -> list[tuple[str, ...]]:
-    """Non-empty sets of identical elements (same equivalence key) among `elements`."""
+    """Groups of 1..n identical elements (same equivalence key) among `elements`. Identical
+    elements are interchangeable, so one group per size is enough (the first r of them)."""
     by_key: dict[tuple, list[str]] = {}
     for e in elements:
         by_key.setdefault(problem.element(e).equivalence_key, []).append(e)
     groups = []
     for members in by_key.values():
         for r in range(1, min(len(members), max_size or len(members)) + 1):
-            groups.extend(itertools.combinations(members, r))
+            groups.append(tuple(members[:r]))
     return groups
 
 
-def best_of(scored: list[tuple[Mapping, Metrics]]) -> tuple[Mapping, Metrics]:
-    """Highest throughput; ties (within 0.5%) broken by lower latency."""
+def best_of(scored: list[tuple[Mapping, Metrics]], latency_cap: float | None = None
+            ) -> tuple[Mapping, Metrics]:
+    """Highest throughput (with `latency_cap`: among designs whose predicted latency is within
+    it); ties (within 0.5%) broken by lower latency."""
+    if latency_cap is not None:
+        ok = [(mp, m) for mp, m in scored if m.latency <= latency_cap]
+        if not ok:
+            from hetflow.errors import InfeasibleError
+
+            fastest = min((m.latency for _, m in scored), default=float("nan"))
+            raise InfeasibleError(f"latency cap {latency_cap * 1e3:.2f} ms: the lowest predicted "
+                                  f"latency among {len(scored)} designs is {fastest * 1e3:.2f} ms")
+        scored = ok
     top = max(m.throughput for _, m in scored)
     near = [(mp, m) for mp, m in scored if m.throughput >= top * 0.995]
     return min(near, key=lambda x: (x[1].latency if x[1].latency == x[1].latency else 0.0,

@@ -17,7 +17,9 @@ configuration counts, used or not, as in the paper (it balances *all* cores).
 Beyond the paper:
 - `fitness="throughput"`: minimise -(analysed throughput) from `evaluate()` (the CSDF app of
   Algorithm 2 and its dataflow analysis), cached per decoded mapping since it is the expensive
-  part. Its defaults are smaller (population 48, 100 epochs, stop after 20 stale epochs).
+  part. Its defaults are smaller (population 48, 100 epochs, stop after 20 stale epochs) and
+  mutate more (probability 0.5: with 48 chromosomes, 5% mutates about two per generation; on 50
+  random small instances 0.5 reached the exhaustive optimum in 48, 0.05 in 46).
 - Replica groups (`replicate=True`): one extra gene per element of a class of identical elements
   holds a group label; identical elements with the same label form one replica-group actor that
   takes frames in turn. For load balance, a group's time is shared by its members.
@@ -31,16 +33,18 @@ Beyond the paper:
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 from pymoo.algorithms.soo.nonconvex.ga import GA
+from pymoo.core.crossover import Crossover
 from pymoo.core.duplicate import DuplicateElimination
+from pymoo.core.mating import Mating
 from pymoo.core.mutation import Mutation
 from pymoo.core.problem import Problem as PymooProblem
 from pymoo.core.termination import Termination
-from pymoo.operators.crossover.pntx import SinglePointCrossover
 from pymoo.operators.selection.tournament import TournamentSelection
 from pymoo.optimize import minimize
 
@@ -50,8 +54,12 @@ from ..mapping import Mapping, group_members, group_name
 from ..problem import Metrics, Problem, evaluate
 from .base import SearchResult, best_of, configurations
 
-PUBLISHED = {"pop_size": 1000, "epochs": 500, "stall": 50}
-THROUGHPUT_DEFAULTS = {"pop_size": 48, "epochs": 100, "stall": 20}
+# mating_rounds: how often pymoo re-mates when offspring duplicate the population (its default,
+# 100, makes a converged population of 1000 cost minutes per generation)
+PUBLISHED = {"pop_size": 1000, "epochs": 500, "stall": 50, "mutation": 0.05, "mating_rounds": 1}
+# analysed fitness costs ~1 ms a mapping: a small population, so more mutation to keep it moving
+THROUGHPUT_DEFAULTS = {"pop_size": 48, "epochs": 100, "stall": 20, "mutation": 0.5,
+                       "mating_rounds": 3}
 BIG = 1e30  # stands for inf in fitness values (pymoo sorts them)
 
 
@@ -60,15 +68,23 @@ BIG = 1e30  # stands for inf in fitness values (pymoo sorts them)
 
 @dataclass
 class Encoding:
-    """Chromosome <-> mapping for one configuration: layer genes, then group-label genes."""
+    """Chromosome <-> mapping for one configuration.
+
+    Genes 0..n_layers-1: the config position of the element each layer runs on (the published
+    chromosome). With `replicate`, one more gene per element of a class of two or more identical
+    elements holds a group label: members of a class with equal labels form one replica group,
+    and a layer on any member runs on the group. One label change merges two actors or splits
+    one, so mutation alone can grow and shrink replica groups.
+    """
 
     problem: Problem
     config: list[str]
     replicate: bool = True
     layers: list[str] = field(init=False)
     columns: np.ndarray = field(init=False)  # layer_times column per config position
-    label_genes: list[int] = field(init=False)  # config positions that carry a label gene
     class_of: np.ndarray = field(init=False)  # class id per config position
+    class_size: np.ndarray = field(init=False)
+    label_genes: list[int] = field(init=False)  # config positions that carry a label gene
 
     def __post_init__(self) -> None:
         self.layers = [l.name for l in self.problem.graph.layers]
@@ -76,10 +92,9 @@ class Encoding:
         keys: dict[tuple, int] = {}
         self.class_of = np.array([keys.setdefault(self.problem.element(e).equivalence_key,
                                                   len(keys)) for e in self.config])
-        sizes = np.bincount(self.class_of)
+        self.class_size = np.bincount(self.class_of)
         self.label_genes = [i for i in range(len(self.config))
-                            if self.replicate and sizes[self.class_of[i]] > 1]
-        self.class_size = sizes
+                            if self.replicate and self.class_size[self.class_of[i]] > 1]
 
     @property
     def n_var(self) -> int:
@@ -93,12 +108,12 @@ class Encoding:
         return np.array(ub)
 
     def groups(self, X: np.ndarray) -> np.ndarray:
-        """groups[r, i]: the config position leading the replica group of position i in
+        """lead[r, i]: the config position leading the replica group of position i in
         chromosome r (the first position of its class with the same label)."""
         n_pop, n_e = X.shape[0], len(self.config)
-        g = np.tile(np.arange(n_e), (n_pop, 1))
+        lead = np.tile(np.arange(n_e), (n_pop, 1))
         if not self.label_genes:
-            return g
+            return lead
         labels = np.full((n_pop, n_e), -1)
         labels[:, self.label_genes] = X[:, len(self.layers):]
         for i in self.label_genes:
@@ -106,46 +121,42 @@ class Encoding:
                 if j >= i:
                     break
                 if self.class_of[i] == self.class_of[j]:
-                    same = (labels[:, i] == labels[:, j]) & (g[:, i] == i)
-                    g[same, i] = j
-        return g
+                    same = (labels[:, i] == labels[:, j]) & (lead[:, i] == i)
+                    lead[same, i] = j
+        return lead
 
     def decode(self, x: np.ndarray) -> dict[str, str]:
         x = np.asarray(x, dtype=np.int64)
         lead = self.groups(x[None, :])[0]
-        actor = [group_name([self.config[j] for j in range(len(self.config)) if lead[j] == lead[i]])
-                 for i in range(len(self.config))]
+        n_e = len(self.config)
+        actor = [group_name([self.config[j] for j in range(n_e) if lead[j] == lead[i]])
+                 for i in range(n_e)]
         return {l: actor[int(e)] for l, e in zip(self.layers, x[:len(self.layers)])}
 
     def encode(self, mapping: Mapping) -> np.ndarray | None:
         """The chromosome of `mapping`, or None if it uses elements outside this configuration
         or replica groups the encoding cannot express."""
         pos = {e: i for i, e in enumerate(self.config)}
-        genes, labels = [], {}
+        labels: dict[int, int] = {}
         next_label: dict[int, int] = {}
         for actor in mapping.actors:
             members = group_members(actor)
             if any(m not in pos for m in members):
                 return None
             if len(members) > 1:
-                cls = {int(self.class_of[pos[m]]) for m in members}
-                if len(cls) > 1 or not self.label_genes:
+                classes = {int(self.class_of[pos[m]]) for m in members}
+                if len(classes) > 1 or not self.label_genes:
                     return None
-                c = cls.pop()
-                lab = next_label.get(c, 0)
-                next_label[c] = lab + 1
+                c = classes.pop()
+                next_label[c] = next_label.get(c, 0) + 1
                 for m in members:
-                    labels[pos[m]] = lab
-        for l in self.layers:
-            genes.append(pos[group_members(mapping.assignment[l])[0]])
-        # elements outside any group get labels of their own
-        for i in self.label_genes:
+                    labels[pos[m]] = next_label[c] - 1
+        for i in self.label_genes:  # elements outside any group get labels of their own
             if i not in labels:
                 c = int(self.class_of[i])
-                labels[i] = next_label.get(c, 0)
-                next_label[c] = labels[i] + 1
-        if any(v >= self.class_size[self.class_of[i]] for i, v in labels.items()):
-            return None
+                next_label[c] = next_label.get(c, 0) + 1
+                labels[i] = next_label[c] - 1
+        genes = [pos[group_members(mapping.assignment[l])[0]] for l in self.layers]
         return np.array(genes + [labels[i] for i in self.label_genes], dtype=np.int64)
 
 
@@ -159,7 +170,7 @@ class LoadBalanceModel:
     times: np.ndarray  # (n_layers, n_e)
     edge_src: np.ndarray  # producer layer per SDF channel
     edge_dst: np.ndarray  # consumer layer
-    edge_cost: np.ndarray  # (n_edges, n_e, n_e) transfer time writer elem -> reader elem
+    edge_cost: np.ndarray  # (n_edges, n_e, n_e) transfer time, writer elem -> reader elem
 
     @staticmethod
     def build(enc: Encoding) -> "LoadBalanceModel":
@@ -177,7 +188,8 @@ class LoadBalanceModel:
             dst.append(g.layer_index[e.dst])
             cost.append(memo[nbytes])
         n_e = len(enc.config)
-        return LoadBalanceModel(times, np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64),
+        return LoadBalanceModel(times, np.array(src, dtype=np.int64),
+                                np.array(dst, dtype=np.int64),
                                 np.array(cost).reshape(-1, n_e, n_e))
 
     def element_times(self, enc: Encoding, X: np.ndarray) -> np.ndarray:
@@ -186,15 +198,14 @@ class LoadBalanceModel:
         genes = X[:, :n_l]
         lead = enc.groups(X)
         rows = np.arange(n_pop)[:, None]
-        group_of_gene = lead[rows, genes]  # group leader of each layer's element
-        flat = rows * n_e + group_of_gene
+        actor = lead[rows, genes]  # the group leader standing for each layer's actor
+        flat = rows * n_e + actor
         load = np.bincount(flat.ravel(), self.times[np.arange(n_l), genes].ravel(),
                            minlength=n_pop * n_e)
         if len(self.edge_src):
             s, d = genes[:, self.edge_src], genes[:, self.edge_dst]
             cost = self.edge_cost[np.arange(len(self.edge_src))[None, :], s, d]
-            cost = np.where(group_of_gene[:, self.edge_src] == group_of_gene[:, self.edge_dst],
-                            0.0, cost)  # one actor: no channel
+            cost = np.where(actor[:, self.edge_src] == actor[:, self.edge_dst], 0.0, cost)
             load += np.bincount(flat[:, self.edge_src].ravel(), cost.ravel(),
                                 minlength=n_pop * n_e)  # tau_w * u
             load += np.bincount(flat[:, self.edge_dst].ravel(), cost.ravel(),
@@ -232,19 +243,43 @@ class SingleGeneMutation(Mutation):
         return X
 
 
+class SinglePoint(Crossover):
+    """Two parents, one cut point, two children (vectorised over all matings)."""
+
+    def __init__(self, prob: float):
+        super().__init__(2, 2, prob=prob)
+
+    def _do(self, problem, X, random_state=None, **kwargs):
+        _, n_matings, n_var = X.shape
+        cut = random_state.integers(1, max(2, n_var), n_matings)
+        tail = np.arange(n_var)[None, :] >= cut[:, None]
+        a, b = X[0], X[1]
+        return np.stack([np.where(tail, b, a), np.where(tail, a, b)])
+
+
 class RowDuplicates(DuplicateElimination):
-    """Exact duplicate rows, by hashing (pymoo's default compares all pairs by distance)."""
+    """Exact duplicate rows, found by a 64-bit hash of each row (pymoo's default compares all
+    pairs by distance: too slow for 1000 x 300 genes). A hash collision only drops an offspring."""
+
+    def __init__(self):
+        super().__init__()
+        self.weights: np.ndarray | None = None
+
+    def _hash(self, pop) -> np.ndarray:
+        X = np.asarray(pop.get("X"), dtype=np.int64).astype(np.uint64)
+        if self.weights is None or len(self.weights) != X.shape[1]:
+            w = np.random.default_rng(12345).integers(1, 2**63, X.shape[1], dtype=np.uint64)
+            self.weights = w | np.uint64(1)
+        with np.errstate(over="ignore"):
+            return (X * self.weights).sum(axis=1, dtype=np.uint64) ^ (X[:, 0] << np.uint64(7))
 
     def _do(self, pop, other, is_duplicate):
-        X = np.ascontiguousarray(pop.get("X").astype(np.int64))
-        seen = set() if other is None else {r.tobytes() for r in
-                                            np.ascontiguousarray(other.get("X").astype(np.int64))}
-        for i, r in enumerate(X):
-            key = r.tobytes()
-            if key in seen:
-                is_duplicate[i] = True
-            elif other is None:
-                seen.add(key)
+        h = self._hash(pop)
+        if other is None:
+            _, first = np.unique(h, return_index=True)
+            is_duplicate[np.setdiff1d(np.arange(len(h)), first)] = True
+        else:
+            is_duplicate[np.isin(h, self._hash(other))] = True
         return is_duplicate
 
 
@@ -260,15 +295,14 @@ class StallTermination(Termination):
     def __init__(self, epochs: int, stall: int):
         super().__init__()
         self.epochs, self.stall = epochs, stall
-        self.best, self.since = np.inf, 0
+        self.best, self.improved_at = np.inf, 0
 
     def _update(self, algorithm):
+        # pymoo may call this more than once per generation: count generations, not calls
         f = float(algorithm.opt.get("F").min())
-        if f < self.best - 1e-12 * abs(self.best):
-            self.best, self.since = f, 0
-        else:
-            self.since += 1
-        if self.since >= self.stall:
+        if f < self.best - 1e-12 * abs(f):
+            self.best, self.improved_at = f, algorithm.n_gen
+        if algorithm.n_gen - self.improved_at >= self.stall:
             return 1.0
         return algorithm.n_gen / self.epochs
 
@@ -286,35 +320,51 @@ class _IntProblem(PymooProblem):
 # ---------------------------------------------------------------- search
 
 
-def seed_mappings(problem: Problem, config: list[str], use_pipeline: bool = True
-                  ) -> dict[str, Mapping]:
-    """Cheap known-good mappings to put in the initial population."""
+def baseline_seeds(problem: Problem, config: list[str]) -> dict[str, Mapping]:
+    """Whole model on each element and on each full class of identical elements, and greedy."""
     from .greedy import greedy_assignment
 
-    seeds: dict[str, Mapping] = {}
     layers = [l.name for l in problem.graph.layers]
+    seeds = {f"single:{e}": Mapping({l: e for l in layers}) for e in config}
     classes: dict[tuple, list[str]] = {}
     for e in config:
-        seeds[f"single:{e}"] = Mapping({l: e for l in layers})
         classes.setdefault(problem.element(e).equivalence_key, []).append(e)
     for members in classes.values():
         if len(members) > 1:
             actor = group_name(members)
             seeds[f"single:{actor}"] = Mapping({l: actor for l in layers})
     seeds["greedy"] = Mapping(greedy_assignment(problem, config))
-    if use_pipeline:
-        from .pipeline import search as pipeline_search
-
-        for i, (m, _) in enumerate(pipeline_search(problem).front):
-            seeds[f"pipeline#{i}"] = m
     return seeds
+
+
+def pipeline_seeds(problem: Problem) -> dict[str, Mapping]:
+    from .pipeline import search as pipeline_search
+
+    return {f"pipeline#{i}": m for i, (m, _) in enumerate(pipeline_search(problem).front)}
+
+
+def run_ga(enc: Encoding, fn, X0: np.ndarray, epochs: int, stall: int, mutation: float,
+           crossover: float, mating_rounds: int, seed: int):
+    """One pymoo GA run; returns (population sorted by fitness, fitness values, generations,
+    evaluations)."""
+    dedup = RowDuplicates()
+    mating = Mating(TournamentSelection(func_comp=binary_tournament), SinglePoint(crossover),
+                    SingleGeneMutation(enc.upper, mutation), eliminate_duplicates=dedup,
+                    n_max_iterations=mating_rounds)
+    algorithm = GA(pop_size=len(X0), sampling=X0, mating=mating, eliminate_duplicates=dedup)
+    res = minimize(_IntProblem(enc, fn), algorithm, StallTermination(epochs, stall), seed=seed,
+                   verbose=False)
+    F = res.pop.get("F")[:, 0]
+    order = np.argsort(F, kind="stable")
+    X = np.asarray(np.rint(res.pop.get("X")), dtype=np.int64)
+    return X[order], F[order], int(res.algorithm.n_gen), int(res.algorithm.evaluator.n_eval)
 
 
 def search(problem: Problem, seed: int = 0, fitness: str = "load_balance",
            pop_size: int | None = None, epochs: int | None = None, stall: int | None = None,
-           mutation: float = 0.05, crossover: float = 0.9, replicate: bool = True,
+           mutation: float | None = None, crossover: float = 0.9, replicate: bool = True,
            seed_pipeline: bool = True, final: str = "analysed", final_candidates: int = 8,
-           **_) -> SearchResult:
+           mating_rounds: int | None = None, **_) -> SearchResult:
     if fitness not in ("load_balance", "throughput"):
         raise InputError(f"ga: unknown fitness {fitness!r} (use 'load_balance' or 'throughput')")
     if final not in ("analysed", "fitness"):
@@ -323,6 +373,8 @@ def search(problem: Problem, seed: int = 0, fitness: str = "load_balance",
     pop_size = pop_size or defaults["pop_size"]
     epochs = epochs or defaults["epochs"]
     stall = stall or defaults["stall"]
+    mutation = defaults["mutation"] if mutation is None else mutation
+    mating_rounds = mating_rounds or defaults["mating_rounds"]
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     cache: dict[tuple, Metrics] = {}
@@ -333,15 +385,12 @@ def search(problem: Problem, seed: int = 0, fitness: str = "load_balance",
             cache[key] = evaluate(problem, mapping, with_latency=False)
         return cache[key]
 
+    shared_seeds = pipeline_seeds(problem) if seed_pipeline else {}
     candidates: list[tuple[str, Mapping]] = []
-    pipeline_seeds = None
     runs = []
     for config in configurations(problem):
         enc = Encoding(problem, config, replicate)
-        if pipeline_seeds is None and seed_pipeline:
-            pipeline_seeds = {k: m for k, m in seed_mappings(problem, config).items()
-                              if k.startswith("pipeline")}
-        seeds = seed_mappings(problem, config, use_pipeline=False) | (pipeline_seeds or {})
+        seeds = baseline_seeds(problem, config) | shared_seeds
         seed_x = {k: x for k, m in seeds.items() if (x := enc.encode(m)) is not None}
         if fitness == "load_balance":
             model = LoadBalanceModel.build(enc)
@@ -350,52 +399,40 @@ def search(problem: Problem, seed: int = 0, fitness: str = "load_balance",
                 return model.fitness(enc, X)
         else:
             def fn(X, enc=enc):
-                out = np.empty(len(X))
-                for i, x in enumerate(X):
-                    thr = analysed(Mapping(enc.decode(x))).throughput
-                    out[i] = -thr if np.isfinite(thr) else 0.0
-                return out
-        X0 = rng.integers(0, enc.upper + 1, size=(pop_size, enc.n_var))
-        seed_rows = np.array(list(seed_x.values()))[:pop_size] if seed_x else np.empty((0, 0))
-        X0[:len(seed_rows)] = seed_rows
-        algorithm = GA(pop_size=pop_size, sampling=X0,
-                       selection=TournamentSelection(func_comp=binary_tournament),
-                       crossover=SinglePointCrossover(prob=crossover),
-                       mutation=SingleGeneMutation(enc.upper, mutation),
-                       eliminate_duplicates=RowDuplicates())
-        res = minimize(_IntProblem(enc, fn), algorithm, StallTermination(epochs, stall),
-                       seed=int(rng.integers(2**31)), verbose=False)
-        pop = res.pop
-        order = np.argsort(pop.get("F")[:, 0], kind="stable")
-        X = np.asarray(np.rint(pop.get("X")), dtype=np.int64)
-        top = [Mapping(enc.decode(X[i]), "maximal") for i in order[:max(1, final_candidates)]]
-        runs.append({"config": config, "generations": int(res.algorithm.n_gen),
-                     "best_fitness": float(pop.get("F")[order[0], 0]),
-                     "evaluations": int(res.algorithm.evaluator.n_eval)})
+                thr = np.array([analysed(Mapping(enc.decode(x))).throughput for x in X])
+                return np.where(np.isfinite(thr), -thr, 0.0)
+        space = math.prod(int(u) + 1 for u in enc.upper)
+        n_pop = min(pop_size, max(4, space // 2))  # tiny spaces cannot fill a population
+        X0 = rng.integers(0, enc.upper + 1, size=(n_pop, enc.n_var))
+        seed_rows = list(seed_x.values())[:n_pop]
+        if seed_rows:
+            X0[:len(seed_rows)] = seed_rows
+        X, F, gens, n_eval = run_ga(enc, fn, X0, epochs, stall, mutation, crossover,
+                                    mating_rounds, int(rng.integers(2**31)))
+        runs.append({"config": config, "generations": gens, "pop_size": n_pop,
+                     "best_fitness": float(F[0]), "evaluations": n_eval})
+        top = [Mapping(enc.decode(x)) for x in X[:max(1, final_candidates)]]
         candidates += [("ga", top[0])] + [("ga-population", m) for m in top[1:]]
         candidates += [(k, seeds[k]) for k in seed_x]
-    ga_winner = min(((r["best_fitness"], i) for i, r in enumerate(runs)))[1]
+    ga_winner = min((r["best_fitness"], i) for i, r in enumerate(runs))[1]
     ga_best = [m for k, m in candidates if k == "ga"][ga_winner]
-    if final == "fitness":
-        pool = [("ga", ga_best)]
-    else:
-        pool = candidates
+    pool = [("ga", ga_best)] if final == "fitness" else candidates
     scored, origin = [], {}
     for k, m in pool:
-        if m.key() in origin:
-            continue
-        origin[m.key()] = k
-        scored.append((m, analysed(m)))
+        if m.key() not in origin:
+            origin[m.key()] = k
+            scored.append((m, analysed(m)))
     best, _ = best_of(scored)
-    metrics = evaluate(problem, best)
     notes = {"fitness": fitness, "returned": origin[best.key()], "runs": runs,
              "ga_best_throughput": analysed(ga_best).throughput,
              "params": {"pop_size": pop_size, "epochs": epochs, "stall": stall,
-                        "mutation": mutation, "crossover": crossover, "replicate": replicate}}
+                        "mutation": mutation, "crossover": crossover, "replicate": replicate,
+                        "mating_rounds": mating_rounds}}
     n_eval = sum(r["evaluations"] for r in runs)
-    return SearchResult(best, metrics, scored, n_eval, time.perf_counter() - t0, None, notes)
+    return SearchResult(best, evaluate(problem, best), scored, n_eval, time.perf_counter() - t0,
+                        None, notes)
 
 
-__all__ = ["search", "Encoding", "LoadBalanceModel", "SingleGeneMutation", "StallTermination",
-           "RowDuplicates", "binary_tournament", "seed_mappings", "PUBLISHED",
-           "THROUGHPUT_DEFAULTS"]
+__all__ = ["search", "Encoding", "LoadBalanceModel", "SingleGeneMutation", "SinglePoint",
+           "StallTermination", "RowDuplicates", "binary_tournament", "baseline_seeds",
+           "pipeline_seeds", "run_ga", "PUBLISHED", "THROUGHPUT_DEFAULTS"]

@@ -68,7 +68,8 @@ def _best_split(prefix: np.ndarray, seq: list[ResourceType], overhead: float):
     return float(best[n]), cuts[::-1]
 
 
-def search(problem: Problem, seed: int = 0, max_stages: int = 3, top: int = 12, **_
+def search(problem: Problem, seed: int = 0, max_stages: int = 3, top: int = 12,
+           latency_cap: float | None = None, **_
            ) -> SearchResult:
     t0 = time.perf_counter()
     layers = [l.name for l in problem.graph.layers]
@@ -112,7 +113,7 @@ def search(problem: Problem, seed: int = 0, max_stages: int = 3, top: int = 12, 
             continue
         seen.add(m.key())
         scored.append((m, evaluate(problem, m)))
-    best, metrics = best_of(scored)
+    best, metrics = best_of(scored, latency_cap)
     return SearchResult(best, metrics, scored, len(designs) + len(scored),
                         time.perf_counter() - t0, space,
                         {"designs_bottleneck_ranked": len(designs)})

@@ -1,24 +1,36 @@
-"""Baselines as strategies: the whole model on one element, or replicated on identical ones."""
+"""Data-parallel designs: the whole model on one element, on a round-robin group of identical
+elements, or on a weighted group of unlike elements (each member takes a share of the frames in
+proportion to its speed: a CSDF distributor with cyclic rates). The last is how a GPU and the
+CPU cores beside it can all work on one stream of frames, with outputs still in order."""
 from __future__ import annotations
 
 import time
 
-from ..mapping import group_name
+from ..mapping import Mapping, group_name, weighted_pattern
 from ..problem import Problem, evaluate
 from .base import SearchResult, best_of, configurations, replica_groups, whole_model_on
 
 
-def search(problem: Problem, seed: int = 0, replicate: bool = True, **_) -> SearchResult:
+def search(problem: Problem, seed: int = 0, replicate: bool = True, weighted: bool = True,
+           latency_cap: float | None = None, **_) -> SearchResult:
     t0 = time.perf_counter()
     scored = []
     seen = set()
+
+    def add(m: Mapping) -> None:
+        if m.key() not in seen:
+            seen.add(m.key())
+            scored.append((m, evaluate(problem, m)))
+
+    whole = [l.name for l in problem.graph.layers]
     for config in configurations(problem):
         for g in replica_groups(problem, config, None if replicate else 1):
-            actor = group_name(g)
-            if actor in seen:
-                continue
-            seen.add(actor)
+            add(whole_model_on(problem, group_name(g)))
+        if weighted and len(config) > 1:
+            times = [problem.actor_time(whole, e) + problem.call_overhead for e in config]
+            actor = group_name(config)
             m = whole_model_on(problem, actor)
-            scored.append((m, evaluate(problem, m)))
-    best, metrics = best_of(scored)
+            m.dispatch = {actor: weighted_pattern(times)}
+            add(m)
+    best, metrics = best_of(scored, latency_cap)
     return SearchResult(best, metrics, scored, len(scored), time.perf_counter() - t0, len(scored))

@@ -1,0 +1,148 @@
+"""`hetflow map-multi A.onnx:period=20ms:priority=1 B.onnx:period=33ms ... -o MULTI.json` and
+`hetflow run-multi MULTI.json`: several CNNs sharing the machine, each at its own period."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from .common import console, print_json
+
+
+def _ms(x) -> str:
+    return "-" if x is None or x != x else f"{x * 1e3:.2f}"
+
+
+def print_multiplan(mplan) -> None:
+    p = mplan.predicted
+    t = Table(title=f"multi-plan on {mplan.platform_name}")
+    for c in ("app", "prio", "period ms", "elements", "alone ms", "worst ms", "Eq.11 slack ms",
+              "meets", "naive worst ms"):
+        t.add_column(c, justify="left" if c in ("app", "elements") else "right")
+    for a in mplan.apps:
+        pr = a.predicted
+        naive = p.get("naive", {}).get(a.name, {})
+        t.add_row(a.name, str(a.priority), _ms(a.period), ",".join(a.plan.mapping.actors),
+                  _ms(pr.get("response_isolated")), _ms(pr.get("response_worst")),
+                  _ms(pr.get("eq11_min_slack")), "yes" if pr.get("schedulable") else "NO",
+                  _ms(naive.get("response_worst"))
+                  + ("" if naive.get("schedulable", True) else " (misses)"))
+    console.print(t)
+    shared = mplan.shared_elements
+    if shared:
+        console.print("shared elements: " + "; ".join(f"{e}: {', '.join(n)}"
+                                                      for e, n in sorted(shared.items())))
+    energy = p.get("energy_j_per_s")
+    s = mplan.search
+    console.print((f"predicted energy {energy:.2f} J/s; " if energy is not None else "")
+                  + f"naive mapping (each app on its fastest element) "
+                  + ("meets every deadline" if p.get("naive_schedulable") else "misses deadlines")
+                  + f"; search: {s.get('algorithm')}, {s.get('evaluations')} mappings, "
+                    f"{s.get('front_size')} on the front, {s.get('seconds', 0):.1f} s")
+
+
+def print_multi_report(report) -> None:
+    t = Table(title="measured response times (release to last output)")
+    for c in ("app", "prio", "period ms", "frames", "p50 ms", "p99 ms", "worst ms",
+              "predicted worst ms", "worst/pred", "missed", "checked"):
+        t.add_column(c, justify="left" if c == "app" else "right")
+    for r in report.apps:
+        pred = r.predicted.get("response_worst")
+        t.add_row(r.name, str(r.notes["priority"]), _ms(r.notes["period_s"]), str(r.frames),
+                  _ms(r.latency["p50"]), _ms(r.latency["p99"]), _ms(r.latency["max"]),
+                  _ms(pred), f"{r.latency['max'] / pred:.2f}" if pred else "-",
+                  str(r.notes["missed"]), f"{r.checked_frames} ok" if r.checked_frames else "-")
+    console.print(t)
+    console.print("utilisation: " + ", ".join(f"{e} {u:.0%}"
+                                               for e, u in sorted(report.utilisation.items()))
+                  + f"; wall {report.wall_s:.1f} s")
+    if not report.complete:
+        console.print("[yellow]interrupted: the table covers the frames completed so far[/yellow]")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("map-multi")
+    def map_multi(
+        apps: list[str] = typer.Argument(..., metavar="MODEL:period=20ms[:priority=1]...",
+                                         help="one per application; keys period (required), "
+                                              "priority (lower = higher; default: order given), "
+                                              "profile=FILE, name=NAME"),
+        profile_dir: Optional[Path] = typer.Option(None, "--profile-dir",
+                                                   help="folder of <model>.*.profile.json"),
+        platform: Optional[str] = typer.Option(None, "--platform",
+                                               help="platform YAML, bundled name, or auto"),
+        output: Optional[Path] = typer.Option(None, "-o", "--output", help="multi-plan JSON"),
+        algorithm: str = typer.Option("nsga2", "--algorithm", "-a", help="nsga2 or spea2"),
+        pop_size: int = typer.Option(48, "--pop-size"),
+        generations: int = typer.Option(40, "--generations"),
+        seed: int = typer.Option(0, "--seed"),
+        prefer: str = typer.Option("margin", "--prefer",
+                                   help="which front point to write: margin (smallest largest "
+                                        "response/period) or energy"),
+        pareto: Optional[Path] = typer.Option(None, "--pareto", help="front as CSV (+ PNG)"),
+        calibrate: bool = typer.Option(True, "--calibrate/--no-calibrate",
+                                       help="scale layer times to the measured whole model"),
+        json_out: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Map several CNNs with periods and priorities onto one machine (Kang et al. VI)."""
+        from hetflow.multi.front import write_front
+        from hetflow.multi.multiplan import make_multiplan
+        from hetflow.multi.problem import load_multi_problem
+        from hetflow.multi.search import search_multi
+        from hetflow.multi.spec import parse_app_specs
+        from hetflow.platform import resolve_platform
+
+        specs = parse_app_specs(apps)
+        plat = resolve_platform(platform or "auto")
+        mp = load_multi_problem(specs, plat, profile_dir, calibrate)
+        with console.status("searching ...") as status:
+            result = search_multi(mp, algorithm, pop_size, generations, seed, prefer,
+                                  progress=lambda s: status.update(s))
+        mplan = make_multiplan(mp, result, f"multi-{algorithm}")
+        if output:
+            mplan.save(output)
+        if pareto:
+            write_front(mp, result, pareto)
+        if json_out:
+            print_json(mplan.to_dict())
+            return
+        print_multiplan(mplan)
+        for f in ([output] if output else []) + ([pareto] if pareto else []):
+            console.print(f"wrote {f}")
+
+    @app.command("run-multi")
+    def run_multi(
+        plan_path: Path = typer.Argument(..., metavar="MULTIPLAN.json"),
+        frames: int = typer.Option(1000, "--frames", "-n",
+                                   help="measured frames of every application (faster ones "
+                                        "run more while the slowest finishes)"),
+        warmup: int = typer.Option(10, "--warmup", help="first frames of each app not measured"),
+        check: str = typer.Option("first", "--check", help="first (4 frames per app) or none"),
+        max_in_flight: int = typer.Option(4, "--max-in-flight",
+                                          help="frames of one app held at once (bounds memory)"),
+        trace: Optional[Path] = typer.Option(None, "--trace", help="write a Chrome trace JSON"),
+        output: Optional[Path] = typer.Option(None, "-o", "--output", help="report JSON"),
+        stall_timeout: float = typer.Option(30.0, "--stall-timeout"),
+        json_out: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Run every application of a multi-plan at its period; report response times."""
+        from hetflow.multi.multiplan import MultiPlan
+        from hetflow.multi.runtime import run_multiplan
+
+        mplan = MultiPlan.load(plan_path)
+        with console.status("preparing sessions ...") as status:
+            report = run_multiplan(mplan, None, frames, warmup, check,
+                                   max_in_flight=max_in_flight, stall_timeout=stall_timeout,
+                                   trace_path=trace, progress=lambda s: status.update(s))
+        if output:
+            from .common import write_json
+
+            write_json(output, report.to_dict())
+        if json_out:
+            print_json(report.to_dict())
+            return
+        print_multi_report(report)
+        for f in ([output] if output else []) + ([trace] if trace else []):
+            console.print(f"wrote {f}")
