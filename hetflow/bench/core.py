@@ -129,7 +129,7 @@ def bench_model(model: str, platform, settings: BenchSettings,
         jobs.append(("balanced", None, {"latency_cap": cap}))
     for label, strategy, options in jobs:
         log(f"searching: {label}")
-        plan = _search(problem, platform.name, settings, strategy, options, log)
+        plan, result = _search(problem, platform.name, settings, strategy, options, log)
         if plan is None:
             rows.append({"name": f"hetflow {label}", "kind": "plan", "infeasible": True})
             continue
@@ -154,6 +154,10 @@ def bench_model(model: str, platform, settings: BenchSettings,
         rows[-1]["predicted_latency"] = plan.predicted["latency"]
         if report_dir is not None:
             plan.save(Path(report_dir) / f"{graph.name}.{label}.plan.json")
+            if result is not None and len(result.front) > 1:
+                from hetflow.mapping.pareto import write_front
+
+                write_front(result, Path(report_dir) / f"{graph.name}.{label}.pareto.csv")
     par_fps, single_fps = par.throughput, best_single.throughput
     rows = [r for r in rows if not r.get("infeasible")] + [r for r in rows if r.get("infeasible")]
     for row in rows:
@@ -172,13 +176,13 @@ def _search(problem, platform_name: str, settings: BenchSettings, strategy: str 
     from hetflow.errors import InfeasibleError
     from hetflow.mapping.planner import search_plan
 
-    best = None
+    best, best_result = None, None
     for name in [strategy] if strategy else settings.strategies:
         try:
-            plan, _ = search_plan(problem, name, platform_name, settings.seed, True, **options)
+            plan, result = search_plan(problem, name, platform_name, settings.seed, True, **options)
         except InfeasibleError as e:
             log(f"{name}: {e}")
             continue
         if best is None or plan.predicted["throughput"] > best.predicted["throughput"]:
-            best = plan
-    return best
+            best, best_result = plan, result
+    return best, best_result

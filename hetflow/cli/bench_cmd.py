@@ -69,12 +69,13 @@ def register(app: typer.Typer) -> None:
                 "models": [r.to_dict() for r in results], "failed": failed}
         if report:
             write_json(report / "bench.json", data)
+            from hetflow.bench.html import write_report
+
             try:
-                from hetflow.bench.html import write_report
-            except ImportError:
-                write_report = None
-            if write_report:
-                write_report(report, data)
+                page = write_report(report, data)
+                err_console.print(f"wrote {page}")
+            except HetflowError as e:  # e.g. no matplotlib: the JSON is there, say why no page
+                err_console.print(f"[yellow]no HTML report: {e}[/yellow]")
         if json_out:
             print_json(data)
         if failed:

@@ -23,6 +23,9 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual file mode
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
