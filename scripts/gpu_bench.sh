@@ -14,7 +14,7 @@ nvidia-smi -L
 python3 -m hetflow platform detect 2>&1 | tail -20
 REPORT=/tmp/hetflow-report
 mkdir -p $REPORT
-python3 -m hetflow bench $MODELS --quick --strategies ${STRATEGIES:-single,pipeline} --report $REPORT 2>&1 | tee "$OUT/bench.log"
+timeout ${BENCH_TIMEOUT:-540} python3 -m hetflow bench $MODELS --quick --strategies ${STRATEGIES:-single,pipeline} --report $REPORT 2>&1 | tee "$OUT/bench.log"
 rc=${PIPESTATUS[0]}
 cp $REPORT/bench.json "$OUT/bench.json" 2>/dev/null
 tar czf "$OUT/results.tgz" -C $REPORT . 2>/dev/null

@@ -25,6 +25,8 @@ class BenchSettings:
     # also search a *balanced* plan: best throughput with predicted latency at most this share
     # of the parallel baseline's measured p99 (None: skip)
     balanced_latency_share: float | None = 0.5
+    # scale profiled times by the slowdown each kind of element showed in the parallel baseline
+    contention: bool = True
 
 
 @dataclass
@@ -121,6 +123,10 @@ def bench_model(model: str, platform, settings: BenchSettings,
     log(f"baseline: parallel copies on {', '.join(e.name for e in parallel)}")
     par = measure_parallel(graph, parallel, source, warmup=5, seconds=settings.baseline_seconds)
     rows.append(_row("parallel copies", "baseline", par))
+    if settings.contention:
+        factors = contention_factors(prof, problem, par)
+        problem.apply_contention(factors)
+        log("contention factors: " + ", ".join(f"{k} {v:.2f}" for k, v in factors.items()))
 
     plans = {}
     jobs = [(strategy, strategy, {}) for strategy in settings.strategies]
@@ -186,3 +192,19 @@ def _search(problem, platform_name: str, settings: BenchSettings, strategy: str 
         if best is None or plan.predicted["throughput"] > best.predicted["throughput"]:
             best, best_result = plan, result
     return best, best_result
+
+
+def contention_factors(prof, problem, parallel_report) -> dict[str, float]:
+    """Per element of the problem: (time per frame while every element ran a copy) / (time
+    alone, from the profile), taken per element kind and core count from the parallel
+    baseline's single-core copies and GPU copies; 1.0 where nothing was measured."""
+    import statistics
+
+    per_kind: dict[str, list[float]] = {}
+    for el, fps in parallel_report.notes.get("per_element_fps", {}).items():
+        alone = prof.whole_model.get(el, {}).get("median")
+        if fps > 0 and alone:
+            kind = prof.elements.get(el, {}).get("kind", "cpu")
+            per_kind.setdefault(kind, []).append((1.0 / fps) / alone)
+    factor = {k: max(1.0, statistics.median(v)) for k, v in per_kind.items()}
+    return {e.name: factor.get(e.kind, 1.0) for e in problem.elements}

@@ -65,6 +65,10 @@ def register(app: typer.Typer) -> None:
             results.append(mb)
             if not json_out:
                 print_bench(mb)
+            if report:  # after every model, so a long run that is cut short keeps its results
+                write_json(report / "bench.json", {"platform": plat.name, "settings": s.__dict__,
+                                                   "models": [r.to_dict() for r in results],
+                                                   "failed": failed})
         data = {"platform": plat.name, "settings": s.__dict__,
                 "models": [r.to_dict() for r in results], "failed": failed}
         if report:

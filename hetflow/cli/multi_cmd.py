@@ -17,9 +17,8 @@ def _ms(x) -> str:
 
 def print_multiplan(mplan) -> None:
     p = mplan.predicted
-    t = Table(title=f"multi-plan on {mplan.platform_name}")
-    for c in ("app", "prio", "period ms", "elements", "alone ms", "worst ms", "Eq.11 slack ms",
-              "meets", "naive worst ms"):
+    t = Table(title=f"multi-plan on {mplan.platform_name} (predicted, ms)")
+    for c in ("app", "prio", "period", "elements", "alone", "worst", "slack", "ok", "naive"):
         t.add_column(c, justify="left" if c in ("app", "elements") else "right")
     for a in mplan.apps:
         pr = a.predicted
@@ -28,8 +27,11 @@ def print_multiplan(mplan) -> None:
                   _ms(pr.get("response_isolated")), _ms(pr.get("response_worst")),
                   _ms(pr.get("eq11_min_slack")), "yes" if pr.get("schedulable") else "NO",
                   _ms(naive.get("response_worst"))
-                  + ("" if naive.get("schedulable", True) else " (misses)"))
+                  + ("" if naive.get("schedulable", True) else " miss"))
     console.print(t)
+    console.print("alone: one frame with the machine to itself; worst: the bound with the other "
+                  "applications; slack: the smallest Eq. 11 slack; naive: each application on "
+                  "its fastest element")
     shared = mplan.shared_elements
     if shared:
         console.print("shared elements: " + "; ".join(f"{e}: {', '.join(n)}"
@@ -37,16 +39,16 @@ def print_multiplan(mplan) -> None:
     energy = p.get("energy_j_per_s")
     s = mplan.search
     console.print((f"predicted energy {energy:.2f} J/s; " if energy is not None else "")
-                  + f"naive mapping (each app on its fastest element) "
+                  + "naive mapping "
                   + ("meets every deadline" if p.get("naive_schedulable") else "misses deadlines")
                   + f"; search: {s.get('algorithm')}, {s.get('evaluations')} mappings, "
                     f"{s.get('front_size')} on the front, {s.get('seconds', 0):.1f} s")
 
 
 def print_multi_report(report) -> None:
-    t = Table(title="measured response times (release to last output)")
-    for c in ("app", "prio", "period ms", "frames", "p50 ms", "p99 ms", "worst ms",
-              "predicted worst ms", "worst/pred", "missed", "checked"):
+    t = Table(title="measured response times, release to last output (ms)")
+    for c in ("app", "prio", "period", "frames", "p50", "p99", "worst", "predicted",
+              "worst/pred", "missed", "checked"):
         t.add_column(c, justify="left" if c == "app" else "right")
     for r in report.apps:
         pred = r.predicted.get("response_worst")
@@ -57,7 +59,12 @@ def print_multi_report(report) -> None:
     console.print(t)
     console.print("utilisation: " + ", ".join(f"{e} {u:.0%}"
                                                for e, u in sorted(report.utilisation.items()))
-                  + f"; wall {report.wall_s:.1f} s")
+                  + f"; wall {report.wall_s:.1f} s; mean dispatch delay: "
+                  + ", ".join(f"{e} {d * 1e6:.0f} us" for e, d in sorted(report.dispatch_s.items())))
+    late = {r.name: r.notes["late_releases"] for r in report.apps if r.notes["late_releases"]}
+    if late:
+        console.print("[yellow]frames released late (too many pending): "
+                      + ", ".join(f"{n} {k}" for n, k in late.items()) + "[/yellow]")
     if not report.complete:
         console.print("[yellow]interrupted: the table covers the frames completed so far[/yellow]")
 
@@ -84,23 +91,29 @@ def register(app: typer.Typer) -> None:
         pareto: Optional[Path] = typer.Option(None, "--pareto", help="front as CSV (+ PNG)"),
         calibrate: bool = typer.Option(True, "--calibrate/--no-calibrate",
                                        help="scale layer times to the measured whole model"),
+        naive: bool = typer.Option(False, "--naive",
+                                   help="no search: write the naive plan (each application on "
+                                        "its fastest element), to run it for comparison"),
         json_out: bool = typer.Option(False, "--json"),
     ) -> None:
         """Map several CNNs with periods and priorities onto one machine (Kang et al. VI)."""
         from hetflow.multi.front import write_front
         from hetflow.multi.multiplan import make_multiplan
         from hetflow.multi.problem import load_multi_problem
-        from hetflow.multi.search import search_multi
+        from hetflow.multi.search import naive_result, search_multi
         from hetflow.multi.spec import parse_app_specs
         from hetflow.platform import resolve_platform
 
         specs = parse_app_specs(apps)
         plat = resolve_platform(platform or "auto")
         mp = load_multi_problem(specs, plat, profile_dir, calibrate)
-        with console.status("searching ...") as status:
-            result = search_multi(mp, algorithm, pop_size, generations, seed, prefer,
-                                  progress=lambda s: status.update(s))
-        mplan = make_multiplan(mp, result, f"multi-{algorithm}")
+        if naive:
+            result = naive_result(mp)
+        else:
+            with console.status("searching ...") as status:
+                result = search_multi(mp, algorithm, pop_size, generations, seed, prefer,
+                                      progress=lambda s: status.update(s))
+        mplan = make_multiplan(mp, result, "multi-naive" if naive else f"multi-{algorithm}")
         if output:
             mplan.save(output)
         if pareto:

@@ -28,6 +28,10 @@ class Mapping:
     policy: str = "maximal"  # phase policy for Algorithm 2
     meta: dict[str, Any] = field(default_factory=dict)
     dispatch: dict[str, list[int]] = field(default_factory=dict)  # actor -> member pattern
+    # how the runtime hands frames to a group's members: "dynamic" (the next frame to whichever
+    # member is free; the patterns then only give the analysis its shares) or "static" (by the
+    # patterns, a pure CSDF distributor)
+    dispatch_mode: str = "dynamic"
 
     def pattern(self, actor: str) -> list[int]:
         """Member index per frame, cyclically; round-robin unless a pattern was given."""
@@ -47,12 +51,13 @@ class Mapping:
 
     def to_dict(self) -> dict[str, Any]:
         return {"assignment": self.assignment, "policy": self.policy, "meta": self.meta,
-                "dispatch": self.dispatch}
+                "dispatch": self.dispatch, "dispatch_mode": self.dispatch_mode}
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "Mapping":
         return Mapping(dict(d["assignment"]), d.get("policy", "maximal"), d.get("meta", {}),
-                       {k: [int(x) for x in v] for k, v in d.get("dispatch", {}).items()})
+                       {k: [int(x) for x in v] for k, v in d.get("dispatch", {}).items()},
+                       d.get("dispatch_mode", "dynamic"))
 
 
 def weighted_pattern(times: list[float], max_len: int = 64) -> list[int]:

@@ -42,6 +42,7 @@ class Problem:
     # per element cost of one backend call, which per-layer profiles leave out: a phase run from
     # layer times costs the sum of its layers plus this once
     element_overhead: dict[str, float] = field(default_factory=dict)
+    contention: dict[str, float] = field(default_factory=dict)  # see apply_contention
 
     @cached_property
     def element_index(self) -> dict[str, int]:
@@ -60,6 +61,16 @@ class Problem:
             for j, b in enumerate(self.elements):
                 c[i, j] = i != j and bool(set(a.cores) & set(b.cores))
         return c
+
+    def apply_contention(self, factors: dict[str, float]) -> None:
+        """Scale element times by measured slowdowns under full load (all elements busy at
+        once: shared caches, memory bandwidth, the GIL), as Kang et al. scale by DVFS ratios."""
+        self.contention = dict(factors)
+        for name, f in factors.items():
+            if name in self.element_index:
+                self.layer_times[:, self.element_index[name]] *= f
+                if name in self.element_overhead:
+                    self.element_overhead[name] *= f
 
     def element(self, name: str) -> ProcessingElement:
         try:
@@ -84,7 +95,7 @@ class Problem:
 
             t = self.subnet_times.get((el, subnet_key(layers)))
             if t is not None:
-                return t
+                return t * self.contention.get(el, 1.0)
         col = self.element_index[el]
         return float(sum(self.layer_times[self.layer_index[l], col] for l in layers)
                      + self.element_overhead.get(el, 0.0))

@@ -71,12 +71,14 @@ def device_timed(runner) -> bool:
     return hasattr(runner, "benchmark") or hasattr(runner, "replay")
 
 
-def time_runner(runner, feeds: Mapping[str, np.ndarray], repeats: int, warmup: int) -> list[float]:
-    """Seconds of `repeats` runs after `warmup` runs, on the same input."""
-    bench = getattr(runner, "benchmark", None)
+def time_runner(runner, feeds: Mapping[str, np.ndarray], repeats: int, warmup: int,
+                end_to_end: bool = False) -> list[float]:
+    """Seconds of `repeats` runs after `warmup` runs, on the same input. `end_to_end`: time
+    `runner.run` as the runtime calls it (host arrays in and out, copies included)."""
+    bench = None if end_to_end else getattr(runner, "benchmark", None)
     if bench is not None:
         return list(bench(feeds, repeats=repeats, warmup=warmup))
-    replay = getattr(runner, "replay", None)
+    replay = None if end_to_end else getattr(runner, "replay", None)
     if replay is not None:  # device work only; the inputs are staged once by run()
         runner.run(feeds)
         step = replay
@@ -424,7 +426,8 @@ def profile_subnets(graph: "CnnGraph", platform: "Platform", groups: Iterable,
                     elements: Iterable[ProcessingElement | str] | None = None,
                     profile: Profile | None = None, repeats: int = 20, warmup: int = 3,
                     progress: bool = False,
-                    backend_opts: Mapping[str, Any] | None = None) -> Profile:
+                    backend_opts: Mapping[str, Any] | None = None,
+                    end_to_end: bool = True) -> Profile:
     """Time whole sub-networks (the stages a plan will run), isolated, into `profile`
     (a new one if None). `groups`: layer lists (timed on every element of `elements`), or
     (element name, layer list) pairs (timed on that element only)."""
@@ -454,7 +457,8 @@ def profile_subnets(graph: "CnnGraph", platform: "Platform", groups: Iterable,
             runner = backend_for(rep).prepare(sub, rep, **(backend_opts or {}))
             try:
                 with pinned(runner.caller_cores) if runner.caller_cores else nullcontext():
-                    times = time_runner(runner, random_feeds(graph, sub.inputs), repeats, warmup)
+                    times = time_runner(runner, random_feeds(graph, sub.inputs), repeats, warmup,
+                                        end_to_end=end_to_end)
             finally:
                 runner.close()
             st = stats(times)

@@ -39,7 +39,10 @@ def check_outputs(graph: CnnGraph, app: CsdfApp, kept: dict[int, dict[str, np.nd
                                    f"{want.shape} (produced by stage {app.model_outputs[t]})")
             err = float(np.max(np.abs(got - want))) if got.size else 0.0
             worst = max(worst, err)
-            if not np.allclose(got, want, rtol=RTOL, atol=ATOL):
+            # tolerances relative to the output's magnitude: random-weight CNNs reach outputs
+            # of several hundred, where float32 summation order alone moves values by ~1e-4
+            scale = max(1.0, float(np.max(np.abs(want)))) if want.size else 1.0
+            if not np.allclose(got / scale, want / scale, rtol=RTOL, atol=ATOL):
                 actor = app.model_outputs[t]
                 ph = next(p for p in app.phases[actor] if t in p.outputs)
                 raise RuntimeFault(

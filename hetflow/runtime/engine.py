@@ -19,7 +19,6 @@ raises RuntimeFault naming the channel each worker waits on when no frame comple
 """
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -56,28 +55,102 @@ class _Shared:
     waiting: dict[str, str] = field(default_factory=dict)  # element -> what it waits on now
 
 
-def _get(q: queue.Queue, shared: _Shared, element: str, what: str):
-    shared.waiting[element] = what
-    while True:
-        try:
-            item = q.get(timeout=POLL)
-            shared.waiting[element] = "running"
+class FrameChannel:
+    """A bounded channel of frame-indexed items: `put(f, x)`, `get(f)`.
+
+    Items are taken by frame index, so any member of a replica group may produce or consume any
+    frame and the consumer still sees frames in its own order. The bound is a window: frame f can
+    be put only while f < (lowest frame not yet taken) + capacity. The lowest frame in flight can
+    therefore always move on, which keeps the pipeline free of deadlock however frames are
+    dispatched to members. A consumer waits on an event of its own frame, so a put wakes only
+    the thread that wants it (many idle replicas must not all wake for every frame).
+    """
+
+    def __init__(self, name: str, capacity: int):
+        self.name, self.capacity = name, max(1, capacity)
+        self.items: dict[int, Any] = {}
+        self.low = 0  # lowest frame not yet taken
+        self.taken: set[int] = set()
+        self.lock = threading.Lock()
+        self.space = threading.Condition(self.lock)  # producers wait here for the window
+        self.wanted: dict[int, threading.Event] = {}  # frame -> event of the waiting consumer
+
+    def put(self, f: int, item: Any, shared: "_Shared", element: str, what: str) -> None:
+        with self.lock:
+            if f >= self.low + self.capacity:
+                shared.waiting[element] = what
+                while f >= self.low + self.capacity:
+                    if shared.stop.is_set():
+                        raise _Stopped
+                    self.space.wait(POLL)
+                shared.waiting[element] = "running"
+            self.items[f] = item
+            ev = self.wanted.pop(f, None)
+        if ev is not None:
+            ev.set()
+
+    def try_get(self, f: int) -> tuple[bool, Any]:
+        with self.lock:
+            if f not in self.items:
+                return False, None
+            item = self.items.pop(f)
+            self.taken.add(f)
+            moved = False
+            while self.low in self.taken:
+                self.taken.discard(self.low)
+                self.low += 1
+                moved = True
+            if moved:
+                self.space.notify_all()
+            return True, item
+
+    def wait_for(self, f: int, timeout: float) -> bool:
+        with self.lock:
+            if f in self.items:
+                return True
+            ev = self.wanted.setdefault(f, threading.Event())
+        return ev.wait(timeout)
+
+    def get(self, f: int, shared: "_Shared", element: str, what: str) -> Any:
+        ok, item = self.try_get(f)
+        if ok:
             return item
-        except queue.Empty:
+        shared.waiting[element] = what
+        while True:
             if shared.stop.is_set():
                 raise _Stopped
+            self.wait_for(f, POLL)
+            ok, item = self.try_get(f)
+            if ok:
+                shared.waiting[element] = "running"
+                return item
 
 
-def _put(q: queue.Queue, item, shared: _Shared, element: str, what: str) -> None:
-    shared.waiting[element] = what
-    while True:
-        try:
-            q.put(item, timeout=POLL)
-            shared.waiting[element] = "running"
+class _Dispatch:
+    """Which frames a member of an actor takes: by the actor's static pattern, or dynamically
+    (the next frame goes to whichever member asks first: idle members never wait on busy ones,
+    so members of different or varying speed all stay busy)."""
+
+    def __init__(self, pattern: list[int] | None, frames: int):
+        self.pattern, self.frames = pattern, frames
+        self.next = 0
+        self.lock = threading.Lock()
+
+    def frames_of(self, j: int):
+        if self.pattern:
+            mine = [off for off, m in enumerate(self.pattern) if m == j]
+            for base in range(0, self.frames, len(self.pattern)):
+                for off in mine:
+                    if base + off < self.frames:
+                        yield base + off
             return
-        except queue.Full:
-            if shared.stop.is_set():
-                raise _Stopped
+        while True:
+            with self.lock:
+                f = self.next
+                self.next += 1
+            if f >= self.frames:
+                return
+            yield f
 
 
 @dataclass
@@ -123,62 +196,45 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     plan, app = pp.plan, pp.plan.app
     cap = max(1, plan.capacity_frames)
     members = {a: group_members(a) for a in app.phases}
-    patterns = {a: plan.mapping.pattern(a) for a in app.phases}
+    static = plan.mapping.dispatch_mode == "static"
+    dispatch = {a: _Dispatch(plan.mapping.pattern(a) if static else None, frames)
+                for a in app.phases}
 
-    def member(actor: str, f: int) -> int:
-        p = patterns[actor]
-        return p[f % len(p)]
-
-    def fifo(i_actor: str | None, i: int, j_actor: str | None, j: int) -> queue.Queue:
-        # A FIFO between two members carries the frames both take; over one period of the two
-        # patterns it must hold all of them, or a slow member's frame in the collector's way
-        # (outputs leave in order) would block a fast member (head-of-line blocking).
-        pi = patterns[i_actor] if i_actor else [0]
-        pj = patterns[j_actor] if j_actor else [0]
-        period = len(pi) * len(pj)
-        shared_frames = sum(1 for f in range(period) if pi[f % len(pi)] == i and pj[f % len(pj)] == j)
-        share = shared_frames * max(len(pi), len(pj)) // period if period else 1
-        return queue.Queue(cap * max(1, share))
+    def window(*actors: str) -> int:
+        # room for `cap` frames per pattern slot: while a slow member works on one frame, the
+        # fast ones complete the rest of a pattern period, and outputs leave in order, so a
+        # smaller window would stall the fast members behind the slow one (head-of-line)
+        return cap * max(max(len(plan.mapping.pattern(a)), len(members[a])) for a in actors)
 
     shared = _Shared()
-    # FIFOs: (channel name, src member idx, dst member idx)
-    fifos: dict[tuple[str, int, int], queue.Queue] = {}
-    for c in app.channels:
-        for i in range(len(members[c.src])):
-            for j in range(len(members[c.dst])):
-                fifos[(c.name, i, j)] = fifo(c.src, i, c.dst, j)
-    in_q = {(a, j): fifo(None, 0, a, j) for a in app.phases for j in range(len(members[a]))
-            if any(a in readers for readers in app.model_inputs.values())}
-    out_q = {(a, j): fifo(a, j, None, 0) for a in set(app.model_outputs.values())
-             for j in range(len(members[a]))}
+    chans = {c.name: FrameChannel(c.name, window(c.src, c.dst)) for c in app.channels}
+    readers = sorted({a for rs in app.model_inputs.values() for a in rs})
+    in_ch = {a: FrameChannel(f"input of {a}", window(a)) for a in readers}
+    out_actors = sorted(set(app.model_outputs.values()))
+    out_ch = {a: FrameChannel(f"output of {a}", window(a)) for a in out_actors}
     # what each phase receives from channels / sends
     recv = {(a, p.index): [c for c in app.channels if c.dst == a and c.dst_phase == p.index]
             for a, ps in app.phases.items() for p in ps}
     send = {(a, p.index): [c for c in app.channels if c.src == a and c.src_phase == p.index]
             for a, ps in app.phases.items() for p in ps}
-    model_inputs = set(app.model_inputs)
 
     def worker(actor: str, j: int) -> None:
         el = members[actor][j]
         element = plan.elements[el]
-        period = patterns[actor]
-        mine = [off for off, m in enumerate(period) if m == j]
         phases = app.phases[actor]
         ph = None
         try:
             pin_current_thread(element.cores)
             shared.busy[el] = 0.0
-            for f in (base + off for base in range(0, frames, len(period)) for off in mine):
-                if f >= frames:
-                    break
+            for f in dispatch[actor].frames_of(j):
+                ph = None
                 local: dict[str, np.ndarray] = {}
-                if (actor, j) in in_q:
-                    local.update(_get(in_q[(actor, j)], shared, el, "the frame source"))
+                if actor in in_ch:
+                    local.update(in_ch[actor].get(f, shared, el, "the frame source"))
                 for ph in phases:
                     for c in recv[(actor, ph.index)]:
-                        i = member(c.src, f)
-                        local[c.tensor] = _get(fifos[(c.name, i, j)], shared, el,
-                                               f"channel {c.name} (from {members[c.src][i]})")
+                        local[c.tensor] = chans[c.name].get(f, shared, el,
+                                                            f"channel {c.name} (from {c.src})")
                     feeds = {t: local[t] for t in ph.inputs}
                     t0 = time.perf_counter()
                     shared.first_start.setdefault(f, t0)
@@ -189,12 +245,11 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                         shared.events.append((el, actor, ph.index, f, t0, t1))
                     local.update(out)
                     for c in send[(actor, ph.index)]:
-                        jj = member(c.dst, f)
-                        _put(fifos[(c.name, j, jj)], local[c.tensor], shared, el,
-                             f"space in channel {c.name} (to {members[c.dst][jj]})")
-                if (actor, j) in out_q:
+                        chans[c.name].put(f, local[c.tensor], shared, el,
+                                          f"space in channel {c.name} (to {c.dst})")
+                if actor in out_ch:
                     outs = {t: local[t] for t, a in app.model_outputs.items() if a == actor}
-                    _put(out_q[(actor, j)], (f, outs), shared, el, "the output collector")
+                    out_ch[actor].put(f, outs, shared, el, "the output collector")
         except _Stopped:
             return
         except BaseException as e:  # any failure stops the whole run, naming where it happened
@@ -206,13 +261,11 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
 
     def feeder() -> None:
         try:
-            readers = {t: app.model_inputs[t] for t in app.model_inputs}
             for f in range(frames):
                 x = inputs(f)
-                for a in {a for rs in readers.values() for a in rs}:
-                    j = member(a, f)
-                    _put(in_q[(a, j)], {t: x[t] for t in model_inputs if a in readers[t]},
-                         shared, "source", f"space in the input queue of {a}")
+                for a in readers:
+                    in_ch[a].put(f, {t: x[t] for t, rs in app.model_inputs.items() if a in rs},
+                                 shared, "source", f"space in the input queue of {a}")
         except _Stopped:
             return
         except BaseException as e:
@@ -225,31 +278,28 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     done_at: list[float] = []
     latencies: list[float] = []
     kept: dict[int, dict[str, np.ndarray]] = {}
-    out_actors = sorted(set(app.model_outputs.values()))
     complete = True
     t_start = time.perf_counter()
     for t in threads:
         t.start()
+    collector = "the output collector"
     try:
         for f in range(frames):
             result: dict[str, np.ndarray] = {}
             for a in out_actors:
-                j = member(a, f)
                 last = time.perf_counter()
                 while True:
                     try:
-                        ff, outs = out_q[(a, j)].get(timeout=POLL)
+                        result.update(_collect(out_ch[a], f, shared, collector))
                         break
-                    except queue.Empty:
+                    except _Timeout:
                         if shared.fault:
                             raise RuntimeFault(shared.fault[0].message)
                         if time.perf_counter() - last > stall_timeout:
                             waits = "; ".join(f"{el} waits on {w}" for el, w in
-                                              sorted(shared.waiting.items()))
+                                              sorted(shared.waiting.items()) if w != "running")
                             raise RuntimeFault(f"stall: no frame completed for {stall_timeout:.0f}"
-                                               f" s at frame {f}; {waits}")
-                assert ff == f, f"frame order broken: got {ff}, expected {f}"
-                result.update(outs)
+                                               f" s at frame {f}; {waits or 'every element runs'}")
             now = time.perf_counter()
             done_at.append(now)
             latencies.append(now - shared.first_start.get(f, now))
@@ -277,3 +327,16 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                        dict(plan.predicted), complete=complete,
                        notes={"wall_s": (done_at[-1] - t_start) if n else 0.0, "window_s": window})
     return report, kept, shared
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _collect(ch: FrameChannel, f: int, shared: _Shared, who: str):
+    """Take frame f's outputs, giving up after one poll interval (the caller checks faults)."""
+    ch.wait_for(f, POLL)
+    ok, item = ch.try_get(f)
+    if not ok:
+        raise _Timeout
+    return item

@@ -43,6 +43,7 @@ def test_weighted_dispatch_patterns_keep_order(plan_for, key, a, b):
     names = [l.name for l in graph.layers]
     assignment = {l: ("pe1|pe4|pe5" if i < len(names) // 2 else "pe0|pe3") for i, l in enumerate(names)}
     plan = plan_for(graph, assignment, dispatch={"pe1|pe4|pe5": a, "pe0|pe3": b})
+    plan.mapping.dispatch_mode = "static"
     report = run_plan(plan, graph, frames=17, warmup=1, check="all")
     assert report.checked_frames == 17 and report.max_abs_error < 1e-4
 

@@ -10,9 +10,11 @@ reductions keep it exact but fast:
 - symmetry: interchangeable actors (same class, same group size) are numbered in order of first
   use, and a group of two or more elements must be used (an unused group is the same mapping as
   one from a finer split);
-- bounding: an actor of k elements whose layers take T seconds (plus at least one call overhead)
-  cannot complete more than k/T frames per second, so 1 / max(T_a / k_a) bounds the analysed
-  throughput of a mapping from above. Candidates are evaluated in order of decreasing bound, and
+- bounding: an actor of k elements whose layers take T seconds (plus at least one call overhead
+  and the element's per-call overhead) cannot complete more than k/T frames per second, so
+  1 / max(T_a / k_a) bounds the analysed throughput of a mapping from above (not with measured
+  sub-network times, which may beat the sum of their layers: then every mapping is evaluated,
+  up to MAX_UNPRUNED). Candidates are evaluated in order of decreasing bound, and
   the search stops once the bound drops to the best analysed throughput found. If the analysis
   ever returns more than the bound, the bound's premise is broken and the search says so.
 
@@ -39,6 +41,7 @@ from .base import SearchResult, configurations
 MAX_LAYERS = 12
 MAX_ELEMENTS = 4
 CHUNK = 1 << 18  # candidate rows per numpy batch
+MAX_UNPRUNED = 20_000
 
 
 @dataclass
@@ -94,7 +97,7 @@ def _pipeline_rows(n_layers: int, n_actors: int, max_stages: int) -> Iterator[np
         yield np.array(rows, dtype=np.int8)
 
 
-def _keep_and_bound(rows: np.ndarray, aset: ActorSet, times: np.ndarray, overhead: float
+def _keep_and_bound(rows: np.ndarray, aset: ActorSet, times: np.ndarray, overhead: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray]:
     """Drop non-canonical rows; return the kept rows and their throughput upper bounds."""
     n = rows.shape[1]
@@ -106,7 +109,7 @@ def _keep_and_bound(rows: np.ndarray, aset: ActorSet, times: np.ndarray, overhea
         used[:, a] = hit.any(axis=1)
         first[:, a] = np.where(used[:, a], hit.argmax(axis=1), n)
         load = hit @ times[:, aset.columns[a]]
-        period = np.maximum(period, np.where(used[:, a], (load + overhead) / aset.sizes[a], 0))
+        period = np.maximum(period, np.where(used[:, a], (load + overhead[a]) / aset.sizes[a], 0))
     keep = np.ones(rows.shape[0], bool)
     for run in aset.symmetric:
         for a, b in zip(run, run[1:]):
@@ -130,14 +133,19 @@ def search(problem: Problem, seed: int = 0, contiguous: bool = False, max_stages
                          "(use 'pipeline', 'ga' or 'ilp')")
     times = np.asarray(problem.layer_times, float)
     sets = [a for config in configurations(problem) for a in actor_sets(problem, config)]
+    # measured sub-network times may beat the sum of their layers: no valid bound then
+    prune = not problem.subnet_times
 
     def batches():
         for sid, aset in enumerate(sets):
+            # one phase at least: its call overhead and the element's per-call overhead
+            overhead = np.array([problem.call_overhead + problem.element_overhead.get(
+                problem.elements[c].name, 0.0) for c in aset.columns])
             gen = (_pipeline_rows(n, len(aset.actors), max_stages) if contiguous
                    else _full_rows(n, len(aset.actors)))
             for rows in gen:
-                kept, bound = _keep_and_bound(rows, aset, times, problem.call_overhead)
-                yield sid, kept, bound
+                kept, bound = _keep_and_bound(rows, aset, times, overhead)
+                yield sid, kept, bound if prune else np.full(len(kept), np.inf)
 
     cache: dict[tuple, Metrics] = {}
     best: list = [None, None, 0.0]  # mapping, metrics, throughput
@@ -162,6 +170,9 @@ def search(problem: Problem, seed: int = 0, contiguous: bool = False, max_stages
     space = 0
     for sid, kept, bound in batches():
         space += len(kept)
+        if not prune and space > MAX_UNPRUNED:
+            raise InputError(f"strategy 'exhaustive': with measured sub-network times no bound "
+                             f"prunes the space, and it holds over {MAX_UNPRUNED} mappings")
         for i in np.argsort(-bound)[:first_batch]:
             item = (float(bound[i]), sid, len(top), kept[i].tobytes())
             if len(top) < first_batch:
@@ -173,7 +184,7 @@ def search(problem: Problem, seed: int = 0, contiguous: bool = False, max_stages
             break
         consider(sid, np.frombuffer(raw, np.int8), bnd)
     # pass 2: everything whose bound still beats the incumbent, best bound first
-    if top and min(t[0] for t in top) > best[2]:
+    if len(top) == first_batch and top[0][0] > best[2]:  # rows outside the batch may win
         bounds, sids, rows = [], [], []
         for sid, kept, bound in batches():
             sel = bound > best[2]

@@ -26,7 +26,9 @@ Beyond the paper:
 - Configurations: the GA runs once per configuration (Kang et al. do the same: the encoding
   depends on the configuration), and the best is kept.
 - The initial population holds the chromosomes of the greedy, pipeline and whole-model mappings
-  (so the GA is never worse than them in its own fitness); the rest is uniform random.
+  (so the GA is never worse than them in its own fitness); the rest is uniform random. Mappings
+  the chromosome cannot express (a weighted group of unlike elements, as `single` builds) are
+  still candidates for the answer.
 - The answer: with `final="analysed"` (default) the few best chromosomes of the last
   population and the seeds are evaluated with `evaluate()` and the best predicted throughput
   wins; `final="fitness"` returns the GA's best chromosome as published. `notes` says which.
@@ -44,13 +46,14 @@ from pymoo.core.duplicate import DuplicateElimination
 from pymoo.core.mating import Mating
 from pymoo.core.mutation import Mutation
 from pymoo.core.problem import Problem as PymooProblem
+from pymoo.core.repair import Repair
 from pymoo.core.termination import Termination
 from pymoo.operators.selection.tournament import TournamentSelection
 from pymoo.optimize import minimize
 
 from hetflow.errors import InputError
 
-from ..mapping import Mapping, group_members, group_name
+from ..mapping import Mapping, group_members, group_name, weighted_pattern
 from ..problem import Metrics, Problem, evaluate
 from .base import SearchResult, best_of, configurations
 
@@ -125,6 +128,18 @@ class Encoding:
                     lead[same, i] = j
         return lead
 
+    def canonical(self, X: np.ndarray) -> np.ndarray:
+        """One chromosome per mapping: layers point at their group's leader, and a member's
+        label is its leader's rank in the class (so equal mappings are equal rows)."""
+        X = np.array(X, dtype=np.int64)
+        lead = self.groups(X)
+        n_l = len(self.layers)
+        X[:, :n_l] = np.take_along_axis(lead, X[:, :n_l], axis=1)
+        for k, i in enumerate(self.label_genes):
+            members = np.flatnonzero(self.class_of == self.class_of[i])
+            X[:, n_l + k] = np.searchsorted(members, lead[:, i])
+        return X
+
     def decode(self, x: np.ndarray) -> dict[str, str]:
         x = np.asarray(x, dtype=np.int64)
         lead = self.groups(x[None, :])[0]
@@ -135,7 +150,9 @@ class Encoding:
 
     def encode(self, mapping: Mapping) -> np.ndarray | None:
         """The chromosome of `mapping`, or None if it uses elements outside this configuration
-        or replica groups the encoding cannot express."""
+        or replica groups the encoding cannot express (unlike members, weighted dispatch)."""
+        if mapping.dispatch:
+            return None
         pos = {e: i for i, e in enumerate(self.config)}
         labels: dict[int, int] = {}
         next_label: dict[int, int] = {}
@@ -283,6 +300,17 @@ class RowDuplicates(DuplicateElimination):
         return is_duplicate
 
 
+class CanonicalRepair(Repair):
+    """Rewrites offspring in canonical form, so that duplicate removal sees equal mappings."""
+
+    def __init__(self, enc: Encoding):
+        super().__init__()
+        self.enc = enc
+
+    def _do(self, problem, X, **kwargs):
+        return self.enc.canonical(np.asarray(np.rint(X), dtype=np.int64))
+
+
 def binary_tournament(pop, P, random_state=None, **kwargs):
     f = pop.get("F")[:, 0]
     a, b = P[:, 0], P[:, 1]
@@ -321,7 +349,8 @@ class _IntProblem(PymooProblem):
 
 
 def baseline_seeds(problem: Problem, config: list[str]) -> dict[str, Mapping]:
-    """Whole model on each element and on each full class of identical elements, and greedy."""
+    """Whole model on each element, on each full class of identical elements and (weighted
+    round robin, as `single` builds it) on the whole configuration; and greedy's mapping."""
     from .greedy import greedy_assignment
 
     layers = [l.name for l in problem.graph.layers]
@@ -333,6 +362,11 @@ def baseline_seeds(problem: Problem, config: list[str]) -> dict[str, Mapping]:
         if len(members) > 1:
             actor = group_name(members)
             seeds[f"single:{actor}"] = Mapping({l: actor for l in layers})
+    if len(classes) > 1:  # unlike members: not a chromosome, but a candidate answer
+        times = [problem.actor_time(layers, e) + problem.call_overhead for e in config]
+        actor = group_name(config)
+        seeds["single:weighted"] = Mapping({l: actor for l in layers},
+                                           dispatch={actor: weighted_pattern(times)})
     seeds["greedy"] = Mapping(greedy_assignment(problem, config))
     return seeds
 
@@ -344,14 +378,16 @@ def pipeline_seeds(problem: Problem) -> dict[str, Mapping]:
 
 
 def run_ga(enc: Encoding, fn, X0: np.ndarray, epochs: int, stall: int, mutation: float,
-           crossover: float, mating_rounds: int, seed: int):
+           crossover: float, mating_rounds: int, seed: int, canonical: bool = False):
     """One pymoo GA run; returns (population sorted by fitness, fitness values, generations,
     evaluations)."""
     dedup = RowDuplicates()
+    repair = CanonicalRepair(enc) if canonical else None
     mating = Mating(TournamentSelection(func_comp=binary_tournament), SinglePoint(crossover),
-                    SingleGeneMutation(enc.upper, mutation), eliminate_duplicates=dedup,
-                    n_max_iterations=mating_rounds)
-    algorithm = GA(pop_size=len(X0), sampling=X0, mating=mating, eliminate_duplicates=dedup)
+                    SingleGeneMutation(enc.upper, mutation), repair=repair,
+                    eliminate_duplicates=dedup, n_max_iterations=mating_rounds)
+    algorithm = GA(pop_size=len(X0), sampling=X0, mating=mating, repair=repair,
+                   eliminate_duplicates=dedup)
     res = minimize(_IntProblem(enc, fn), algorithm, StallTermination(epochs, stall), seed=seed,
                    verbose=False)
     F = res.pop.get("F")[:, 0]
@@ -364,7 +400,8 @@ def search(problem: Problem, seed: int = 0, fitness: str = "load_balance",
            pop_size: int | None = None, epochs: int | None = None, stall: int | None = None,
            mutation: float | None = None, crossover: float = 0.9, replicate: bool = True,
            seed_pipeline: bool = True, final: str = "analysed", final_candidates: int = 8,
-           mating_rounds: int | None = None, **_) -> SearchResult:
+           mating_rounds: int | None = None, canonical: bool | None = None, **_
+           ) -> SearchResult:
     if fitness not in ("load_balance", "throughput"):
         raise InputError(f"ga: unknown fitness {fitness!r} (use 'load_balance' or 'throughput')")
     if final not in ("analysed", "fitness"):
@@ -408,12 +445,13 @@ def search(problem: Problem, seed: int = 0, fitness: str = "load_balance",
         if seed_rows:
             X0[:len(seed_rows)] = seed_rows
         X, F, gens, n_eval = run_ga(enc, fn, X0, epochs, stall, mutation, crossover,
-                                    mating_rounds, int(rng.integers(2**31)))
+                                    mating_rounds, int(rng.integers(2**31)),
+                                    fitness == "throughput" if canonical is None else canonical)
         runs.append({"config": config, "generations": gens, "pop_size": n_pop,
                      "best_fitness": float(F[0]), "evaluations": n_eval})
         top = [Mapping(enc.decode(x)) for x in X[:max(1, final_candidates)]]
         candidates += [("ga", top[0])] + [("ga-population", m) for m in top[1:]]
-        candidates += [(k, seeds[k]) for k in seed_x]
+        candidates += list(seeds.items())
     ga_winner = min((r["best_fitness"], i) for i, r in enumerate(runs))[1]
     ga_best = [m for k, m in candidates if k == "ga"][ga_winner]
     pool = [("ga", ga_best)] if final == "fitness" else candidates

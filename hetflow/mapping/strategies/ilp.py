@@ -1,5 +1,6 @@
-"""Kang et al.'s task-clustering ILP (2020, Section IV.A, Eq. 1-8), solved exactly with HiGHS
-(scipy.optimize.milp).
+"""Kang et al.'s task-clustering ILP (2020, Section IV.A, Eq. 1-8), solved to optimality with
+OR-Tools CP-SAT (default; parallel workers) or HiGHS (`solver="highs"`, scipy.optimize.milp,
+exact in floating point; much slower on the larger zoo models).
 
 Layers L_1..L_n in topological order, processing elements PE_1..PE_m of one configuration.
 Binary M[i,j]: L_i runs on PE_j (Eq. 1: exactly one). dep[i,j]: some predecessor of L_i is on
@@ -26,10 +27,15 @@ Deviations, each stated in `notes`:
   use (symmetry breaking: same optimum, much faster proof).
 - Replica groups and call overheads are outside the formulation; the chosen mapping is then
   analysed with `evaluate()` like every other strategy's.
-Times are in microseconds, so the coefficients are of order 1..1e5.
+Times are in microseconds (CP-SAT: rounded to whole nanoseconds). Among optimal clusterings,
+CP-SAT returns the one a seeded lexicographic tie-break prefers, so the answer is the same
+whatever order its parallel workers find optima in.
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -64,7 +70,7 @@ class _Model:
     def add(self, coeffs: dict[int, float], lb: float = -np.inf, ub: float = np.inf) -> None:
         self.rows.append((coeffs, lb, ub))
 
-    def solve(self, time_limit: float, gap: float):
+    def solve_highs(self, time_limit: float, gap: float) -> "_Result":
         r, c, v = [], [], []
         for k, (coeffs, _, _) in enumerate(self.rows):
             for j, a in coeffs.items():
@@ -72,18 +78,22 @@ class _Model:
                 c.append(j)
                 v.append(a)
         A = coo_array((v, (r, c)), shape=(len(self.rows), len(self.cost))).tocsr()
-        lb = [row[1] for row in self.rows]
-        ub = [row[2] for row in self.rows]
-        return milp(np.array(self.cost), integrality=np.array(self.integer),
-                    bounds=Bounds(0, np.array(self.upper)),
-                    constraints=LinearConstraint(A, lb, ub),
-                    options={"time_limit": time_limit, "mip_rel_gap": gap, "disp": False})
+        with _quiet_stdout():  # HiGHS prints a line now and then even with disp=False
+            res = milp(np.array(self.cost), integrality=np.array(self.integer),
+                       bounds=Bounds(0, np.array(self.upper)),
+                       constraints=LinearConstraint(A, [row[1] for row in self.rows],
+                                                    [row[2] for row in self.rows]),
+                       options={"time_limit": time_limit, "mip_rel_gap": gap, "disp": False})
+        status = {0: "optimal", 2: "infeasible"}.get(res.status, "time_limit")
+        return _Result(status, res.x, getattr(res, "mip_gap", None), res.message)
 
-
-    def solve_cpsat(self, time_limit: float, workers: int = 2):
-        """The same model on OR-Tools CP-SAT. CP-SAT is integral: continuous variables count
+    def solve_cpsat(self, time_limit: float, workers: int, tiebreak: dict[int, int]
+                    ) -> "_Result":
+        """The same model on OR-Tools CP-SAT, which is integral: continuous variables count
         nanoseconds, so in rows that hold one, the other coefficients (microseconds) are scaled
-        by 1000 and rounded to whole nanoseconds."""
+        by 1000 and rounded to whole nanoseconds. Parallel workers find optima in different
+        orders, so a lexicographic tie-break (`tiebreak` weights on binaries, secondary to the
+        objective) makes the optimum unique and the answer independent of timing."""
         from ortools.sat.python import cp_model
 
         cp = cp_model.CpModel()
@@ -98,19 +108,46 @@ class _Model:
                 cp.Add(expr >= int(np.ceil(lb * scale - 1e-9)))
             if ub < np.inf:
                 cp.Add(expr <= int(np.floor(ub * scale + 1e-9)))
-        cp.Minimize(sum(int(c) * xs[k] for k, c in enumerate(self.cost) if c))
+        primary = sum(int(c) * xs[k] for k, c in enumerate(self.cost) if c)
+        weight = sum(tiebreak.values()) + 1
+        cp.Minimize(weight * primary + sum(w * xs[k] for k, w in tiebreak.items()))
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = time_limit
         solver.parameters.num_workers = workers
-        solver.parameters.interleave_search = bool(int(__import__("os").environ.get("IL", "0")))
-        status = solver.Solve(cp)
-        return solver, status, xs
+        code = solver.Solve(cp)
+        status = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "time_limit",
+                  cp_model.INFEASIBLE: "infeasible"}.get(code, "unknown")
+        x = None
+        if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            x = np.array([solver.Value(v) for v in xs], dtype=float)
+        return _Result(status, x, None, solver.StatusName(code))
+
+
+@dataclass
+class _Result:
+    status: str  # optimal | time_limit | infeasible | unknown
+    x: np.ndarray | None
+    gap: float | None
+    message: str
+
+
+@contextlib.contextmanager
+def _quiet_stdout():
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 @dataclass
 class IlpSolution:
     assignment: dict[str, str]
-    objective_us: float  # Eq. 8: largest cluster time
+    objective_us: float  # Eq. 8: largest cluster time, recomputed from the assignment
     status: str
     gap: float | None
     cluster_times_us: dict[str, float]
@@ -146,8 +183,8 @@ def _interchangeable(E: np.ndarray, T: list[np.ndarray], a: int, b: int) -> bool
 
 
 def solve_config(problem: Problem, config: list[str], use_all: bool = False,
-                 schedule: bool = False, time_limit: float = 60.0, gap: float = 1e-9
-                 ) -> IlpSolution | None:
+                 schedule: bool = False, time_limit: float = 60.0, solver: str = "cpsat",
+                 workers: int = 2, seed: int = 0) -> IlpSolution | None:
     """The ILP on one configuration; None if infeasible."""
     t0 = time.perf_counter()
     g = problem.graph
@@ -217,21 +254,24 @@ def solve_config(problem: Problem, config: list[str], use_all: bool = False,
                 for i in range(n):
                     mdl.add({M[i][b]: 1.0, **{M[k][a]: -1.0 for k in range(i)}}, ub=0.0)
                 break
-    res = mdl.solve(time_limit, gap)
+    if solver == "highs":
+        res = mdl.solve_highs(time_limit, gap=1e-9)
+    elif solver == "cpsat":
+        rng = np.random.default_rng(seed)
+        res = mdl.solve_cpsat(time_limit, workers, {M[i][j]: int(rng.integers(1, 1000))
+                                                    for i in range(n) for j in range(m)})
+    else:
+        raise InputError(f"ilp: unknown solver {solver!r} (use 'cpsat' or 'highs')")
     if res.x is None:
-        if res.status == 2:
+        if res.status == "infeasible":
             return None
-        raise InputError(f"ilp: HiGHS stopped without a solution on configuration "
+        raise InputError(f"ilp: {solver} stopped without a solution on configuration "
                          f"{'+'.join(config)} ({res.message}); raise time_limit")
-    x = res.x
-    assignment = {}
-    for i, layer in enumerate(g.layers):
-        assignment[layer.name] = config[int(np.argmax([x[M[i][j]] for j in range(m)]))]
-    status = "optimal" if res.status == 0 else "time_limit"
-    gap_value = getattr(res, "mip_gap", None)
-    return IlpSolution(assignment, float(res.fun), status,
-                       None if gap_value is None else float(gap_value),
-                       cluster_times(problem, config, assignment), time.perf_counter() - t0)
+    assignment = {layer.name: config[int(np.argmax([res.x[M[i][j]] for j in range(m)]))]
+                  for i, layer in enumerate(g.layers)}
+    ct = cluster_times(problem, config, assignment)
+    return IlpSolution(assignment, max(ct.values()), res.status, res.gap, ct,
+                       time.perf_counter() - t0)
 
 
 def _add_schedule(mdl: _Model, M, E, edges, T, n: int, m: int) -> None:
@@ -300,7 +340,8 @@ def clustering_ok(problem: Problem, assignment: dict[str, str], use_all: bool = 
 
 
 def search(problem: Problem, seed: int = 0, use_all: bool = False, schedule: bool = False,
-           time_limit: float = 60.0, gap: float = 1e-9, **_) -> SearchResult:
+           time_limit: float = 60.0, solver: str = "cpsat", workers: int = 2, **_
+           ) -> SearchResult:
     """Solve the ILP on every configuration; the smallest largest-cluster-time wins."""
     t0 = time.perf_counter()
     sols = []
@@ -309,7 +350,7 @@ def search(problem: Problem, seed: int = 0, use_all: bool = False, schedule: boo
         if left <= 0:
             raise InputError(f"ilp: time_limit {time_limit} s ran out before configuration "
                              f"{'+'.join(config)}")
-        sol = solve_config(problem, config, use_all, schedule, left, gap)
+        sol = solve_config(problem, config, use_all, schedule, left, solver, workers, seed)
         if sol is not None:
             sols.append(sol)
     if not sols:
@@ -322,7 +363,7 @@ def search(problem: Problem, seed: int = 0, use_all: bool = False, schedule: boo
              "optimal": "optimal within Kang et al.'s task-clustering formulation (Eq. 1-8, "
                         "Eq. 4 as '<= 1'" + (", printed '= 1'" if use_all else "") + ")"
                         if best.status == "optimal" else "not proven optimal (time limit)",
-             "solver": "HiGHS via scipy.optimize.milp", "configurations": len(sols),
+             "solver": solver, "configurations": len(sols),
              "eq5_6_schedule": schedule}
     return SearchResult(mapping, evaluate(problem, mapping), [], len(sols),
                         time.perf_counter() - t0, None, notes)

@@ -1,0 +1,263 @@
+"""Carballo-Hernandez et al. (2023): split one heavy layer across elements by geometric
+programming.
+
+RECOMMENDATION ONLY: the CSDF conversion (Algorithm 2) and the runtime do not support split
+layers yet. `search` returns the pipeline strategy's mapping (the whole model placed as
+`pipeline` places it, unsplit) as `best`, and the split of the chosen layer as a recommendation
+in `notes` ("fractions", "channels", predicted times).
+
+The layer (the heaviest convolution by FLOPs, or `layer=`) is split by output channels: element e
+computes a fraction x_e of them, sum x_e = 1. Its time is a posynomial t_e(x) = a_e x^b_e + c_e:
+- a_e, b_e from the profile. The profile holds one point per element (the whole layer), so the
+  model is linear in x (b_e = 1, a_e = that time) - an assumption: small parts run less
+  efficiently on wide devices. `samples={element: [(fraction, seconds), ...]}` fits a_e, b_e, c_e
+  to measured parts instead (scipy curve_fit, a, b > 0, c >= 0).
+- c_e: one more backend call (call overhead + element overhead) and, away from the element the
+  mapping runs the layer on ("home"), moving the input there and the part of the output back
+  (the transfer model, taken as affine in bytes: its fixed part into c_e, its per-byte part
+  times x into a_e).
+The objective is the split layer's time, max_e t_e(x_e), with an epigraph variable T:
+minimise T subject to t_e(x_e) / T <= 1. The equality sum x_e = 1 is a posynomial equality,
+which GP does not allow; as in the paper it is *condensed* at a point x^ into the monomial
+h(x) = prod_e (x_e / eps_e)^eps_e, eps_e = x^_e / sum x^ (h <= sum x by the AM-GM inequality).
+`method="penalty"` (the paper's): minimise T + alpha / h(x) with sum x <= 1, doubling alpha
+(*tightening*) until sum x >= 1 - tol, then re-condensing at the solution until it settles.
+`method="condensation"` (default): the constraint 1 / h(x) <= 1 (so sum x >= h >= 1), re-condensed
+at each solution (successive GP, Avriel and Williams' condensation); every iterate is feasible,
+the objective never rises, and minimising T pushes sum x down to 1 at the fixed point, which is
+the optimum of the original problem. The final fractions are normalised to sum exactly 1.
+GP forces every x_e > 0, so an element whose fixed cost c_e exceeds the best split time would
+still be charged; splits over the k fastest elements, k = 1..n, are solved and the best kept.
+FPGA-like budgets: an element with `resources` {name: budget} gets the paper's resource
+constraints use_r * x_e <= budget_r, with use_r from `resource_use` {name: amount for the whole
+layer}, or the layer's weight bytes for "param_bytes"/"memory_bytes" and its FLOPs for "flops".
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from hetflow.errors import InfeasibleError, InputError
+
+from ..mapping import group_members
+from ..problem import Problem, evaluate
+from .base import SearchResult, configurations
+
+
+@dataclass
+class PartModel:
+    """t(x) = a * x**b + d * x + c for a fraction x of the layer's output channels (d: the
+    per-byte part of sending the output back, kept apart when b != 1)."""
+
+    a: float
+    b: float
+    c: float
+    fitted: bool  # from samples (else: linear from the profile's one point)
+    d: float = 0.0
+
+    def __call__(self, x: float) -> float:
+        return self.a * x ** self.b + self.d * x + self.c
+
+
+def heaviest_conv(problem: Problem) -> str:
+    convs = [l for l in problem.graph.layers if l.op_type.split("+")[0] == "Conv"]
+    if not convs:
+        raise InputError("gp: the model has no Conv layer to split (give layer=...)")
+    return max(convs, key=lambda l: (l.flops or 0, l.name)).name
+
+
+def _affine_transfer(problem: Problem, nbytes: int, src: str, dst: str) -> tuple[float, float]:
+    """(fixed seconds, seconds per byte) of the transfer model between two elements."""
+    if src == dst or nbytes <= 0:
+        return 0.0, 0.0
+    fixed = problem.transfer(0, src, dst)
+    per_byte = max(0.0, (problem.transfer(nbytes, src, dst) - fixed) / nbytes)
+    return max(0.0, fixed), per_byte
+
+
+def part_models(problem: Problem, layer: str, elements: list[str], home: str,
+                samples: dict[str, list[tuple[float, float]]] | None = None
+                ) -> dict[str, PartModel]:
+    g = problem.graph
+    lay = g.layer(layer)
+    in_bytes = sum(g.tensors[t].nbytes for t in lay.inputs)
+    out_bytes = sum(g.tensors[t].nbytes for t in lay.outputs)
+    models = {}
+    for e in elements:
+        call = problem.call_overhead + problem.element_overhead.get(e, 0.0)
+        fixed_in, byte_in = _affine_transfer(problem, in_bytes, home, e)
+        fixed_out, byte_out = _affine_transfer(problem, out_bytes, e, home)
+        comm_a, comm_c = byte_out * out_bytes, fixed_in + byte_in * in_bytes + fixed_out
+        if samples and e in samples:
+            a, b, c = _fit(samples[e], e)
+            models[e] = PartModel(a, b, c + call + comm_c, True, comm_a)
+        else:
+            t = float(problem.layer_times[g.layer_index[layer], problem.element_index[e]])
+            models[e] = PartModel(t + comm_a, 1.0, call + comm_c, False)
+    return models
+
+
+def _fit(points: list[tuple[float, float]], element: str) -> tuple[float, float, float]:
+    from scipy.optimize import curve_fit
+
+    pts = np.array(points, float)
+    if pts.ndim != 2 or pts.shape[1] != 2 or len(pts) < 3 or (pts[:, 0] <= 0).any():
+        raise InputError(f"gp: samples for {element!r} need >= 3 (fraction > 0, seconds) pairs")
+    scale = pts[:, 1].max()  # fit in units of the largest time: well-conditioned
+    (a, b, c), _ = curve_fit(lambda x, a, b, c: a * x ** b + c, pts[:, 0], pts[:, 1] / scale,
+                             p0=(1.0, 1.0, 0.0), bounds=([1e-9, 0.05, 0.0], [np.inf, 4.0, np.inf]),
+                             maxfev=20000, xtol=1e-12, ftol=1e-12)
+    return float(a * scale), float(b), float(c * scale)
+
+
+def _budgets(problem: Problem, layer: str, elements: list[str],
+             resource_use: dict[str, float] | None) -> tuple[dict[str, dict[str, float]], list]:
+    """{element: {resource: max fraction}} from the paper's resource constraints."""
+    lay = problem.graph.layer(layer)
+    implied = {"param_bytes": lay.param_bytes, "memory_bytes": lay.param_bytes,
+               "flops": lay.flops or 0}
+    caps, skipped = {}, []
+    for e in elements:
+        for res, budget in problem.element(e).resources.items():
+            use = (resource_use or {}).get(res, implied.get(res))
+            if use is None:
+                skipped.append(f"{e}.{res}: no resource_use given")
+                continue
+            if use > 0:
+                caps.setdefault(e, {})[res] = budget / use
+    return caps, skipped
+
+
+def solve_split(models: dict[str, PartModel], caps: dict[str, dict[str, float]] | None = None,
+                method: str = "condensation", tol: float = 1e-4, max_iter: int = 50
+                ) -> tuple[dict[str, float], float, dict]:
+    """Fractions minimising max_e t_e(x_e) with sum x_e = 1, over all the given elements."""
+    import cvxpy as cp
+
+    names = list(models)
+    n = len(names)
+    if n == 1:
+        cap = min((caps or {}).get(names[0], {}).values(), default=np.inf)
+        if cap < 1 - tol:
+            raise InfeasibleError(f"gp: {names[0]} alone cannot hold the whole layer "
+                                  f"(its resources allow {cap:.3f} of it)")
+        return {names[0]: 1.0}, models[names[0]](1.0), {"iterations": 0}
+    x = cp.Variable(n, pos=True)
+    T = cp.Variable(pos=True)
+    cons = []
+    for i, e in enumerate(names):
+        m = models[e]
+        t = m.a * x[i] ** m.b + (m.d * x[i] if m.d > 0 else 0)
+        cons.append((t + m.c) / T <= 1 if m.c > 0 else t / T <= 1)
+        for cap in (caps or {}).get(e, {}).values():
+            cons.append(x[i] <= cap)
+    point = np.full(n, 1.0 / n)
+    info: dict = {"method": method, "iterations": 0}
+    alpha = None
+    for it in range(max_iter):
+        w = point / point.sum()  # condensation weights eps_e (constants: rebuilt each time)
+        h = cp.prod(cp.hstack([(x[i] / w[i]) ** float(w[i]) for i in range(n)]))
+        if method == "condensation":  # sum x >= 1 through its condensed monomial
+            prob = cp.Problem(cp.Minimize(T), cons + [h ** -1 <= 1])
+            _solve(prob)
+        elif method == "penalty":
+            alpha = alpha or 1e-3 * max(m(1.0) for m in models.values())
+            while True:  # tightening: the first alpha that meets the equality
+                a = cp.Parameter(pos=True, value=alpha)
+                prob = cp.Problem(cp.Minimize(T + a * h ** -1), cons + [cp.sum(x) <= 1])
+                _solve(prob)
+                if x.value.sum() >= 1 - tol or alpha > 1e12:
+                    break
+                alpha *= 2
+        else:
+            raise InputError(f"gp: unknown method {method!r} (use 'condensation' or 'penalty')")
+        info["iterations"] = it + 1
+        new = np.maximum(np.asarray(x.value, float), 1e-12)
+        moved = np.abs(new / new.sum() - point / point.sum()).max()
+        point = new
+        if moved < tol:
+            break
+    fractions = point / point.sum()
+    info["alpha"] = alpha
+    info["sum_before_normalising"] = float(point.sum())
+    split_time = max(models[e](float(f)) for e, f in zip(names, fractions))
+    return dict(zip(names, map(float, fractions))), split_time, info
+
+
+def _solve(prob) -> None:
+    try:
+        prob.solve(gp=True)
+    except Exception as err:  # solver failure: say which model, not a deep traceback
+        raise InfeasibleError(f"gp: the geometric program could not be solved ({err})") from None
+    if prob.status not in ("optimal", "optimal_inaccurate"):
+        raise InfeasibleError(f"gp: the geometric program is {prob.status}")
+
+
+def channel_split(fractions: dict[str, float], channels: int) -> dict[str, int]:
+    """Whole output channels per element (largest remainder)."""
+    raw = {e: f * channels for e, f in fractions.items()}
+    counts = {e: int(np.floor(v)) for e, v in raw.items()}
+    for e in sorted(raw, key=lambda e: raw[e] - counts[e], reverse=True)[:channels
+                                                                          - sum(counts.values())]:
+        counts[e] += 1
+    return counts
+
+
+def search(problem: Problem, seed: int = 0, layer: str | None = None,
+           elements: list[str] | None = None, samples: dict | None = None,
+           resource_use: dict[str, float] | None = None, method: str = "condensation",
+           base: str = "pipeline", **options) -> SearchResult:
+    """The base strategy's mapping, plus a recommended GP split of one layer in `notes`."""
+    from .base import get_strategy
+
+    t0 = time.perf_counter()
+    layer = layer or heaviest_conv(problem)
+    if layer not in problem.layer_index:
+        raise InputError(f"gp: layer {layer!r} is not in the model")
+    based = get_strategy(base)(problem, seed=seed, **options)
+    mapping = based.best
+    home = group_members(mapping.assignment[layer])[0]
+    if elements is None:
+        used = set(mapping.elements)
+        elements = next((c for c in configurations(problem) if used <= set(c)), mapping.elements)
+    for e in elements:
+        problem.element(e)
+    models = part_models(problem, layer, list(elements), home, samples)
+    caps, skipped = _budgets(problem, layer, list(elements), resource_use)
+    # k fastest elements (by time of the whole layer), k = 1..n: GP charges every member
+    ranked = sorted(elements, key=lambda e: models[e](1.0))
+    best = None
+    for k in range(1, len(ranked) + 1):
+        subset = ranked[:k]
+        try:
+            fr, t, info = solve_split({e: models[e] for e in subset}, caps, method)
+        except InfeasibleError:
+            continue
+        if best is None or t < best[1] - 1e-15:
+            best = (fr, t, info)
+    if best is None:
+        raise InfeasibleError(f"gp: no split of {layer!r} fits the elements' resources")
+    fractions, split_time, info = best
+    out_channels = problem.graph.tensors[problem.graph.layer(layer).outputs[0]].shape
+    channels = int(out_channels[1]) if len(out_channels) > 1 else 1
+    unsplit = min(models[e](1.0) for e in elements)
+    notes = {
+        "recommendation": f"split {layer!r} by output channels as 'fractions' (not applied: "
+                          "the CSDF conversion and runtime do not run split layers yet; "
+                          f"'best' is the {base} mapping, unsplit)",
+        "layer": layer, "home": home, "fractions": fractions,
+        "channels": channel_split(fractions, channels), "split_time_s": split_time,
+        "unsplit_time_s": unsplit, "speedup": unsplit / split_time if split_time > 0 else None,
+        "models": {e: {"a": m.a, "b": m.b, "c": m.c, "fitted": m.fitted}
+                   for e, m in models.items()},
+        "linear_assumption": [e for e, m in models.items() if not m.fitted],
+        "resources_skipped": skipped, "solver": info,
+        "base_strategy": base, "base_throughput": based.metrics.throughput,
+    }
+    return SearchResult(mapping, based.metrics if based.metrics else evaluate(problem, mapping),
+                        [], based.evaluations, time.perf_counter() - t0, None, notes)
+
+
+__all__ = ["search", "solve_split", "part_models", "heaviest_conv", "channel_split", "PartModel"]

@@ -1,0 +1,575 @@
+"""Run a plan's CSDF application on Ray: one Ray actor per processing element, on its node.
+
+Mirrors the local engine (`hetflow.runtime.engine`): an actor replicated on k elements has k
+workers and member `pattern[f % len(pattern)]` takes frame f; each worker fires its actor's
+phases in Algorithm 2's cyclic order, keeps the tensors a later phase of the same frame reads in
+its own memory, and receives the others through channels; outputs are collected in input order
+and checked against the same reference.
+
+Channels are Ray object references. For every frame the driver submits one actor task per phase
+firing, in a topological order of the phase graph, passing the producing tasks' return refs as
+arguments of the consuming tasks. Ray then moves each tensor straight from the producer's node
+to the consumer's (shared memory within a node); the driver only handles references. Two Ray
+guarantees give the local engine's semantics:
+- tasks a caller submits to one actor run in submission order, and an actor task waits for its
+  argument objects: so each worker runs (frame, phase) in the same order as a local worker, and
+  a phase starts when its channel inputs exist, as a FIFO read would;
+- at most `max_inflight` frames are submitted and not yet collected: the bounded FIFOs' back
+  pressure, counted in frames (see `default_inflight`).
+
+Why not Ray compiled graphs: a compiled graph runs every node once per `execute`, but a replica
+group's member takes only the frames its dispatch pattern gives it, an actor's later phases read
+tensors kept from its earlier ones, and a channel's shape is fixed at compile time; unrolling a
+whole dispatch period into one execute would make the graph grow with the pattern lengths.
+docs/ray.md has the measured per-frame overheads of both transports.
+
+Faults: every wait on Ray has a timeout. A phase that raises stops the run with RuntimeFault
+naming element, node, stage, phase and layers; a lost actor or node stops it naming the element
+and node (found by pinging every worker); no frame completed for `stall_timeout` seconds stops
+it naming the tasks that have not finished. Ctrl-C returns what was measured so far.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from hetflow.dataflow.csdf import CsdfApp
+from hetflow.errors import InputError, RuntimeFault
+from hetflow.mapping.mapping import group_members
+from hetflow.mapping.plan import Plan
+from hetflow.model.graph import CnnGraph
+
+from .report import RunReport, latency_stats
+
+RAY_MISSING = "--engine ray needs Ray: pip install 'hetflow[ray]'"
+POLL = 0.05
+PING_TIMEOUT = 5.0
+
+
+def import_ray():
+    """The `ray` module, or the InputError saying how to get it."""
+    try:
+        import ray
+    except ImportError:
+        raise InputError(RAY_MISSING) from None
+    return ray
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None = None) -> Iterator[Any]:
+    """Use the Ray connection this process has; else connect to `address` ('auto', 'ray://h:p',
+    'h:p') or, with None, start a local Ray instance; disconnect at the end if we connected."""
+    ray = import_ray()
+    if ray.is_initialized():
+        yield ray
+        return
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.WARNING)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        where = address or "a new local instance"
+        raise InputError(f"--address {where}: cannot start or reach Ray "
+                         f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+# ---- the static schedule: which task fires what, with which arguments --------------------------
+@dataclass(frozen=True)
+class Firing:
+    """One phase of one actor, as the driver submits it for every frame."""
+
+    actor: str
+    phase: int
+    source_inputs: tuple[str, ...]  # model inputs it receives (first phase of a reading actor)
+    recv: tuple[str, ...]  # tensors it receives through channels, in argument order
+    returns: tuple[str, ...]  # tensors it returns: sent on channels, or model outputs
+    last: bool  # the actor's last phase: the worker forgets the frame afterwards
+
+
+def firing_order(app: CsdfApp) -> list[Firing]:
+    """The phases in an order where every channel's producer comes before its consumer and an
+    actor's phases come in their cyclic order (Algorithm 2's liveness makes one exist)."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    rank = {}
+    for a, ps in app.phases.items():
+        for p in ps:
+            g.add_node((a, p.index))
+            rank[(a, p.index)] = len(rank)
+            if p.index:
+                g.add_edge((a, p.index - 1), (a, p.index))
+    for c in app.channels:
+        g.add_edge((c.src, c.src_phase), (c.dst, c.dst_phase))
+    try:
+        order = list(nx.lexicographical_topological_sort(g, key=rank.__getitem__))
+    except nx.NetworkXUnfeasible:
+        raise InputError(f"plan for {app.model_name}: its phases wait on each other in a cycle; "
+                         "make the plan again") from None
+    readers = {a for rs in app.model_inputs.values() for a in rs}
+    out = []
+    for a, i in order:
+        ph = app.phases[a][i]
+        recv = tuple(dict.fromkeys(c.tensor for c in app.channels
+                                   if c.dst == a and c.dst_phase == i))
+        sent = [c.tensor for c in app.channels if c.src == a and c.src_phase == i]
+        outs = [t for t, actor in app.model_outputs.items() if actor == a and t in ph.outputs]
+        src = tuple(t for t, rs in app.model_inputs.items() if a in rs) if (
+            i == 0 and a in readers) else ()
+        out.append(Firing(a, i, src, recv, tuple(dict.fromkeys(sent + outs)),
+                          i == len(app.phases[a]) - 1))
+    return out
+
+
+def default_inflight(plan: Plan) -> int:
+    """Frames in flight: one per element (all busy) plus `capacity_frames` dispatch periods of
+    slack, which hides the driver's round trip. A global bound, unlike the local engine's
+    per-channel FIFOs: a fast stage may run ahead of a slow one by up to this many frames."""
+    members = sum(len(group_members(a)) for a in plan.app.phases)
+    period = max(len(plan.mapping.pattern(a)) for a in plan.app.phases)
+    return members + max(1, plan.capacity_frames) * period
+
+
+def element_placement(plan: Plan, element: str) -> dict[str, float]:
+    """Ray resources that put `element`'s worker on its node: those the element carries (a
+    cluster element), else the `hetflow_node_<node>` convention for `node:element` names;
+    {} for a plain name (the worker then runs on the driver's node)."""
+    from hetflow.platform.cluster import PLACEMENT_SHARE, node_resource, split_element
+
+    res = dict(plan.elements[element].resources) if element in plan.elements else {}
+    node, _ = split_element(element)
+    ray_res = {k: v for k, v in res.items() if k.startswith(("hetflow_node_", "node:"))}
+    if ray_res:
+        return ray_res
+    return {node_resource(node): PLACEMENT_SHARE} if node else {}
+
+
+# ---- the worker: one Ray actor per element ------------------------------------------------------
+class StageFault(Exception):
+    """A phase failed inside a worker; the message names element, node, stage, phase, layers."""
+
+
+class ElementWorker:
+    """Builds the runners of its actor's phases on its element, then fires them on request."""
+
+    def __init__(self, plan_dict: dict, actor: str, element: str, node: str,
+                 subnets: dict[int, bytes], trace: bool = False):
+        import onnx
+
+        from hetflow.backends import backend_for, pin_current_thread
+        from hetflow.model.subnet import Subnet
+
+        self.plan = Plan.from_dict(plan_dict)
+        self.actor, self.element_name, self.node = actor, element, node
+        self.element = self.plan.elements[element]
+        self.phases = self.plan.app.phases[actor]
+        self.firings = {f.phase: f for f in firing_order(self.plan.app) if f.actor == actor}
+        pin_current_thread(self.element.cores)
+        self.runners = {}
+        for ph in self.phases:
+            model = onnx.load_from_string(subnets[ph.index])
+            sub = Subnet(model.graph.name, tuple(ph.layers), model,
+                         [i.name for i in model.graph.input], [o.name for o in model.graph.output],
+                         subnets[ph.index])
+            try:
+                self.runners[ph.index] = backend_for(self.element).prepare(sub, self.element)
+            except Exception as e:
+                raise StageFault(f"element {element} (node {node}): cannot prepare stage {actor} "
+                                 f"phase {ph.index}: {_first_line(e)}") from None
+        self.local: dict[int, dict[str, np.ndarray]] = {}  # frame -> tensors kept between phases
+        self.busy = 0.0
+        self.trace = trace
+        self.events: list[tuple] = []
+        self.failed: str | None = None  # the first failure: later firings repeat it
+
+    def ready(self) -> dict[str, Any]:
+        import os
+        import socket
+
+        import ray
+
+        return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
+                "host": socket.gethostname()}
+
+    def fire(self, frame: int, phase: int, *arrays: np.ndarray):
+        """Run one phase of frame `frame`. Returns (start, end) wall-clock stamps followed by
+        the tensors the firing sends on (a single stamp when it sends none)."""
+        if self.failed:  # a later phase would fail for want of tensors: name the first cause
+            raise StageFault(self.failed)
+        f = self.firings[phase]
+        ph = self.phases[phase]
+        local = self.local.setdefault(frame, {})
+        local.update(zip(f.source_inputs + f.recv, arrays))
+        wall = time.time()
+        t0 = time.perf_counter()
+        try:
+            out = self.runners[phase].run({t: local[t] for t in ph.inputs})
+        except Exception as e:
+            self.failed = (f"element {self.element_name} (node {self.node}), stage {self.actor} "
+                           f"phase {phase} (layers {ph.layers[0]}..{ph.layers[-1]}), frame "
+                           f"{frame}: {type(e).__name__}: {_first_line(e)}")
+            raise StageFault(self.failed) from None
+        t1 = time.perf_counter()
+        self.busy += t1 - t0
+        stamp = (wall, wall + (t1 - t0))
+        if self.trace:
+            self.events.append((self.element_name, self.actor, phase, frame) + stamp)
+        local.update(out)
+        sent = [local[t] for t in f.returns]
+        if f.last:
+            del self.local[frame]
+        return (stamp, *sent) if sent else stamp
+
+    def stats(self) -> dict[str, Any]:
+        return {"busy": self.busy, "events": self.events}
+
+    def close(self) -> None:
+        for r in self.runners.values():
+            close = getattr(r, "close", None)
+            if close:
+                close()
+
+
+def _first_line(e: BaseException) -> str:
+    s = str(e).strip()
+    return s.splitlines()[0] if s else type(e).__name__
+
+
+_REMOTE_CLS = None
+
+
+def _remote_worker_class(ray):
+    global _REMOTE_CLS
+    if _REMOTE_CLS is None:
+        _REMOTE_CLS = ray.remote(ElementWorker)
+    return _REMOTE_CLS
+
+
+# ---- the driver ---------------------------------------------------------------------------------
+@dataclass
+class _Worker:
+    element: str
+    actor: str
+    node: str  # hetflow node name ('local' for plain element names)
+    handle: Any
+    info: dict[str, Any]
+
+
+@dataclass
+class _Frame:
+    frame: int
+    tasks: list[tuple[Firing, int, Any]]  # (firing, member, stamp ref)
+    outputs: dict[str, Any]  # model output tensor -> ref
+    start_ref: Any
+
+
+class RayPipeline:
+    """The plan's workers started as Ray actors on their nodes (needs a Ray connection: see
+    `ray_session`); `run` streams frames through them, `close` stops them."""
+
+    def __init__(self, plan: Plan, graph: CnnGraph, runtime_env: dict | None = None,
+                 progress: Callable[[str], None] | None = None, start_timeout: float = 300.0,
+                 trace: bool = False):
+        from hetflow.model.subnet import extract_subnet
+        from hetflow.platform.cluster import split_element
+
+        self.ray = ray = import_ray()
+        self.plan, self.graph = plan, graph
+        self.firings = firing_order(plan.app)
+        self.patterns = {a: plan.mapping.pattern(a) for a in plan.app.phases}
+        self.workers: dict[str, _Worker] = {}
+        self._check_resources(ray)
+        plan_dict = plan.to_dict()
+        local_node = ray.get_runtime_context().get_node_id()
+        cls = _remote_worker_class(ray)
+        for actor, phases in plan.app.phases.items():
+            subnets = {p.index: extract_subnet(graph, p.layers, name=f"{actor}#{p.index}")
+                       .serialized() for p in phases}
+            subnets_ref = ray.put(subnets)  # shipped once per actor, whatever its replicas
+            for el in group_members(actor):
+                node = split_element(el)[0] or "local"
+                res = element_placement(plan, el)
+                opts: dict[str, Any] = dict(num_cpus=0, max_restarts=0, max_task_retries=0,
+                                            name=f"hetflow-{el}-{id(self):x}")
+                if res:
+                    opts["resources"] = res
+                else:
+                    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+                    opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(local_node, False)
+                if runtime_env:
+                    opts["runtime_env"] = runtime_env
+                if progress:
+                    progress(f"starting {el} on node {node}")
+                handle = cls.options(**opts).remote(plan_dict, actor, el, node, subnets_ref, trace)
+                self.workers[el] = _Worker(el, actor, node, handle, {})
+        self.by_actor_id = {w.handle._actor_id.hex(): w for w in self.workers.values()}
+        refs = {el: w.handle.ready.remote() for el, w in self.workers.items()}
+        deadline = time.monotonic() + start_timeout
+        for el, ref in refs.items():
+            try:
+                self.workers[el].info = ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
+            except ray.exceptions.GetTimeoutError:
+                self.close()
+                raise RuntimeFault(f"element {el} (node {self.workers[el].node}): its Ray worker "
+                                   f"did not start within {start_timeout:.0f} s (is the node up, "
+                                   "with the resources it needs?)") from None
+            except ray.exceptions.RayError as e:
+                self.close()
+                raise RuntimeFault(f"element {el} (node {self.workers[el].node}): its Ray worker "
+                                   f"failed to start: {self._cause(e)}") from None
+
+    def _check_resources(self, ray) -> None:
+        have = ray.cluster_resources()
+        for a in self.plan.app.phases:
+            for el in group_members(a):
+                for r in element_placement(self.plan, el):
+                    if have.get(r, 0) <= 0:
+                        hint = (f"start that node with --resources '{{\"{r}\": 1}}'"
+                                if r.startswith("hetflow_node_") else "is that node in the cluster?")
+                        raise InputError(f"element {el}: no node of the Ray cluster offers "
+                                         f"resource {r!r} to place it ({hint})")
+
+    # ---- streaming ----
+    def run(self, inputs: Callable[[int], dict[str, np.ndarray]], frames: int, warmup: int = 0,
+            keep_outputs: Callable[[int], bool] = lambda f: False, stall_timeout: float = 30.0,
+            on_frame: Callable[[int], None] | None = None, max_inflight: int | None = None
+            ) -> tuple[RunReport, dict[int, dict[str, np.ndarray]]]:
+        ray = self.ray
+        window = max_inflight or default_inflight(self.plan)
+        pending: list[_Frame] = []
+        done_at: list[float] = []
+        latencies: list[float] = []
+        kept: dict[int, dict[str, np.ndarray]] = {}
+        busy0 = self._busy()
+        complete = True
+        t_start = time.perf_counter()
+        try:
+            for f in range(frames):
+                if len(pending) >= window:
+                    self._collect(pending.pop(0), stall_timeout, done_at, latencies, kept,
+                                  keep_outputs, on_frame)
+                pending.append(self._submit(f, inputs(f)))
+            while pending:
+                self._collect(pending.pop(0), stall_timeout, done_at, latencies, kept,
+                              keep_outputs, on_frame)
+        except KeyboardInterrupt:
+            complete = False
+        busy = {el: b - busy0.get(el, 0.0) for el, b in self._busy().items()}
+        return self._report(done_at, latencies, warmup, busy, t_start, complete), kept
+
+    def _submit(self, f: int, x: dict[str, np.ndarray]) -> _Frame:
+        ray = self.ray
+        refs: dict[str, Any] = {}
+        for t in self.plan.app.model_inputs:
+            if t not in x:
+                raise InputError(f"frame {f}: the input source gave no tensor {t!r}")
+            refs[t] = ray.put(x[t])  # one copy in the object store, shared by every reader
+        tasks = []
+        for fi in self.firings:
+            pat = self.patterns[fi.actor]
+            m = pat[f % len(pat)]
+            w = self.workers[group_members(fi.actor)[m]]
+            args = [refs[t] for t in fi.source_inputs + fi.recv]
+            out = w.handle.fire.options(num_returns=1 + len(fi.returns)).remote(f, fi.phase, *args)
+            if fi.returns:
+                refs.update(zip(fi.returns, out[1:]))
+                stamp = out[0]
+            else:
+                stamp = out
+            tasks.append((fi, m, stamp))
+        outs = {t: refs[t] for t in self.graph.outputs}
+        return _Frame(f, tasks, outs, tasks[0][2])
+
+    def _collect(self, fr: _Frame, stall_timeout: float, done_at, latencies, kept, keep,
+                 on_frame) -> None:
+        ray = self.ray
+        wanted = list(fr.outputs.values()) + [fr.start_ref]
+        last = time.monotonic()
+        while True:
+            # a failed firing fails every firing that reads its results, so errors reach the
+            # outputs; an actor's later phases repeat its first failure (see ElementWorker)
+            ready, _ = ray.wait(wanted, num_returns=len(wanted), timeout=POLL)
+            if len(ready) == len(wanted):
+                break
+            if time.monotonic() - last > stall_timeout:
+                failed = self._first_failure(fr)  # one that has not reached the outputs yet
+                if failed is not None:
+                    raise failed
+                raise RuntimeFault(f"stall: no frame completed for {stall_timeout:.0f} s at frame "
+                                   f"{fr.frame}; {self._waiting(fr)}")
+        try:
+            values = ray.get(list(fr.outputs.values()) + [fr.start_ref], timeout=stall_timeout)
+        except ray.exceptions.RayError as e:
+            raise self._fault(e, fr) from None
+        now_wall, now = time.time(), time.perf_counter()
+        done_at.append(now)
+        latencies.append(max(0.0, now_wall - values[-1][0]))
+        if keep(fr.frame):
+            kept[fr.frame] = {t: np.asarray(v) for t, v in zip(fr.outputs, values[:-1])}
+        if on_frame:
+            on_frame(fr.frame)
+
+    def _first_failure(self, fr: _Frame) -> RuntimeFault | None:
+        ray = self.ray
+        stamps = [s for _, _, s in fr.tasks]
+        ready, _ = ray.wait(stamps, num_returns=len(stamps), timeout=0)
+        for ref in ready:
+            try:
+                ray.get(ref, timeout=PING_TIMEOUT)
+            except ray.exceptions.RayError as e:
+                return self._fault(e, fr)
+        return None
+
+    # ---- naming what went wrong ----
+    def _cause(self, e: BaseException) -> str:
+        while getattr(e, "cause", None) is not None and e.cause is not e:
+            e = e.cause
+        if isinstance(e, StageFault):
+            return str(e)
+        lines = [l.strip() for l in str(e).splitlines() if l.strip()]
+        for l in lines:  # a worker's own message, passed on inside a Ray error's text
+            if "StageFault: " in l:
+                return l.split("StageFault: ", 1)[1]
+        return lines[-1] if lines else type(e).__name__
+
+    def _fault(self, e: BaseException, fr: _Frame) -> RuntimeFault:
+        ray = self.ray
+        cause = e
+        while getattr(cause, "cause", None) is not None and cause.cause is not cause:
+            cause = cause.cause
+        if isinstance(cause, StageFault):
+            return RuntimeFault(str(cause))
+        lost = self._lost_workers(cause)
+        if lost:
+            w, why = lost[0]
+            more = f" (also lost: {', '.join(x.element for x, _ in lost[1:])})" if lost[1:] else ""
+            return RuntimeFault(f"element {w.element} on node {w.node} (Ray node "
+                                f"{w.info.get('node_id', '?')[:12]}, host {w.info.get('host', '?')})"
+                                f" was lost: its Ray actor is gone ({why}); stage {w.actor}, run "
+                                f"stopped at frame {fr.frame}{more}")
+        return RuntimeFault(f"frame {fr.frame}: Ray failed: {type(cause).__name__}: "
+                            f"{self._cause(cause)}")
+
+    def _lost_workers(self, cause: BaseException) -> list[tuple[_Worker, str]]:
+        """Workers whose actor is dead: the one the error names, else those a ping finds."""
+        ray = self.ray
+        named = self.by_actor_id.get(getattr(cause, "actor_id", None) or "")
+        out = [(named, self._cause(cause))] if named else []
+        pings = {el: w.handle.ready.remote() for el, w in self.workers.items()}
+        ready, _ = ray.wait(list(pings.values()), num_returns=len(pings), timeout=PING_TIMEOUT)
+        done = set(ready)
+        for el, ref in pings.items():
+            if ref not in done or (named and el == named.element):
+                continue
+            try:
+                ray.get(ref, timeout=PING_TIMEOUT)
+            except ray.exceptions.RayActorError as e:
+                out.append((self.workers[el], self._cause(e)))
+            except ray.exceptions.RayError:
+                pass
+        return out
+
+    def _waiting(self, fr: _Frame) -> str:
+        """The unfinished firings of frame `fr` whose inputs are all there: what runs (or hangs)."""
+        ray = self.ray
+        stamps = [s for _, _, s in fr.tasks]
+        ready, _ = ray.wait(stamps, num_returns=len(stamps), timeout=0)
+        ready = set(ready)
+        done_phases = {(fi.actor, fi.phase) for fi, _, s in fr.tasks if s in ready}
+        stuck = []
+        for fi, m, s in fr.tasks:
+            if s in ready:
+                continue
+            w = self.workers[group_members(fi.actor)[m]]
+            stuck.append(f"{w.element} (node {w.node}) has not finished stage {fi.actor} phase "
+                         f"{fi.phase}")
+            if fi.phase == 0 or (fi.actor, fi.phase - 1) in done_phases:
+                break  # the first unfinished firing in submission order holds up the rest
+        return "; ".join(stuck) or "every firing of the frame finished"
+
+    # ---- bookkeeping ----
+    def _busy(self) -> dict[str, float]:
+        ray = self.ray
+        try:
+            stats = ray.get([w.handle.stats.remote() for w in self.workers.values()],
+                            timeout=PING_TIMEOUT)
+        except ray.exceptions.RayError:
+            return {}
+        return {el: s["busy"] for el, s in zip(self.workers, stats)}
+
+    def events(self) -> list[tuple]:
+        ray = self.ray
+        stats = ray.get([w.handle.stats.remote() for w in self.workers.values()],
+                        timeout=PING_TIMEOUT)
+        return [ev for s in stats for ev in s["events"]]
+
+    def _report(self, done_at, latencies, warmup, busy, t_start, complete) -> RunReport:
+        n = len(done_at)
+        w = min(warmup, max(n - 2, 0))
+        if n - w >= 2:
+            thr = (n - 1 - w) / (done_at[-1] - done_at[w])
+            window = done_at[-1] - done_at[w]
+        else:
+            thr, window = float("nan"), 0.0
+        wall = (done_at[-1] - t_start) if n else 0.0
+        util = {el: min(1.0, b / wall) for el, b in busy.items()} if n and wall > 0 else {}
+        nodes = {el: {"node": w.node, **w.info} for el, w in self.workers.items()}
+        return RunReport("plan", n, w, thr, latency_stats(latencies[w:]), util,
+                         dict(self.plan.predicted), complete=complete,
+                         notes={"wall_s": wall, "window_s": window, "engine": "ray",
+                                "ray_version": self.ray.__version__, "workers": nodes})
+
+    def close(self) -> None:
+        ray = self.ray
+        for w in self.workers.values():
+            with contextlib.suppress(Exception):
+                ray.kill(w.handle, no_restart=True)
+
+
+def run_plan_ray(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmup: int = 50,
+                 input_spec: str = "random", check: str = "first", check_frames: int = 8,
+                 trace_path: str | Path | None = None, stall_timeout: float = 30.0,
+                 progress: Callable[[str], None] | None = None,
+                 on_frame: Callable[[int], None] | None = None, address: str | None = None,
+                 runtime_env: dict | None = None, max_inflight: int | None = None) -> RunReport:
+    """`run_plan` on Ray: the same arguments and report, plus `address` of the Ray cluster
+    (None: the connection this process has, else a new local Ray instance), `runtime_env` for
+    the workers, and `max_inflight` frames (default: see `default_inflight`)."""
+    from .api import load_plan_model, make_source
+    from .check import check_outputs
+
+    if check not in ("first", "all", "none"):
+        raise InputError(f"--check {check!r}: use first, all or none")
+    if frames < 2:
+        raise InputError("--frames must be at least 2")
+    import_ray()
+    graph = graph or load_plan_model(plan)
+    source, _ = make_source(graph, input_spec)
+    keep = {"first": lambda f: f < check_frames, "all": lambda f: True,
+            "none": lambda f: False}[check]
+    with ray_session(address):
+        pipe = RayPipeline(plan, graph, runtime_env, progress, trace=trace_path is not None)
+        try:
+            report, kept = pipe.run(source, frames, min(warmup, frames // 4), keep, stall_timeout,
+                                    on_frame, max_inflight)
+            events = pipe.events() if trace_path is not None else []
+        finally:
+            pipe.close()
+    if kept:
+        report.max_abs_error = check_outputs(graph, plan.app, kept, source)
+        report.checked_frames = len(kept)
+    if trace_path is not None and events:
+        from .trace import write_trace
+
+        write_trace(trace_path, events, min(e[4] for e in events))
+    return report
