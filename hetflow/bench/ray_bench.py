@@ -213,10 +213,12 @@ def overhead(model: str = "resnet18", frames: int = 200, warmup: int = 30, round
         try:
             for i in range(rounds):
                 rep, kept, _ = run_prepared(pp, source, frames, warmup, keep)
-                rows.append(Round("local", rep.throughput, rep.latency["p50"] * 1e3, *checked(kept)))
+                rows.append(Round("local", rep.throughput, rep.latency["p50"] * 1e3,
+                                  *checked(kept)))
                 log(f"round {i}: local {rep.throughput:.2f} frames/s")
                 rep, kept = pipe.run(source, frames, warmup, keep, max_inflight=max_inflight)
-                rows.append(Round("ray", rep.throughput, rep.latency["p50"] * 1e3, *checked(kept)))
+                rows.append(Round("ray", rep.throughput, rep.latency["p50"] * 1e3,
+                                  *checked(kept)))
                 log(f"round {i}: ray   {rep.throughput:.2f} frames/s")
                 if cg is not None:
                     thr, kept = cg.run(source, frames, warmup, keep)
@@ -258,7 +260,8 @@ def overhead_markdown(res: dict[str, Any], command: str) -> str:
         f"Model {res['model']} (fused), plan `{res['plan']}`: "
         + "; ".join(f"{a}: {s}" for a, s in res["stages"].items())
         + f". Predicted {res['predicted']:.1f} frames/s. {res['frames']} frames per round, "
-        f"{res['warmup']} warm-up; Ray {res['ray_version']}, {res['cores']} cores. Both engines are "
+        f"{res['warmup']} warm-up; Ray {res['ray_version']}, {res['cores']} cores. Both engines "
+        "are "
         "started once, then rounds alternate local / Ray; the first 8 frames of every round are "
         "checked against the reference.",
         "",
@@ -362,8 +365,8 @@ def network_split(graph: CnnGraph, layer_time: np.ndarray, k: int,
 def scaling_table(model: str, mbps: float, latency_ms: float, max_nodes: int = 8,
                   slowdown: float = 1.0, profile_repeats: int = 10) -> dict[str, Any]:
     """Per node count k: the best split over at most k nodes, its compute bottleneck and
-    network times, predicted frames/s, and the frames/s the same nodes give with a free network. Layer times: this machine's single core, measured
-    (cached profile), times `slowdown` for slower edge boards."""
+    network times, predicted frames/s, and the frames/s the same nodes give with a free network.
+    Layer times: this machine's single core, measured (cached profile), times `slowdown`."""
     from hetflow.bench.core import get_profile
     from hetflow.model import resolve_model
     from hetflow.platform.cluster import Link
@@ -403,8 +406,9 @@ def scaling_markdown(res: dict[str, Any]) -> str:
     lines = [f"**{res['model']}** (one {res['element']} core x {res['slowdown']:g}: "
              f"{res['whole_ms']:.1f} ms per frame; input {res['input_kb']:.0f} KiB), "
              f"{res['mbps']:g} Mbit/s, {res['latency_ms']:g} ms latency:", "",
-             "| nodes (used) | frames/s | with a free network | slowest stage ms | busiest NIC ms | "
-             "frame latency ms | frames in flight | largest send KiB | cut after |",
+             "| nodes (used) | frames/s | with a free network | slowest stage ms | "
+             "busiest NIC ms | frame latency ms | frames in flight | largest send KiB | "
+             "cut after |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         lines.append(f"| {r['nodes']} ({r['used']}) | {r['fps']:.1f} | {r['fps_free']:.1f} | "
@@ -449,9 +453,9 @@ def main(argv: list[str] | None = None) -> None:
             print(scaling_markdown(scaling_table(m, args.mbps, args.latency_ms, args.max_nodes,
                                                  args.slowdown)))
         return
-    try:
-        import ray  # noqa: F401
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
         sys.exit("the Ray benchmark needs Ray: pip install 'hetflow[ray]'")
     res = overhead(args.model, args.frames, args.warmup, args.rounds, args.plan,
                    max_inflight=args.max_inflight, compiled=args.compiled, cpu=args.cpu)

@@ -71,12 +71,12 @@ def bench(models: list[str], strategies: list[str], options: dict[str, dict[str,
                 out(f"{model:14s} {len(problem.graph.layers):4d} layers  {name:22s} "
                     f"skipped (more than {limit} layers)")
                 continue
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             res = get_strategy(label)(problem, seed=seed, **opts)
-            seconds = time.perf_counter() - t0
+            seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
             row = {"model": model, "layers": len(problem.graph.layers), "strategy": name,
                    "fps": res.metrics.throughput, "latency_ms": res.metrics.latency * 1e3,
-                   "actors": len(res.best.actors), "seconds": seconds,
+                   "actors": len(res.best.actors), "seconds": seconds, "cpu_seconds": cpu,
                    "evaluations": res.evaluations}
             for key in ("status", "objective_us", "returned"):
                 if key in res.notes:
@@ -84,7 +84,8 @@ def bench(models: list[str], strategies: list[str], options: dict[str, dict[str,
             rows.append(row)
             extra = ", ".join(f"{k}={row[k]}" for k in ("status", "returned") if k in row)
             out(f"{model:14s} {len(problem.graph.layers):4d} layers  {name:22s} "
-                f"{row['fps']:9.1f} fps  {seconds:7.2f} s  {row['actors']:3d} actors  {extra}")
+                f"{row['fps']:9.1f} fps  {seconds:7.2f} s ({cpu:6.2f} s cpu)  "
+                f"{row['actors']:3d} actors  {extra}")
     return rows
 
 

@@ -232,12 +232,6 @@ class ElementWorker:
     def stats(self) -> dict[str, Any]:
         return {"busy": self.busy, "events": self.events}
 
-    def close(self) -> None:
-        for r in self.runners.values():
-            close = getattr(r, "close", None)
-            if close:
-                close()
-
 
 def _first_line(e: BaseException) -> str:
     s = str(e).strip()
@@ -335,7 +329,8 @@ class RayPipeline:
                 for r in element_placement(self.plan, el):
                     if have.get(r, 0) <= 0:
                         hint = (f"start that node with --resources '{{\"{r}\": 1}}'"
-                                if r.startswith("hetflow_node_") else "is that node in the cluster?")
+                                if r.startswith("hetflow_node_")
+                                else "is that node in the cluster?")
                         raise InputError(f"element {el}: no node of the Ray cluster offers "
                                          f"resource {r!r} to place it ({hint})")
 
@@ -344,7 +339,6 @@ class RayPipeline:
             keep_outputs: Callable[[int], bool] = lambda f: False, stall_timeout: float = 30.0,
             on_frame: Callable[[int], None] | None = None, max_inflight: int | None = None
             ) -> tuple[RunReport, dict[int, dict[str, np.ndarray]]]:
-        ray = self.ray
         window = max_inflight or default_inflight(self.plan)
         pending: list[_Frame] = []
         done_at: list[float] = []
@@ -443,7 +437,6 @@ class RayPipeline:
         return lines[-1] if lines else type(e).__name__
 
     def _fault(self, e: BaseException, fr: _Frame) -> RuntimeFault:
-        ray = self.ray
         cause = e
         while getattr(cause, "cause", None) is not None and cause.cause is not cause:
             cause = cause.cause
@@ -454,7 +447,8 @@ class RayPipeline:
             w, why = lost[0]
             more = f" (also lost: {', '.join(x.element for x, _ in lost[1:])})" if lost[1:] else ""
             return RuntimeFault(f"element {w.element} on node {w.node} (Ray node "
-                                f"{w.info.get('node_id', '?')[:12]}, host {w.info.get('host', '?')})"
+                                f"{w.info.get('node_id', '?')[:12]}, "
+                                f"host {w.info.get('host', '?')})"
                                 f" was lost: its Ray actor is gone ({why}); stage {w.actor}, run "
                                 f"stopped at frame {fr.frame}{more}")
         return RuntimeFault(f"frame {fr.frame}: Ray failed: {type(cause).__name__}: "

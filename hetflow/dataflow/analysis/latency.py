@@ -1,79 +1,183 @@
-"""Latency of one iteration (one frame) of a timed CSDF graph under self-timed execution.
+"""Latency of one graph iteration, alone and in the self-timed periodic regime.
 
-Built on the max-plus constraint graph of `hsdf.py`: the start time of node v in iteration k is
-s(v, k) = max over edges u -> v (weight w, tokens d) of s(u, k - d) + w, or 0 (or k * period for
-the nodes of source actors when a `period` paces the input). Iterating this recurrence is an
-exact self-timed (as-soon-as-possible) execution of the graph with all its mapping constraints.
+Definitions (times in seconds; an iteration is one firing of every actor's repetition count):
+- `isolated`: one iteration run alone from the initial state (all firings as early as possible):
+  from the start of its first firing to the end of its last firing; the longest path through the
+  precedence graph of one iteration (the edges without tokens of hsdf.py).
+- `steady`: the self-timed execution where every source actor may start its first firing of
+  iteration k no earlier than k * period; in its periodic regime, the largest over iterations k of
+  (end of the last firing of iteration k) - (start of the earliest first firing of iteration k
+  of a source actor). Sources are the actors without input channels from other actors (all actors
+  if there are none); actors that no source feeds are throttled like sources, so every actor runs
+  at the same rate. `period` defaults to the graph's own period (1 / throughput); one less
+  than 1e-9 (relative) below it counts as equal. For a shorter period: if the graph holds its
+  sources back (each has a cycle of the critical ratio upstream, e.g. through a bounded FIFO)
+  they cannot go faster anyway and the graph's own period is used; otherwise a backlog grows
+  without bound and `steady` is math.inf.
+  Note that `steady` may be below `isolated`: phases that need no input of iteration k can run
+  before a source starts iteration k, which they cannot do in iteration 0.
 
-- `isolated`: iteration 0 alone: the longest path through one iteration's precedence graph;
-- `steady`: the largest latency over a window of iterations after the execution settled into
-  its periodic regime, where the latency of iteration k is the end of its last firing minus the
-  start of its first one (this is what the runtime measures: first phase start to last output).
+Computed exactly by the max-plus recursion of the constraint graph in integer time units, until
+the vector of start times repeats up to a shift of (iterations) * period.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import asdict, dataclass
+from fractions import Fraction
 
+import networkx as nx
 import numpy as np
 
+from hetflow.errors import InputError
+
 from ..graphs import CsdfGraph
-from .hsdf import expand, zero_token_order
+from .hsdf import Hsdf, common_scale, expand, zero_token_order
+from .liveness import check_liveness
+from .mcr import max_cycle_ratio
+from .simulation import StateSpaceLimitError
+from .throughput import critical_cycle
+
+MAX_ITERATIONS = 10_000
+RELATIVE_TOLERANCE = 1e-9
 
 
 @dataclass
 class LatencyResult:
-    isolated: float
-    steady: float
-    iterations: int  # iterations simulated
+    isolated: float  # s, one iteration alone
+    steady: float  # s, worst iteration in the periodic regime (math.inf if unbounded)
+    period: float  # s per iteration at which the sources were throttled
+    sources: list[str]
 
-    def to_dict(self):
-        return dict(self.__dict__)
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
-def latency(g: CsdfGraph, period: float | None = None, iterations: int | None = None
-            ) -> LatencyResult:
+def latency(g: CsdfGraph, period: float | None = None,
+            max_iterations: int = MAX_ITERATIONS) -> LatencyResult:
+    """Isolated and steady-state latency of `g` (see the module docstring for definitions)."""
+    if period is not None and not period > 0:
+        raise InputError(f"latency of graph {g.name!r}: period must be positive, got {period}")
+    check_liveness(g)
     h = expand(g)
-    n = h.n
-    if n == 0:
-        return LatencyResult(0.0, 0.0, 0)
     order = zero_token_order(h)
-    rank = np.empty(n, dtype=np.int64)
-    rank[np.asarray(order)] = np.arange(n)
-    w = h.weight
-    times = np.asarray(h.time, dtype=float)
-    zero = h.tokens == 0
-    # zero-token edges, relaxed in topological order of their destination
-    z_idx = np.flatnonzero(zero)
-    z_idx = z_idx[np.argsort(rank[h.dst[z_idx]], kind="stable")]
-    z_src, z_dst, z_w = h.src[z_idx].tolist(), h.dst[z_idx].tolist(), w[z_idx].tolist()
-    # edges reaching back d >= 1 iterations, vectorised
-    p_idx = np.flatnonzero(~zero)
-    p_src, p_dst, p_tok, p_w = h.src[p_idx], h.dst[p_idx], h.tokens[p_idx], w[p_idx]
-    max_d = int(p_tok.max()) if len(p_tok) else 0
-    sources = _source_nodes(g, h)
-    k_total = iterations or max(40, 4 * max_d + 8)
-    hist: list[np.ndarray] = []
-    lat = []
-    for k in range(k_total):
-        s = np.zeros(n)
-        if period is not None:
-            s[sources] = k * period
-        if len(p_idx):
-            ok = p_tok <= k
-            if ok.any():
-                prev = np.array([hist[k - d][u] for u, d in zip(p_src[ok].tolist(), p_tok[ok].tolist())])
-                np.maximum.at(s, p_dst[ok], prev + p_w[ok])
-        for u, v, ww in zip(z_src, z_dst, z_w):
-            t = s[u] + ww
-            if t > s[v]:
-                s[v] = t
-        hist.append(s)
-        lat.append(float((s + times).max() - s.min()))
-    window = lat[k_total // 2:]
-    return LatencyResult(lat[0], max(window), k_total)
+    own, _ = critical_cycle(h)
+    sources = _sources(g)
+    throttled = sources + _unfed(g, sources)
+    clocked = {h.actor.index(a) for a in throttled}  # firing 0 of each throttled actor
+    first_of_source = [h.actor.index(a) for a in sources]
+
+    requested = own if period is None else Fraction(period)
+    if abs(requested - own) <= own * RELATIVE_TOLERANCE:
+        requested = own  # e.g. the float 1 / throughput, a hair off the exact period
+    rate = max(requested, own)
+    steady = None
+    if requested < own and not _held_back(h, first_of_source, own):
+        steady, rate = math.inf, requested
+    scale = common_scale(h.time_values())
+    scale *= (rate * scale).denominator
+    run = _Recursion(h, order, clocked, first_of_source, scale, int(rate * scale))
+    isolated = run.iteration_latency(run.step())
+    if steady is None:
+        # slower than every cycle, the input alone sets the pace and the regime has a closed
+        # form; at the graph's own pace the transient decides, so we run to periodicity
+        steady = run.paced_by_input() if rate > own else run.steady(max_iterations, g.name)
+    return LatencyResult(isolated / scale, steady if math.isinf(steady) else steady / scale,
+                         float(rate), sources)
 
 
-def _source_nodes(g: CsdfGraph, h) -> np.ndarray:
-    fed = {c.dst for c in g.channels}
-    src_actors = {a.name for a in g.actors if a.name not in fed} or {a.name for a in g.actors}
-    return np.array([i for i, a in enumerate(h.actor) if a in src_actors], dtype=np.int64)
+def _sources(g: CsdfGraph) -> list[str]:
+    fed = {c.dst for c in g.channels if c.src != c.dst}
+    return [a.name for a in g.actors if a.name not in fed] or [a.name for a in g.actors]
+
+
+def _unfed(g: CsdfGraph, sources: list[str]) -> list[str]:
+    """Actors that no source reaches through channels."""
+    flow = nx.DiGraph()
+    flow.add_nodes_from(a.name for a in g.actors)
+    flow.add_edges_from((c.src, c.dst) for c in g.channels)
+    reached = set(sources)
+    for s in sources:
+        reached |= nx.descendants(flow, s)
+    return [a.name for a in g.actors if a.name not in reached]
+
+
+def _held_back(h: Hsdf, first_of_source: list[int], own: Fraction) -> bool:
+    """Whether every source's first firing has a cycle of the critical ratio upstream."""
+    # Howard on the reversed graph gives, per node, the largest ratio of a cycle upstream of it.
+    upstream = max_cycle_ratio(h.n, h.dst, h.src, h.weight, h.tokens).eta
+    return bool(np.all(upstream[first_of_source] >= float(own) * (1 - 1e-9)))
+
+
+class _Recursion:
+    """x_k(v) = max(0, [k * rate if v is clocked], max over edges u->v of x_{k-d}(u) + w)."""
+
+    def __init__(self, h: Hsdf, order: list[int], clocked: set[int], first_of_source: list[int],
+                 scale: int, rate: int):
+        self.order, self.clocked, self.first_of_source = order, clocked, first_of_source
+        self.rate = rate
+        self.time = [int(Fraction(t) * scale) for t in h.time]
+        self.inputs: list[list[tuple[int, int, int]]] = [[] for _ in range(h.n)]
+        for u, v, w, d in zip(h.src.tolist(), h.dst.tolist(), h.exact_weights(scale),
+                              h.tokens.tolist()):
+            self.inputs[v].append((u, w, d))
+        self.depth = max(1, int(h.tokens.max()))
+        self.history: list[list[int]] = []  # the last `depth` iterations' start times
+        self.k = 0
+
+    def step(self) -> list[int]:
+        k, hist = self.k, self.history
+        x = [0] * len(self.time)
+        for v in self.order:
+            best = k * self.rate if v in self.clocked else 0
+            for u, w, d in self.inputs[v]:
+                if d <= k:
+                    start = (x if d == 0 else hist[-d])[u]
+                    if start + w > best:
+                        best = start + w
+            x[v] = best
+        hist.append(x)
+        if len(hist) > self.depth:
+            del hist[0]
+        self.k += 1
+        return x
+
+    def iteration_latency(self, x: list[int]) -> int:
+        end = max(s + t for s, t in zip(x, self.time))
+        return end - min(x[v] for v in self.first_of_source)
+
+    def paced_by_input(self) -> int:
+        """Steady latency when `rate` exceeds every cycle ratio: then, after a transient,
+        x_k(v) = k * rate + y(v) where y(v) is the longest path from the clocked nodes under
+        weights w - rate * d (every cycle is negative under them, so it exists)."""
+        y: list[int | None] = [None] * len(self.time)
+        for v in self.clocked:
+            y[v] = 0
+        changed = True
+        while changed:  # Bellman-Ford, sweeping in the order of one iteration
+            changed = False
+            for v in self.order:
+                best = y[v]
+                for u, w, d in self.inputs[v]:
+                    if y[u] is not None and (best is None or y[u] + w - self.rate * d > best):
+                        best = y[u] + w - self.rate * d
+                if best != y[v]:
+                    y[v], changed = best, True
+        end = max(s + t for s, t in zip(y, self.time))
+        return end - min(y[v] for v in self.first_of_source)
+
+    def steady(self, max_iterations: int, name: str) -> int:
+        seen: dict[tuple, int] = {}
+        latencies = [self.iteration_latency(self.history[-1])]
+        while self.k < max_iterations:
+            latencies.append(self.iteration_latency(self.step()))
+            if self.k < self.depth:
+                continue
+            k = self.k - 1
+            key = tuple(s - (k - j) * self.rate
+                        for j, x in enumerate(reversed(self.history)) for s in x)
+            if key in seen:
+                return max(latencies[seen[key]:k])
+            seen[key] = k
+        raise StateSpaceLimitError(f"latency of graph {name!r}: no periodic regime within "
+                                   f"{max_iterations} iterations")

@@ -2,24 +2,27 @@
 
 Chromosome: one gene per layer, the index of the element (of one configuration) it runs on
 (Fig. 3.5). Operators: binary tournament, two-parent single-point crossover, single-gene
-mutation; (mu + lambda) elitist survival with duplicates removed. Published defaults:
-population 1000, 500 epochs, mutation probability 5%, stop after 50 epochs without improvement.
-The crossover probability is not published; 0.9 (pymoo's default) is used.
+mutation (each as a pymoo operator, vectorised), and pymoo's (mu + lambda) elitist survival.
+Published defaults: population 1000, 500 epochs, mutation probability 5% (per chromosome),
+stop after 50 epochs without improvement. Not published, chosen here: crossover probability
+0.9 (pymoo's default); offspring that duplicate a chromosome of the population are dropped
+(hash of the row), and pymoo re-mates once per generation at most (`mating_rounds`).
 
 Fitness (minimised), Eq. 3.1-3.4: the sum over element pairs of |tau_i - tau_j|, where tau_i is
 the time of the layers mapped on element i (Eq. 3.3) plus its communication time (Eq. 3.4): for
 every channel of the layer-level SDF graph, the writer is charged tau_w * u and the reader
 tau_r * v. The per-token times are not measured here; the problem's transfer model stands in for
-them: tau_w * u = tau_r * v = transfer(bytes, writer's element, reader's element), which is 0
-(or whatever the model says) when both layers share an element. Every element of the
+them: tau_w * u = tau_r * v = transfer(bytes, writer's element, reader's element); a channel
+between layers of one actor costs nothing (it is shared memory). Every element of the
 configuration counts, used or not, as in the paper (it balances *all* cores).
 
 Beyond the paper:
 - `fitness="throughput"`: minimise -(analysed throughput) from `evaluate()` (the CSDF app of
   Algorithm 2 and its dataflow analysis), cached per decoded mapping since it is the expensive
   part. Its defaults are smaller (population 48, 100 epochs, stop after 20 stale epochs) and
-  mutate more (probability 0.5: with 48 chromosomes, 5% mutates about two per generation; on 50
-  random small instances 0.5 reached the exhaustive optimum in 48, 0.05 in 46).
+  mutate more (probability 0.5: with 48 chromosomes, 5% mutates about two per generation);
+  offspring are rewritten in a canonical form (one chromosome per mapping) so that duplicate
+  removal keeps the small population diverse.
 - Replica groups (`replicate=True`): one extra gene per element of a class of identical elements
   holds a group label; identical elements with the same label form one replica-group actor that
   takes frames in turn. For load balance, a group's time is shared by its members.
@@ -31,7 +34,10 @@ Beyond the paper:
   still candidates for the answer.
 - The answer: with `final="analysed"` (default) the few best chromosomes of the last
   population and the seeds are evaluated with `evaluate()` and the best predicted throughput
-  wins; `final="fitness"` returns the GA's best chromosome as published. `notes` says which.
+  wins; `final="fitness"` returns the GA's best chromosome as published. `notes["returned"]`
+  says which won and `notes["ga_best_throughput"]` gives the GA winner's own prediction: with
+  load-balance fitness on a large model they differ a lot (balanced loads, but hundreds of
+  phases and transfers).
 """
 from __future__ import annotations
 

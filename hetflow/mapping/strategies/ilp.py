@@ -184,7 +184,7 @@ def _interchangeable(E: np.ndarray, T: list[np.ndarray], a: int, b: int) -> bool
 
 def solve_config(problem: Problem, config: list[str], use_all: bool = False,
                  schedule: bool = False, time_limit: float = 60.0, solver: str = "cpsat",
-                 workers: int = 2, seed: int = 0) -> IlpSolution | None:
+                 workers: int = 2, seed: int = 0, wrap: bool = True) -> IlpSolution | None:
     """The ILP on one configuration; None if infeasible."""
     t0 = time.perf_counter()
     g = problem.graph
@@ -226,7 +226,7 @@ def solve_config(problem: Problem, config: list[str], use_all: bool = False,
         coeffs = {}
         for i in range(n):
             coeffs[pipe[i][j]] = coeffs.get(pipe[i][j], 0.0) + 1.0
-        if n > 1:
+        if n > 1 and wrap:
             w = mdl.var()  # M[n,j] and M[1,j]
             mdl.add({w: 1.0, M[n - 1][j]: -1.0}, ub=0.0)
             mdl.add({w: 1.0, M[0][j]: -1.0}, ub=0.0)
@@ -321,7 +321,7 @@ def cluster_times(problem: Problem, config: list[str], assignment: dict[str, str
 
 
 def clustering_ok(problem: Problem, assignment: dict[str, str], use_all: bool = False,
-                  config: list[str] | None = None) -> bool:
+                  config: list[str] | None = None, wrap: bool = True) -> bool:
     """Eq. 2-4 for a given assignment (for brute-force checks)."""
     layers = [l.name for l in problem.graph.layers]
     starts: dict[str, int] = {}
@@ -329,19 +329,19 @@ def clustering_ok(problem: Problem, assignment: dict[str, str], use_all: bool = 
         e = assignment[l]
         if not any(assignment[layers[p]] == e for p in preds):
             starts[e] = starts.get(e, 0) + 1
-    wrap = {assignment[layers[0]]} if assignment[layers[0]] == assignment[layers[-1]] else set()
-    if len(layers) == 1:
-        wrap = set()
+    wrapped = set()  # the PE holding the first and the last layer may hold two clusters
+    if wrap and len(layers) > 1 and assignment[layers[0]] == assignment[layers[-1]]:
+        wrapped = {assignment[layers[0]]}
     for e in config or set(assignment.values()):
-        k = starts.get(e, 0) - (1 if e in wrap else 0)
+        k = starts.get(e, 0) - (1 if e in wrapped else 0)
         if k > 1 or (use_all and k != 1):
             return False
     return True
 
 
 def search(problem: Problem, seed: int = 0, use_all: bool = False, schedule: bool = False,
-           time_limit: float = 60.0, solver: str = "cpsat", workers: int = 2, **_
-           ) -> SearchResult:
+           time_limit: float = 60.0, solver: str = "cpsat", workers: int = 2, wrap: bool = True,
+           **_) -> SearchResult:
     """Solve the ILP on every configuration; the smallest largest-cluster-time wins."""
     t0 = time.perf_counter()
     sols = []
@@ -350,7 +350,7 @@ def search(problem: Problem, seed: int = 0, use_all: bool = False, schedule: boo
         if left <= 0:
             raise InputError(f"ilp: time_limit {time_limit} s ran out before configuration "
                              f"{'+'.join(config)}")
-        sol = solve_config(problem, config, use_all, schedule, left, solver, workers, seed)
+        sol = solve_config(problem, config, use_all, schedule, left, solver, workers, seed, wrap)
         if sol is not None:
             sols.append(sol)
     if not sols:

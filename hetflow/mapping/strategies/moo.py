@@ -32,8 +32,8 @@ from hetflow.errors import InfeasibleError, InputError
 from ..mapping import Mapping
 from ..problem import Metrics, Problem, evaluate
 from .base import SearchResult, best_of, configurations
-from .ga import (Encoding, RowDuplicates, SingleGeneMutation, SinglePoint, baseline_seeds,
-                 pipeline_seeds)
+from .ga import (CanonicalRepair, Encoding, RowDuplicates, SingleGeneMutation, SinglePoint,
+                 baseline_seeds, pipeline_seeds)
 
 OBJECTIVES = ("throughput", "latency", "energy", "memory")
 
@@ -138,7 +138,7 @@ def _search(problem: Problem, algorithm: str, seed: int = 0, pop_size: int = 40,
             X0[:len(rows)] = rows
         ops = dict(pop_size=pop_size, sampling=X0, crossover=SinglePoint(crossover),
                    mutation=SingleGeneMutation(enc.upper, mutation),
-                   eliminate_duplicates=RowDuplicates())
+                   repair=CanonicalRepair(enc), eliminate_duplicates=RowDuplicates())
         algo = NSGA2(**ops) if algorithm == "nsga2" else SPEA2(**ops)
         with np.errstate(invalid="ignore", divide="ignore"):  # SPEA2 normalises flat objectives
             res = minimize(_MappingProblem(enc, names, fn, util_cap is not None), algo,
