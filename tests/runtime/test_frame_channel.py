@@ -1,0 +1,51 @@
+"""FrameChannel: items by frame index, a window anchored at the lowest frame not yet taken."""
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from hetflow.mapping.mapping import weighted_pattern
+from hetflow.runtime.engine import FrameChannel, _Shared, _Stopped
+
+
+def test_window_blocks_until_the_lowest_frame_is_taken():
+    ch, sh = FrameChannel("c", 2), _Shared()
+    ch.put(0, "a", sh, "p", "w")
+    ch.put(1, "b", sh, "p", "w")
+    done = threading.Event()
+
+    def late_put():
+        ch.put(2, "c", sh, "p", "w")  # outside the window [0, 2) until frame 0 is taken
+        done.set()
+
+    threading.Thread(target=late_put, daemon=True).start()
+    time.sleep(0.2)
+    assert not done.is_set()
+    assert ch.get(1, sh, "q", "w") == "b"  # taking frame 1 first does not move the window
+    time.sleep(0.2)
+    assert not done.is_set()
+    assert ch.get(0, sh, "q", "w") == "a"
+    assert done.wait(2.0)
+    assert ch.get(2, sh, "q", "w") == "c"
+
+
+def test_stop_releases_a_blocked_consumer():
+    ch, sh = FrameChannel("c", 1), _Shared()
+    threading.Timer(0.1, sh.stop.set).start()
+    with pytest.raises(_Stopped):
+        ch.get(5, sh, "q", "w")
+
+
+@settings(max_examples=60, deadline=None)
+@given(times=st.lists(st.floats(0.01, 10.0), min_size=1, max_size=8))
+def test_weighted_pattern_shares_follow_speeds(times):
+    p = weighted_pattern(times)
+    assert set(p) == set(range(len(times)))  # every member gets frames
+    rates = [1 / t for t in times]
+    # the group's rate with these shares is within 15% of the sum of the members' rates
+    # (the pattern is at most 64 long, and every member takes at least one frame)
+    group = min(len(p) * r / p.count(m) for m, r in enumerate(rates))
+    ideal = sum(rates)
+    slowest_forced = len(times) * max(times)  # one frame each bounds how far shares can skew
+    assert group >= min(0.85 * ideal, len(p) / slowest_forced * 0.999)
