@@ -102,8 +102,9 @@ class CsdfApp:
         `capacity_frames` bounds every channel (or the named ones) to that many frames.
         `concurrency[actor] = k` models a stage replicated on k elements taking frames in turn.
         """
+        # a replicated stage takes whole frames in turn: all phases of a frame on one replica
         actors = [Actor(a, [phase_time(p) for p in ps], processor=a,
-                        concurrency=(concurrency or {}).get(a, 1))
+                        concurrency=(concurrency or {}).get(a, 1), attrs={"replicate": "cycle"})
                   for a, ps in self.phases.items()]
         channels = []
         for c in self.channels:
