@@ -21,12 +21,20 @@ def _num(x: float | None, fmt: str = "{:g}") -> str:
 
 @platform_app.command("detect")
 def detect(output: Optional[Path] = typer.Option(None, "-o", "--output",
-                                                 help="write the YAML here instead of printing it")
+                                                 help="write the YAML here instead of printing it"),
+           cluster: Optional[str] = typer.Option(None, "--cluster",
+                                                 help="a running Ray cluster (ray://ADDR or auto): "
+                                                      "describe every node and measure the links")
            ) -> None:
     """Detect this machine's cores, clusters (by max frequency) and CUDA GPUs, as platform YAML."""
     from hetflow.platform import detect_platform, dump_platform
 
-    text = dump_platform(detect_platform())
+    if cluster is not None:
+        from hetflow.platform.cluster import detect_cluster, dump_cluster
+
+        text = dump_cluster(detect_cluster(cluster))
+    else:
+        text = dump_platform(detect_platform())
     if output is None:
         print(text, end="")
         return

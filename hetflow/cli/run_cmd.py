@@ -42,6 +42,8 @@ def register(app: typer.Typer) -> None:
         model: Optional[str] = typer.Option(None, "--model", help="model path if it moved"),
         json_out: bool = typer.Option(False, "--json"),
         stall_timeout: float = typer.Option(30.0, "--stall-timeout"),
+        engine: str = typer.Option("local", "--engine", help="local (threads) or ray"),
+        address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address"),
     ) -> None:
         """Run a plan's CSDF application on this machine; outputs are checked in order."""
         from hetflow.mapping.plan import Plan
@@ -49,10 +51,23 @@ def register(app: typer.Typer) -> None:
 
         plan = Plan.load(plan_path)
         graph = load_plan_model(plan, model)
+        from hetflow.errors import InputError
+
+        if engine not in ("local", "ray"):
+            raise InputError(f"--engine {engine!r}: use local or ray")
+        if address and engine != "ray":
+            raise InputError("--address goes with --engine ray")
         with console.status("preparing sessions ...") as status:
-            report = run_plan(plan, graph, frames, warmup, input_spec, check, trace_path=trace,
-                              stall_timeout=stall_timeout,
-                              progress=lambda s: status.update(s))
+            if engine == "ray":
+                from hetflow.runtime.ray_engine import run_plan_ray
+
+                report = run_plan_ray(plan, graph, frames, warmup, input_spec, check,
+                                      trace_path=trace, stall_timeout=stall_timeout,
+                                      progress=lambda s: status.update(s), address=address)
+            else:
+                report = run_plan(plan, graph, frames, warmup, input_spec, check,
+                                  trace_path=trace, stall_timeout=stall_timeout,
+                                  progress=lambda s: status.update(s))
         if json_out:
             print_json(report.to_dict())
             return

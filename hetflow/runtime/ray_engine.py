@@ -1,8 +1,9 @@
 """Run a plan's CSDF application on Ray: one Ray actor per processing element, on its node.
 
 Mirrors the local engine (`hetflow.runtime.engine`): an actor replicated on k elements has k
-workers and member `pattern[f % len(pattern)]` takes frame f; each worker fires its actor's
-phases in Algorithm 2's cyclic order, keeps the tensors a later phase of the same frame reads in
+workers; with static dispatch member `pattern[f % len(pattern)]` takes frame f, with dynamic
+dispatch (the default) the least-loaded member does; each worker fires its actor's phases in
+Algorithm 2's cyclic order, keeps the tensors a later phase of the same frame reads in
 its own memory, and receives the others through channels; outputs are collected in input order
 and checked against the same reference.
 
@@ -18,10 +19,10 @@ guarantees give the local engine's semantics:
   pressure, counted in frames (see `default_inflight`).
 
 Why not Ray compiled graphs: a compiled graph runs every node once per `execute`, but a replica
-group's member takes only the frames its dispatch pattern gives it, an actor's later phases read
-tensors kept from its earlier ones, and a channel's shape is fixed at compile time; unrolling a
-whole dispatch period into one execute would make the graph grow with the pattern lengths.
-docs/ray.md has the measured per-frame overheads of both transports.
+group's member takes only some frames (by a pattern, or dynamically), and its zero-copy channel
+buffers may not be held across executions while a worker keeps tensors for later phases. Where
+it fits (no replica groups) it measured slower than plain calls on a 2-core machine
+(`python -m hetflow.bench.ray_bench --compiled`; numbers in docs/ray.md).
 
 Faults: every wait on Ray has a timeout. A phase that raises stops the run with RuntimeFault
 naming element, node, stage, phase and layers; a lost actor or node stops it naming the element
@@ -33,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -280,6 +282,10 @@ class RayPipeline:
         self.plan, self.graph = plan, graph
         self.firings = firing_order(plan.app)
         self.patterns = {a: plan.mapping.pattern(a) for a in plan.app.phases}
+        self.static = plan.mapping.dispatch_mode == "static"
+        # per replica member: the last firing of each frame it was given and has not finished
+        self.outstanding: dict[str, deque] = {}
+        self.frames_taken: dict[str, int] = {}
         self.workers: dict[str, _Worker] = {}
         self._check_resources(ray)
         plan_dict = plan.to_dict()
@@ -307,6 +313,7 @@ class RayPipeline:
                 handle = cls.options(**opts).remote(plan_dict, actor, el, node, subnets_ref, trace)
                 self.workers[el] = _Worker(el, actor, node, handle, {})
         self.by_actor_id = {w.handle._actor_id.hex(): w for w in self.workers.values()}
+        self._busy_before: dict[str, float] = {}
         refs = {el: w.handle.ready.remote() for el, w in self.workers.items()}
         deadline = time.monotonic() + start_timeout
         for el, ref in refs.items():
@@ -340,11 +347,11 @@ class RayPipeline:
             on_frame: Callable[[int], None] | None = None, max_inflight: int | None = None
             ) -> tuple[RunReport, dict[int, dict[str, np.ndarray]]]:
         window = max_inflight or default_inflight(self.plan)
+        self.frames_taken = {}
         pending: list[_Frame] = []
         done_at: list[float] = []
         latencies: list[float] = []
         kept: dict[int, dict[str, np.ndarray]] = {}
-        busy0 = self._busy()
         complete = True
         t_start = time.perf_counter()
         try:
@@ -358,7 +365,10 @@ class RayPipeline:
                               keep_outputs, on_frame)
         except KeyboardInterrupt:
             complete = False
-        busy = {el: b - busy0.get(el, 0.0) for el, b in self._busy().items()}
+        # workers count busy seconds since they started: take off what earlier runs counted
+        now = self._busy()
+        busy = {el: b - self._busy_before.get(el, 0.0) for el, b in now.items()}
+        self._busy_before.update(now)
         return self._report(done_at, latencies, warmup, busy, t_start, complete), kept
 
     def _submit(self, f: int, x: dict[str, np.ndarray]) -> _Frame:
@@ -368,21 +378,48 @@ class RayPipeline:
             if t not in x:
                 raise InputError(f"frame {f}: the input source gave no tensor {t!r}")
             refs[t] = ray.put(x[t])  # one copy in the object store, shared by every reader
+        member = {a: self._member(a, f) for a in self.plan.app.phases}
         tasks = []
         for fi in self.firings:
-            pat = self.patterns[fi.actor]
-            m = pat[f % len(pat)]
-            w = self.workers[group_members(fi.actor)[m]]
+            m = member[fi.actor]
+            el = group_members(fi.actor)[m]
             args = [refs[t] for t in fi.source_inputs + fi.recv]
-            out = w.handle.fire.options(num_returns=1 + len(fi.returns)).remote(f, fi.phase, *args)
+            out = self.workers[el].handle.fire.options(num_returns=1 + len(fi.returns)).remote(
+                f, fi.phase, *args)
             if fi.returns:
                 refs.update(zip(fi.returns, out[1:]))
                 stamp = out[0]
             else:
                 stamp = out
             tasks.append((fi, m, stamp))
+            if fi.last:
+                self.frames_taken[el] = self.frames_taken.get(el, 0) + 1
+                if el in self.outstanding:
+                    self.outstanding[el].append(stamp)
         outs = {t: refs[t] for t in self.graph.outputs}
         return _Frame(f, tasks, outs, tasks[0][2])
+
+    def _member(self, actor: str, f: int) -> int:
+        """The member of `actor` that takes frame f: by the dispatch pattern (static mode), or
+        the member with the fewest frames given and not finished (dynamic mode, the local
+        engine's default: there the next frame goes to whichever member is free; here the
+        driver decides when it submits, so it gives the frame to the least-loaded member)."""
+        members = group_members(actor)
+        if len(members) == 1:
+            return 0
+        if self.static:
+            pat = self.patterns[actor]
+            return pat[f % len(pat)]
+        loads = []
+        for el in members:
+            q = self.outstanding.setdefault(el, deque())
+            if q:
+                ready, _ = self.ray.wait(list(q), num_returns=len(q), timeout=0)
+                done = set(ready)
+                while q and q[0] in done:  # a member finishes its frames in order
+                    q.popleft()
+            loads.append(len(q))
+        return min(range(len(members)), key=lambda j: (loads[j], j))
 
     def _collect(self, fr: _Frame, stall_timeout: float, done_at, latencies, kept, keep,
                  on_frame) -> None:
@@ -517,7 +554,8 @@ class RayPipeline:
             thr, window = float("nan"), 0.0
         wall = (done_at[-1] - t_start) if n else 0.0
         util = {el: min(1.0, b / wall) for el, b in busy.items()} if n and wall > 0 else {}
-        nodes = {el: {"node": w.node, **w.info} for el, w in self.workers.items()}
+        nodes = {el: {"node": w.node, "frames": self.frames_taken.get(el, 0), **w.info}
+                 for el, w in self.workers.items()}
         return RunReport("plan", n, w, thr, latency_stats(latencies[w:]), util,
                          dict(self.plan.predicted), complete=complete,
                          notes={"wall_s": wall, "window_s": window, "engine": "ray",

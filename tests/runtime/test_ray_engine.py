@@ -1,0 +1,219 @@
+"""The Ray engine on a local three-node Ray cluster (ray.cluster_utils.Cluster): plans across
+nodes give the reference outputs in order, workers land on their nodes, a killed worker stops the
+run naming its element and node; without Ray, `run_plan_ray` says how to get it. The firing order
+(the driver's static schedule) is checked on random DAGs and mappings without Ray."""
+import sys
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from hetflow.dataflow.csdf import cnn_to_csdf
+from hetflow.errors import InputError, RuntimeFault
+from hetflow.model.synthetic import random_cnn_graph
+from hetflow.runtime.ray_engine import RAY_MISSING, firing_order, run_plan_ray
+
+NODES = ("n0", "n1", "n2")
+GRAPHS = {s: random_cnn_graph(16, s) for s in range(4)}
+
+
+# ---- without a cluster ------------------------------------------------------------------------
+@settings(max_examples=40, deadline=None)
+@given(seed=st.sampled_from(sorted(GRAPHS)), data=st.data(),
+       policy=st.sampled_from(["paper", "maximal"]))
+def test_firing_order_puts_producers_first_and_phases_in_order(seed, data, policy):
+    graph = GRAPHS[seed]
+    assignment = {l.name: data.draw(st.sampled_from(["a", "b", "c"])) for l in graph.layers}
+    app = cnn_to_csdf(graph, assignment, policy)
+    order = firing_order(app)
+    pos = {(f.actor, f.phase): i for i, f in enumerate(order)}
+    assert sorted(pos) == sorted((a, p.index) for a, ps in app.phases.items() for p in ps)
+    for c in app.channels:
+        assert pos[(c.src, c.src_phase)] < pos[(c.dst, c.dst_phase)]
+    for a, ps in app.phases.items():
+        assert [pos[(a, p.index)] for p in ps] == sorted(pos[(a, p.index)] for p in ps)
+    for f in order:  # a firing returns every tensor it sends and every model output it makes
+        sent = {c.tensor for c in app.channels if c.src == f.actor and c.src_phase == f.phase}
+        assert sent <= set(f.returns)
+    assert {t for f in order for t in f.returns} >= set(app.model_outputs)
+
+
+def test_without_ray_says_how_to_get_it(plan_for, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
+    graph = GRAPHS[0]
+    plan = plan_for(graph, {l.name: "pe0" for l in graph.layers})
+    with pytest.raises(InputError, match=r"--engine ray needs Ray: pip install 'hetflow\[ray\]'"):
+        run_plan_ray(plan, graph, frames=4)
+    assert RAY_MISSING == "--engine ray needs Ray: pip install 'hetflow[ray]'"
+
+
+# ---- on a local three-node Ray cluster --------------------------------------------------------
+@pytest.fixture(scope="module")
+def cluster():
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'hetflow[ray]')")
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    c = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "object_store_memory": 100 * 2 ** 20, "include_dashboard": False,
+        "resources": {"hetflow_node_n0": 1}})
+    for n in NODES[1:]:
+        c.add_node(num_cpus=1, object_store_memory=100 * 2 ** 20,
+                   resources={f"hetflow_node_{n}": 1})
+    ray.init(address=c.address, log_to_driver=False)
+    try:
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def node_ids(ray):
+    return {r[len("hetflow_node_"):]: n["NodeID"] for n in ray.nodes() if n["Alive"]
+            for r in n["Resources"] if r.startswith("hetflow_node_")}
+
+
+def test_plan_across_nodes_equals_reference_in_order(cluster, plan_for, tmp_path):
+    import json
+
+    import ray
+
+    graph = GRAPHS[1]
+    names = [l.name for l in graph.layers]
+    # three stages on three nodes; the middle one replicated across two nodes by a weighted
+    # dispatch pattern (two frames of three to n1)
+    stage = {0: "n0:pe0", 1: "n1:pe1|n2:pe2", 2: "n2:pe3"}
+    assignment = {l: stage[min(2, 3 * i // len(names))] for i, l in enumerate(names)}
+    plan = plan_for(graph, assignment, dispatch={"n1:pe1|n2:pe2": [0, 1, 0]})
+    plan.mapping.dispatch_mode = "static"
+    report = run_plan_ray(plan, graph, frames=14, warmup=2, check="all", stall_timeout=60,
+                          trace_path=tmp_path / "trace.json")
+    assert report.frames == 14 and report.checked_frames == 14
+    assert report.max_abs_error < 1e-4
+    ids = node_ids(ray)
+    for el, w in report.notes["workers"].items():
+        node = el.split(":")[0]
+        assert w["node"] == node and w["node_id"] == ids[node], el
+    assert report.throughput > 0
+    trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    fired = [e for e in trace if e["ph"] == "X"]
+    assert len(fired) == 14 * sum(len(ps) for ps in plan.app.phases.values())
+    by_member = {}  # dispatch pattern [0, 1, 0]: n1:pe1 takes frames 0, 2, 3, 5, ...
+    tracks = {e["tid"]: e["args"]["name"] for e in trace if e["ph"] == "M"}
+    for e in fired:
+        by_member.setdefault(tracks[e["tid"]], set()).add(e["args"]["frame"])
+    assert by_member["n1:pe1"] == {f for f in range(14) if f % 3 != 1}
+    assert by_member["n2:pe2"] == {f for f in range(14) if f % 3 == 1}
+
+
+def test_dynamic_dispatch_gives_every_frame_to_one_member_in_order(cluster, plan_for):
+    graph = GRAPHS[3]
+    names = [l.name for l in graph.layers]
+    # the replica group comes first and last: frames leave it out of order, arrive in order
+    stage = {0: "n1:pe1|n2:pe2", 1: "n0:pe0", 2: "n2:pe3|n0:pe4"}
+    assignment = {l: stage[min(2, 3 * i // len(names))] for i, l in enumerate(names)}
+    plan = plan_for(graph, assignment)
+    assert plan.mapping.dispatch_mode == "dynamic"
+    report = run_plan_ray(plan, graph, frames=16, warmup=2, check="all", stall_timeout=60)
+    assert report.checked_frames == 16 and report.max_abs_error < 1e-4
+    taken = {el: w["frames"] for el, w in report.notes["workers"].items()}
+    assert taken["n1:pe1"] + taken["n2:pe2"] == 16 and taken["n2:pe3"] + taken["n0:pe4"] == 16
+    assert taken["n0:pe0"] == 16 and min(taken.values()) > 0
+
+
+def test_killing_a_worker_stops_the_run_naming_element_and_node(cluster, plan_for):
+    import ray
+
+    graph = GRAPHS[2]
+    names = [l.name for l in graph.layers]
+    assignment = {l: ("n0:pe0" if i < len(names) // 2 else "n1:pe1") for i, l in enumerate(names)}
+    plan = plan_for(graph, assignment, policy="maximal")
+
+    def kill_at_frame_3(f):
+        if f == 3:
+            victim = [n for n in ray.util.list_named_actors() if n.startswith("hetflow-n1:pe1-")]
+            ray.kill(ray.get_actor(victim[0]))
+
+    with pytest.raises(RuntimeFault, match=r"element n1:pe1 on node n1 .*was lost"):
+        run_plan_ray(plan, graph, frames=400, warmup=0, check="none", stall_timeout=60,
+                     on_frame=kill_at_frame_3)
+
+
+def test_a_worker_that_cannot_start_is_named(cluster, plan_for):
+    from dataclasses import replace
+
+    graph = GRAPHS[3]
+    plan = plan_for(graph, {l.name: "n2:pe0" for l in graph.layers})
+    plan.elements["n2:pe0"] = replace(plan.elements["n2:pe0"], backend="none")
+    with pytest.raises(RuntimeFault, match=r"^element n2:pe0 \(node n2\): its Ray worker failed "
+                       r"to start: element n2:pe0 \(node n2\): cannot prepare "
+                       r".*no hetflow backend"):
+        run_plan_ray(plan, graph, frames=4)
+
+
+def test_a_failing_phase_stops_the_run_naming_element_node_stage_and_layers(cluster, plan_for):
+    import numpy as np
+
+    from hetflow.runtime.inputs import random_source
+    from hetflow.runtime.ray_engine import RayPipeline
+
+    graph = GRAPHS[0]
+    names = [l.name for l in graph.layers]
+    plan = plan_for(graph, {l: ("n1:pe0" if i < 8 else "n2:pe1") for i, l in enumerate(names)},
+                    policy="maximal")
+    good = random_source(graph)
+
+    def source(f):  # frame 5 has a wrong shape: the first stage's session rejects it
+        return good(f) if f != 5 else {t: np.zeros((1, 1), np.float32) for t in graph.inputs}
+
+    pipe = RayPipeline(plan, graph)
+    try:
+        with pytest.raises(RuntimeFault, match=r"element n1:pe0 \(node n1\), stage n1:pe0 phase 0 "
+                           rf"\(layers {names[0]}\.\.{names[7]}\), frame 5: BackendError"):
+            pipe.run(source, 12, stall_timeout=60)
+    finally:
+        pipe.close()
+
+
+def test_element_on_a_missing_node_is_refused_by_name(cluster, plan_for):
+    graph = GRAPHS[0]
+    plan = plan_for(graph, {l.name: "n9:pe0" for l in graph.layers})
+    with pytest.raises(InputError, match=r"element n9:pe0: .*'hetflow_node_n9'"):
+        run_plan_ray(plan, graph, frames=4)
+
+
+def test_detect_cluster_names_nodes_and_measures_links(cluster):
+    from hetflow.platform.cluster import detect_cluster
+
+    c = detect_cluster(None, sizes=(1 << 10, 4 << 20), repeats=2)
+    assert sorted(n.name for n in c.nodes) == sorted(NODES)
+    for n in c.nodes:
+        assert n.platform.cores and n.resources["CPU"] == 1.0
+        assert n.placement == {f"hetflow_node_{n.name}": 0.001}
+        assert n.local_link is not None and n.local_link.time(1 << 20) > 0
+    for a in NODES:
+        for b in NODES:
+            if a != b:
+                link = c.link(a, b)  # a fit of noisy timings: only its form is certain
+                assert link.a >= 0 and link.b >= 0 and link.time(4 << 20) >= link.time(1 << 10) > 0
+
+
+def test_a_stalled_worker_is_named_after_the_stall_timeout(cluster, plan_for):
+    import time
+
+    from hetflow.runtime.inputs import random_source
+    from hetflow.runtime.ray_engine import RayPipeline
+
+    graph = GRAPHS[0]
+    names = [l.name for l in graph.layers]
+    plan = plan_for(graph, {l: ("n1:pe0" if i < 8 else "n2:pe1") for i, l in enumerate(names)},
+                    policy="maximal")
+    pipe = RayPipeline(plan, graph)
+    try:
+        # the same caller's calls run in order: the first stage's worker hangs before frame 0
+        pipe.workers["n1:pe0"].handle.__ray_call__.remote(lambda self: time.sleep(5))
+        with pytest.raises(RuntimeFault, match=r"stall: no frame completed for 1 s at frame 0; "
+                           r"n1:pe0 \(node n1\) has not finished stage n1:pe0 phase 0$"):
+            pipe.run(random_source(graph), 6, stall_timeout=1.0)
+    finally:
+        pipe.close()
