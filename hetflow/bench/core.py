@@ -15,9 +15,9 @@ from hetflow.runtime.report import RunReport
 @dataclass
 class BenchSettings:
     strategies: list[str] = field(default_factory=lambda: ["pipeline", "single"])
-    frames: int = 300
-    warmup: int = 30
-    baseline_seconds: float = 4.0
+    frames: int = 200
+    warmup: int = 20
+    baseline_seconds: float = 3.0
     profile_repeats: int = 10
     capacity: int = 2
     seed: int = 0

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from hetflow.errors import InputError
 from hetflow.mapping.problem import Problem
 from hetflow.mapping.strategies.base import get_strategy
 from hetflow.model import resolve_model
@@ -57,12 +58,12 @@ def synthetic_problem(model: str, n_cores: int = 16, gpu_speedup: float = GPU_SP
 
 
 def bench(models: list[str], strategies: list[str], options: dict[str, dict[str, Any]] | None
-          = None, seed: int = 0, out=print) -> list[dict[str, Any]]:
+          = None, seed: int = 0, out=print, n_cores: int = 16) -> list[dict[str, Any]]:
     """Run every strategy on every model; returns rows (and prints them as they come)."""
     options = options or {}
     rows = []
     for model in models:
-        problem = synthetic_problem(model)
+        problem = synthetic_problem(model, n_cores)
         for name in strategies:
             label = name.partition("@")[0]
             opts = options.get(name, {})
@@ -72,17 +73,24 @@ def bench(models: list[str], strategies: list[str], options: dict[str, dict[str,
                     f"skipped (more than {limit} layers)")
                 continue
             t0, c0 = time.perf_counter(), time.process_time()
-            res = get_strategy(label)(problem, seed=seed, **opts)
+            try:
+                res = get_strategy(label)(problem, seed=seed, **opts)
+            except InputError as err:  # e.g. exhaustive on more than 4 elements
+                out(f"{model:14s} {len(problem.graph.layers):4d} layers  {name:22s} "
+                    f"skipped ({err})")
+                continue
             seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
             row = {"model": model, "layers": len(problem.graph.layers), "strategy": name,
                    "fps": res.metrics.throughput, "latency_ms": res.metrics.latency * 1e3,
                    "actors": len(res.best.actors), "seconds": seconds, "cpu_seconds": cpu,
                    "evaluations": res.evaluations}
-            for key in ("status", "objective_us", "returned"):
+            for key in ("status", "objective_us", "returned", "ga_best_throughput"):
                 if key in res.notes:
                     row[key] = res.notes[key]
             rows.append(row)
             extra = ", ".join(f"{k}={row[k]}" for k in ("status", "returned") if k in row)
+            if "ga_best_throughput" in row:  # what the GA's own best chromosome predicts
+                extra += f", ga's own best {row['ga_best_throughput']:.1f} fps"
             out(f"{model:14s} {len(problem.graph.layers):4d} layers  {name:22s} "
                 f"{row['fps']:9.1f} fps  {seconds:7.2f} s ({cpu:6.2f} s cpu)  "
                 f"{row['actors']:3d} actors  {extra}")

@@ -24,6 +24,24 @@ def load_problem(model: str, profile_path: Path, platform_arg: Optional[str],
     return graph, platform, problem_from_profile(graph, prof, platform, capacity), fuse
 
 
+def parse_options(items: Optional[list[str]]) -> dict:
+    """['fitness=throughput', 'pop_size=64'] -> {'fitness': 'throughput', 'pop_size': 64}."""
+    import json
+
+    from hetflow.errors import InputError
+
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise InputError(f"--option {item!r}: expected KEY=VALUE, e.g. fitness=throughput")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
 def print_plan(plan, title: str = "plan") -> None:
     from hetflow.mapping.planner import describe_stages
 
@@ -58,6 +76,11 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json"),
         pareto: Optional[Path] = typer.Option(None, "--pareto", help="write the front as CSV (+PNG)"),
         input_shape: Optional[list[str]] = typer.Option(None, "--input-shape"),
+        option: Optional[list[str]] = typer.Option(None, "--option", "-O",
+                                                   help="strategy option KEY=VALUE, e.g. "
+                                                        "fitness=throughput (repeatable)"),
+        latency_cap_ms: Optional[float] = typer.Option(None, "--latency-cap-ms",
+                                                       help="best throughput within this latency"),
     ) -> None:
         """Search a mapping of the model's layers onto the platform's elements; write a plan."""
         from hetflow.errors import InputError
@@ -65,8 +88,11 @@ def register(app: typer.Typer) -> None:
 
         if capacity < 1:
             raise InputError("--capacity must be at least 1 frame")
+        opts = parse_options(option)
+        if latency_cap_ms is not None:
+            opts["latency_cap"] = latency_cap_ms / 1e3
         graph, plat, problem, fuse = load_problem(model, profile, platform, capacity, input_shape)
-        plan, result = search_plan(problem, strategy, plat.name, seed, fuse)
+        plan, result = search_plan(problem, strategy, plat.name, seed, fuse, **opts)
         if output:
             plan.save(output)
         if pareto:

@@ -55,21 +55,20 @@ def get_strategy(name: str) -> Callable[..., SearchResult]:
 
 
 def configurations(problem: Problem) -> list[list[str]]:
-    """Element sets usable together: the problem's own list, or every maximal set of
-    pairwise core-disjoint elements when the problem gives none (fine for small platforms)."""
+    """Element sets usable together: the problem's own list, or else every maximal set of
+    pairwise core-disjoint elements (the maximal cliques of the compatibility graph)."""
     if problem.configurations:
         return [list(c) for c in problem.configurations]
+    import networkx as nx
+
     names = [e.name for e in problem.elements]
     idx = problem.element_index
-    out: list[list[str]] = []
-    for r in range(len(names), 0, -1):
-        for combo in itertools.combinations(names, r):
-            if any(problem.conflicts[idx[a], idx[b]] for a, b in itertools.combinations(combo, 2)):
-                continue
-            if any(set(combo) <= set(o) for o in out):
-                continue
-            out.append(list(combo))
-    return out
+    g = nx.Graph()
+    g.add_nodes_from(names)
+    g.add_edges_from((a, b) for a, b in itertools.combinations(names, 2)
+                     if not problem.conflicts[idx[a], idx[b]])
+    cliques = [sorted(c, key=idx.get) for c in nx.find_cliques(g)]
+    return sorted(cliques, key=lambda c: (-len(c), [idx[n] for n in c]))
 
 
 def replica_groups(problem: Problem, elements: list[str], max_size: int | None = None

@@ -42,7 +42,7 @@ import numpy as np
 from hetflow.errors import InfeasibleError, InputError
 
 from ..mapping import group_members
-from ..problem import Problem, evaluate
+from ..problem import Problem
 from .base import SearchResult, configurations
 
 
@@ -130,11 +130,25 @@ def _budgets(problem: Problem, layer: str, elements: list[str],
     return caps, skipped
 
 
+def _import_cvxpy():
+    """cvxpy looks for its solvers by importing them, highspy among them, whose libhighs has the
+    same soname as the one OR-Tools bundles: whichever loads first serves both, and CP-SAT
+    (`ilp`) then fails to load. Loading OR-Tools first keeps both usable (cvxpy's GP solvers
+    do not need HiGHS)."""
+    try:
+        from ortools.sat.python import cp_model  # noqa: F401
+    except ImportError:
+        pass
+    import cvxpy
+
+    return cvxpy
+
+
 def solve_split(models: dict[str, PartModel], caps: dict[str, dict[str, float]] | None = None,
                 method: str = "condensation", tol: float = 1e-4, max_iter: int = 50
                 ) -> tuple[dict[str, float], float, dict]:
     """Fractions minimising max_e t_e(x_e) with sum x_e = 1, over all the given elements."""
-    import cvxpy as cp
+    cp = _import_cvxpy()
 
     names = list(models)
     n = len(names)
@@ -199,8 +213,8 @@ def channel_split(fractions: dict[str, float], channels: int) -> dict[str, int]:
     """Whole output channels per element (largest remainder)."""
     raw = {e: f * channels for e, f in fractions.items()}
     counts = {e: int(np.floor(v)) for e, v in raw.items()}
-    for e in sorted(raw, key=lambda e: raw[e] - counts[e], reverse=True)[:channels
-                                                                          - sum(counts.values())]:
+    short = channels - sum(counts.values())
+    for e in sorted(raw, key=lambda e: raw[e] - counts[e], reverse=True)[:short]:
         counts[e] += 1
     return counts
 
@@ -256,8 +270,8 @@ def search(problem: Problem, seed: int = 0, layer: str | None = None,
         "resources_skipped": skipped, "solver": info,
         "base_strategy": base, "base_throughput": based.metrics.throughput,
     }
-    return SearchResult(mapping, based.metrics if based.metrics else evaluate(problem, mapping),
-                        [], based.evaluations, time.perf_counter() - t0, None, notes)
+    return SearchResult(mapping, based.metrics, [], based.evaluations, time.perf_counter() - t0,
+                        None, notes)
 
 
 __all__ = ["search", "solve_split", "part_models", "heaviest_conv", "channel_split", "PartModel"]

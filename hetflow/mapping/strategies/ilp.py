@@ -1,6 +1,7 @@
 """Kang et al.'s task-clustering ILP (2020, Section IV.A, Eq. 1-8), solved to optimality with
 OR-Tools CP-SAT (default; parallel workers) or HiGHS (`solver="highs"`, scipy.optimize.milp,
-exact in floating point; much slower on the larger zoo models).
+exact in floating point; much slower on the larger zoo models, and the fallback when OR-Tools
+cannot load). `notes["solver"]` says which ran.
 
 Layers L_1..L_n in topological order, processing elements PE_1..PE_m of one configuration.
 Binary M[i,j]: L_i runs on PE_j (Eq. 1: exactly one). dep[i,j]: some predecessor of L_i is on
@@ -152,6 +153,7 @@ class IlpSolution:
     gap: float | None
     cluster_times_us: dict[str, float]
     seconds: float
+    solver: str
 
 
 def _predecessors(problem: Problem) -> list[list[int]]:
@@ -254,6 +256,8 @@ def solve_config(problem: Problem, config: list[str], use_all: bool = False,
                 for i in range(n):
                     mdl.add({M[i][b]: 1.0, **{M[k][a]: -1.0 for k in range(i)}}, ub=0.0)
                 break
+    if solver == "cpsat" and not _cpsat_loads():
+        solver = "highs"  # see _cpsat_loads; same model, exact, slower on large models
     if solver == "highs":
         res = mdl.solve_highs(time_limit, gap=1e-9)
     elif solver == "cpsat":
@@ -271,7 +275,17 @@ def solve_config(problem: Problem, config: list[str], use_all: bool = False,
                   for i, layer in enumerate(g.layers)}
     ct = cluster_times(problem, config, assignment)
     return IlpSolution(assignment, max(ct.values()), res.status, res.gap, ct,
-                       time.perf_counter() - t0)
+                       time.perf_counter() - t0, solver)
+
+
+def _cpsat_loads() -> bool:
+    """False when OR-Tools cannot load: not installed, or another HiGHS library (highspy, which
+    cvxpy imports) was loaded first under the soname OR-Tools' bundled one has."""
+    try:
+        from ortools.sat.python import cp_model  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _add_schedule(mdl: _Model, M, E, edges, T, n: int, m: int) -> None:
@@ -363,7 +377,7 @@ def search(problem: Problem, seed: int = 0, use_all: bool = False, schedule: boo
              "optimal": "optimal within Kang et al.'s task-clustering formulation (Eq. 1-8, "
                         "Eq. 4 as '<= 1'" + (", printed '= 1'" if use_all else "") + ")"
                         if best.status == "optimal" else "not proven optimal (time limit)",
-             "solver": solver, "configurations": len(sols),
+             "solver": best.solver, "configurations": len(sols),
              "eq5_6_schedule": schedule}
     return SearchResult(mapping, evaluate(problem, mapping), [], len(sols),
                         time.perf_counter() - t0, None, notes)

@@ -90,7 +90,8 @@ def _search(problem: Problem, algorithm: str, seed: int = 0, pop_size: int = 40,
     names = list(objectives or OBJECTIVES)
     unknown = [n for n in names if n not in OBJECTIVES]
     if unknown or not names:
-        raise InputError(f"{algorithm}: unknown objective(s) {unknown} (use {', '.join(OBJECTIVES)})")
+        raise InputError(f"{algorithm}: unknown objective(s) {unknown} "
+                         f"(use {', '.join(OBJECTIVES)})")
     if util_scope not in ("element", "average"):
         raise InputError(f"{algorithm}: util_scope must be 'element' or 'average', "
                          f"not {util_scope!r}")

@@ -56,7 +56,9 @@ def _best_split(prefix: np.ndarray, seq: list[ResourceType], overhead: float):
     choice = np.zeros((k, n + 1), dtype=np.int64)
     for s, t in enumerate(seq):
         p = prefix[:, t.column]
-        cost = (p[None, :] - p[:, None]) / t.size + overhead  # cost[i, j]: layers i..j-1
+        with np.errstate(invalid="ignore"):
+            cost = (p[None, :] - p[:, None]) / t.size + overhead  # cost[i, j]: layers i..j-1
+        cost[np.isnan(cost)] = np.inf  # a layer that cannot run there (inf - inf)
         cand = np.maximum(best[:, None], cost)
         cand[np.tril_indices(n + 1)] = np.inf  # stages are non-empty: i < j
         choice[s] = np.argmin(cand, axis=0)

@@ -1,0 +1,99 @@
+"""Geometric-programming split of one layer (Carballo-Hernandez et al.)."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from hetflow.errors import InputError
+from hetflow.mapping.strategies import gp, pipeline
+from hetflow.model.graph import CnnGraph
+from hetflow.platform.spec import ProcessingElement
+
+
+def exact_split(models: dict[str, gp.PartModel]) -> dict[str, float]:
+    """min max_e (a_e x_e + c_e), sum x = 1, all linear: equal times T, by bisection."""
+    lo, hi = 0.0, max(m.a + m.c for m in models.values())
+    for _ in range(200):
+        t = (lo + hi) / 2
+        if sum(max(0.0, (t - m.c) / m.a) for m in models.values()) >= 1:
+            hi = t
+        else:
+            lo = t
+    return {e: max(0.0, (hi - m.c) / m.a) for e, m in models.items()}
+
+
+@pytest.mark.parametrize("method", ["condensation", "penalty"])
+def test_three_times_faster_gets_three_quarters(method):
+    models = {"fast": gp.PartModel(1e-3, 1.0, 0.0, False),
+              "slow": gp.PartModel(3e-3, 1.0, 0.0, False)}
+    fr, t, info = gp.solve_split(models, method=method)
+    assert fr["fast"] == pytest.approx(0.75, abs=1e-4)
+    assert fr["slow"] == pytest.approx(0.25, abs=1e-4)
+    assert t == pytest.approx(0.75e-3, rel=1e-4)
+    assert info["method"] == method
+
+
+@pytest.mark.parametrize("method", ["condensation", "penalty"])
+def test_fixed_costs_match_the_exact_split(method):
+    models = {"a": gp.PartModel(1e-3, 1.0, 1e-5, False),
+              "b": gp.PartModel(2.5e-3, 1.0, 4e-5, False),
+              "c": gp.PartModel(4e-3, 1.0, 2e-5, False)}
+    fr, _, _ = gp.solve_split(models, method=method)
+    want = exact_split(models)
+    for e in models:
+        assert fr[e] == pytest.approx(want[e], abs=2e-4)
+
+
+def test_fitted_power_law_from_samples(factory):
+    p = factory.problem(6, factory.elements(1, 1, power=False), seed=1,
+                        call_overhead=0.0, transfer=lambda n, a, b: 0.0)
+    layer = gp.heaviest_conv(p)
+    xs = np.linspace(0.1, 1.0, 6)
+    samples = {"gpu0": [(x, 2e-4 * x ** 0.5 + 1e-5) for x in xs]}  # a wide device: sublinear
+    models = gp.part_models(p, layer, ["cpu0", "gpu0"], "cpu0", samples)
+    assert models["gpu0"].fitted and models["gpu0"].b == pytest.approx(0.5, abs=1e-3)
+    assert not models["cpu0"].fitted and models["cpu0"].b == 1.0
+    fr, t, _ = gp.solve_split(models)
+    assert models["cpu0"](fr["cpu0"]) == pytest.approx(t, rel=1e-3)
+    assert models["gpu0"](fr["gpu0"]) == pytest.approx(t, rel=1e-3)  # balanced
+
+
+def test_search_keeps_pipeline_mapping_and_recommends_a_split(factory):
+    els = [ProcessingElement("cpu0", "cpu", (0,), cluster="c"),
+           ProcessingElement("cpu1", "cpu", (1,), cluster="d")]
+    p = factory.problem(8, els, seed=2, call_overhead=0.0, transfer=lambda n, a, b: 0.0)
+    p.layer_times[:, 1] = 3 * p.layer_times[:, 0]  # cpu1: three times slower on every layer
+    res = gp.search(p)
+    assert res.best.key() == pipeline.search(p).best.key()
+    notes = res.notes
+    assert notes["layer"] == gp.heaviest_conv(p)
+    assert "not applied" in notes["recommendation"]
+    assert notes["fractions"]["cpu0"] == pytest.approx(0.75, abs=1e-3)
+    assert sum(notes["channels"].values()) == p.graph.tensors[
+        p.graph.layer(notes["layer"]).outputs[0]].shape[1]
+    assert notes["linear_assumption"] == ["cpu0", "cpu1"]
+    assert notes["speedup"] == pytest.approx(4 / 3, rel=1e-3)
+
+
+def test_resource_budget_caps_a_fraction(factory):
+    els = [ProcessingElement("cpu0", "cpu", (0,), cluster="c"),
+           ProcessingElement("fpga0", "accel", (), model="fpga", resources={"alm": 300.0})]
+    p = factory.problem(8, els, seed=3, call_overhead=0.0, transfer=lambda n, a, b: 0.0)
+    p.layer_times[:, 1] = p.layer_times[:, 0] / 10  # the FPGA would take most of the layer
+    res = gp.search(p, resource_use={"alm": 1000.0}, elements=["cpu0", "fpga0"])
+    assert res.notes["fractions"]["fpga0"] == pytest.approx(0.3, abs=1e-3)
+    skipped = gp.search(p, elements=["cpu0", "fpga0"]).notes["resources_skipped"]
+    assert skipped == ["fpga0.alm: no resource_use given"]
+
+
+def test_no_conv_layer(factory):
+    p = factory.problem(4, factory.elements(2), seed=0)
+    g = p.graph
+    relus = [dataclasses.replace(l, op_type="Relu") for l in g.layers]
+    p.graph = CnnGraph(g.name, relus, g.tensors, g.inputs, g.outputs, g.model_hash)
+    with pytest.raises(InputError, match="no Conv"):
+        gp.search(p)
+    with pytest.raises(InputError, match="not in the model"):
+        gp.search(p, layer="nope")
