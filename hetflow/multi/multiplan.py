@@ -1,0 +1,171 @@
+"""The multi-plan file: one single-application `Plan` per application, with its period and
+priority, which elements the applications share, and the predicted response times. What
+`hetflow run-multi` executes."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hetflow.errors import InputError
+from hetflow.mapping.plan import Plan
+
+if TYPE_CHECKING:
+    from hetflow.mapping.problem import Metrics
+
+MULTIPLAN_VERSION = 1
+
+
+@dataclass
+class AppEntry:
+    name: str
+    period: float  # s, also the deadline
+    priority: int  # lower number = higher priority
+    plan: Plan
+    predicted: dict[str, Any] = field(default_factory=dict)  # response_isolated/worst, slack, ...
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "period_s": self.period, "priority": self.priority,
+                "predicted": self.predicted, "plan": self.plan.to_dict()}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any], source: str) -> "AppEntry":
+        return AppEntry(str(d["name"]), float(d["period_s"]), int(d["priority"]),
+                        Plan.from_dict(d["plan"], f"{source} (application {d['name']})"),
+                        dict(d.get("predicted", {})))
+
+
+@dataclass
+class MultiPlan:
+    platform_name: str
+    apps: list[AppEntry]  # highest priority first
+    predicted: dict[str, Any] = field(default_factory=dict)  # energy, utilisation, schedulable
+    search: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shared_elements(self) -> dict[str, list[str]]:
+        """Element -> the applications that run on it, for elements used by two or more."""
+        users: dict[str, list[str]] = {}
+        for a in self.apps:
+            for e in a.plan.mapping.elements:
+                users.setdefault(e, []).append(a.name)
+        return {e: names for e, names in users.items() if len(names) > 1}
+
+    def validate(self, source: str = "multi-plan") -> None:
+        if not self.apps:
+            raise InputError(f"{source}: holds no application")
+        names, prios = set(), {}
+        for a in self.apps:
+            if a.name in names:
+                raise InputError(f"{source}: application {a.name!r} appears twice")
+            names.add(a.name)
+            if a.period <= 0:
+                raise InputError(f"{source}: application {a.name} has period {a.period} s; a "
+                                 "period must be positive")
+            if a.priority in prios:
+                raise InputError(f"{source}: priority clash: applications {prios[a.priority]} and "
+                                 f"{a.name} both have priority {a.priority}")
+            prios[a.priority] = a.name
+            for actor in a.plan.mapping.actors:
+                if "|" in actor:
+                    raise InputError(f"{source}: application {a.name} uses replica group "
+                                     f"{actor!r}; multi-plans run one element per actor")
+        by_el: dict[str, Any] = {}
+        for a in self.apps:
+            for name, el in a.plan.elements.items():
+                if name in by_el and by_el[name] != el:
+                    raise InputError(f"{source}: element {name} is described differently by "
+                                     f"two applications")
+                by_el[name] = el
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": MULTIPLAN_VERSION, "kind": "hetflow-multiplan",
+                "platform_name": self.platform_name,
+                "shared_elements": self.shared_elements,
+                "priorities": {a.name: a.priority for a in self.apps},
+                "predicted": self.predicted, "search": self.search,
+                "apps": [a.to_dict() for a in self.apps]}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any], source: str = "multi-plan") -> "MultiPlan":
+        if not isinstance(d, dict) or d.get("kind") != "hetflow-multiplan":
+            raise InputError(f"{source}: not a hetflow multi-plan (a single-application plan "
+                             "runs with `hetflow run`)")
+        if d.get("version") != MULTIPLAN_VERSION:
+            raise InputError(f"{source}: multi-plan version {d.get('version')!r} is not "
+                             f"supported (this hetflow reads version {MULTIPLAN_VERSION})")
+        try:
+            apps = [AppEntry.from_dict(a, source) for a in d["apps"]]
+            mp = MultiPlan(str(d["platform_name"]), sorted(apps, key=lambda a: a.priority),
+                           dict(d.get("predicted", {})), dict(d.get("search", {})))
+        except (KeyError, TypeError, ValueError) as e:
+            raise InputError(f"{source}: not a valid multi-plan ({type(e).__name__}: {e})") from None
+        mp.validate(source)
+        return mp
+
+    def save(self, path: str | Path) -> Path:
+        from hetflow.cli.common import write_json
+
+        return write_json(path, self.to_dict())
+
+    @staticmethod
+    def load(path: str | Path) -> "MultiPlan":
+        path = Path(path)
+        if not path.exists():
+            raise InputError(f"{path}: no such multi-plan file")
+        try:
+            d = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise InputError(f"{path}: not a JSON multi-plan file ({e})") from None
+        return MultiPlan.from_dict(d, str(path))
+
+
+def app_prediction(cand, name: str) -> dict[str, Any]:
+    a = cand.analysis[name]
+    sched = next(s for s in cand.schedules if s.name == name)
+    return {"response_isolated": a.response_isolated, "response_worst": a.response_worst,
+            "eq11_min_slack": a.eq11_min_slack, "schedulable": a.schedulable,
+            "bottleneck": a.bottleneck,
+            "tasks": [{"task": t.name, "element": t.element, "time_s": t.time,
+                       "asap_s": float(sched.asap[i]), "eq11_slack_s": a.task_slack[t.name]}
+                      for i, t in enumerate(sched.tasks)]}
+
+
+def app_metrics(sched, analysis, powers: dict) -> "Metrics":
+    """Single-plan metrics of one application in the multi setting: it runs one frame per
+    period, so throughput is 1/period and latency the predicted worst response time."""
+    from hetflow.mapping.problem import Metrics
+
+    util = {e: sched.busy(e) / sched.period for e in sched.elements}
+    watts = [powers.get(e) for e in sched.elements]
+    energy = (sum(sched.busy(e) * powers[e] for e in sched.elements)
+              if all(w is not None for w in watts) else None)
+    return Metrics(1.0 / sched.period, analysis.response_worst, analysis.response_isolated,
+                   util, energy, {}, {e: sched.busy(e) for e in sched.elements},
+                   [analysis.bottleneck])
+
+
+def make_multiplan(mp, result, strategy: str = "multi") -> MultiPlan:
+    """The multi-plan of a search's chosen joint mapping (`mp`: MultiProblem,
+    `result`: MultiSearchResult)."""
+    from hetflow.mapping.planner import make_plan
+
+    cand = result.chosen
+    apps = []
+    for a, mapping, sched in zip(mp.apps, cand.mappings, cand.schedules):
+        metrics = app_metrics(sched, cand.analysis[a.name], mp.powers())
+        plan = make_plan(a.problem, mapping, metrics, strategy, mp.platform_name,
+                         {"profile": a.profile_source, "calibration": a.calibration}, a.fuse)
+        plan.model_source = a.spec.model  # as given (a zoo name, or a path from here)
+        apps.append(AppEntry(a.name, a.spec.period, a.spec.priority, plan,
+                             app_prediction(cand, a.name)))
+    naive = {n: {"response_worst": x.response_worst, "schedulable": x.schedulable}
+             for n, x in result.naive.analysis.items()}
+    predicted = {"schedulable": cand.feasible, "energy_j_per_s": cand.energy,
+                 "margin": cand.margin, "utilisation": cand.utilisation,
+                 "naive": naive, "naive_schedulable": result.naive.feasible}
+    search = {**result.notes, "evaluations": result.evaluations,
+              "seconds": round(result.seconds, 3), "front_size": len(result.front),
+              "objectives": result.objectives}
+    return MultiPlan(mp.platform_name, sorted(apps, key=lambda e: e.priority), predicted, search)

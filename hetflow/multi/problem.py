@@ -1,0 +1,219 @@
+"""The multi-application problem: one single-app `Problem` per application (from its profile),
+the element configurations they can share, and the task DAG of an application under a mapping.
+
+Times: each application's layer times come from its profile. Where the profile also holds the
+whole model's measured time on an element, the layer times on that element are scaled so that
+the whole model costs what was measured (`calibrate_to_whole`; the runtime's dispatch cost,
+`call_overhead`, comes on top of each phase): layer-by-layer timing misses
+fusion, cache and threading effects, and the schedulability analysis needs stage times that
+add up to what the runtime will see. Measured sub-network times are used where present.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from hetflow.errors import InfeasibleError, InputError
+from hetflow.mapping.mapping import Mapping, group_members
+from hetflow.mapping.problem import Problem, build_app
+from hetflow.model.graph import CnnGraph
+from hetflow.platform.spec import ProcessingElement
+
+from .schedulability import AppSchedule, Task
+from .spec import AppSpec
+
+
+@dataclass
+class AppProblem:
+    spec: AppSpec
+    graph: CnnGraph
+    problem: Problem
+    fuse: bool = False
+    profile_source: str = ""
+    calibration: dict[str, float] = field(default_factory=dict)  # element -> time scale
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass
+class MultiProblem:
+    apps: list[AppProblem]
+    platform_name: str = ""
+
+    def __post_init__(self) -> None:
+        hashes: dict[str, str] = {}
+        for a in self.apps:
+            h = a.graph.model_hash
+            if h and h in hashes:
+                raise InputError(f"model {a.spec.model} is given twice (applications "
+                                 f"{hashes[h]} and {a.name} have the same model)")
+            hashes[h] = a.name
+        from .spec import check_specs
+
+        check_specs([a.spec for a in self.apps])
+
+    @property
+    def elements(self) -> dict[str, ProcessingElement]:
+        out: dict[str, ProcessingElement] = {}
+        for a in self.apps:
+            for e in a.problem.elements:
+                out.setdefault(e.name, e)
+        return out
+
+    def app(self, name: str) -> AppProblem:
+        return next(a for a in self.apps if a.name == name)
+
+    def configurations(self) -> list[list[str]]:
+        """Element sets every application may use together: the configurations of the first
+        app's problem (all come from one platform) restricted to elements every profile has."""
+        from hetflow.mapping.strategies.base import configurations
+
+        common = set.intersection(*({e.name for e in a.problem.elements} for a in self.apps))
+        out = []
+        for cfg in configurations(self.apps[0].problem):
+            c = [e for e in cfg if e in common]
+            if c and c not in out:
+                out.append(c)
+        if not out:
+            raise InputError("the applications' profiles share no processing element; profile "
+                             "them on the same platform")
+        return out
+
+    def powers(self) -> dict[str, float | None]:
+        return {n: e.power_w for n, e in self.elements.items()}
+
+
+def schedule_of(app: AppProblem, mapping: Mapping) -> AppSchedule:
+    """The task DAG of one frame: a task per phase of the mapped CSDF app (time = stage time +
+    call overhead), phase order within an actor, channels with their transfer times."""
+    p = app.problem
+    for actor in mapping.actors:
+        if len(group_members(actor)) > 1:
+            raise InputError(f"application {app.name}: replica group {actor!r} is not supported "
+                             "in a multi-application plan (one element per actor)")
+    csdf = build_app(p, mapping)
+    index: dict[tuple[str, int], int] = {}
+    tasks: list[Task] = []
+    edges: list[tuple[int, int, float]] = []
+    for actor, phases in csdf.phases.items():
+        for ph in phases:
+            index[(actor, ph.index)] = len(tasks)
+            tasks.append(Task(ph.key, actor, p.actor_time(ph.layers, actor) + p.call_overhead))
+            if ph.index:
+                edges.append((index[(actor, ph.index - 1)], index[(actor, ph.index)], 0.0))
+    for c in csdf.channels:
+        edges.append((index[(c.src, c.src_phase)], index[(c.dst, c.dst_phase)],
+                      p.transfer(c.nbytes, c.src, c.dst)))
+    return AppSchedule(app.name, app.spec.period, app.spec.priority, tasks, edges)
+
+
+def fastest_frame(app: AppProblem) -> tuple[float, str]:
+    """A lower bound of any mapping's response time (the layer DAG's longest path with every
+    layer on its fastest element, no transfers, one call overhead) and the element carrying most
+    of that path."""
+    p, g = app.problem, app.graph
+    best = np.min(p.layer_times, axis=1)
+    where = np.argmin(p.layer_times, axis=1)
+    finish: dict[str, float] = {}
+    via: dict[str, str | None] = {}
+    for l in g.layers:
+        pred = max(g.preds[l.name], key=lambda q: finish[q], default=None)
+        finish[l.name] = (finish[pred] if pred else 0.0) + float(best[g.layer_index[l.name]])
+        via[l.name] = pred
+    last = max(finish, key=finish.get)
+    share: dict[str, float] = {}
+    node: str | None = last
+    while node is not None:
+        i = g.layer_index[node]
+        e = p.elements[int(where[i])].name
+        share[e] = share.get(e, 0.0) + float(best[i])
+        node = via[node]
+    return finish[last] + p.call_overhead, max(share, key=share.get)
+
+
+def check_periods(mp: MultiProblem) -> None:
+    """InfeasibleError when an application's period is shorter than any mapping can achieve."""
+    for a in mp.apps:
+        low, element = fastest_frame(a)
+        if low > a.spec.period:
+            raise InfeasibleError(
+                f"application {a.name}: no mapping meets its period of {a.spec.period * 1e3:.3g} "
+                f"ms; one frame takes at least {low * 1e3:.3g} ms even with every layer on its "
+                f"fastest element (bottleneck element {element})")
+
+
+# ---------------------------------------------------------------- loading from profiles
+
+
+def calibrate_to_whole(problem: Problem, profile) -> dict[str, float]:
+    """Scale each element's layer times so the whole model costs its measured time (see the
+    module docstring); returns the factors applied. Also installs measured sub-network times."""
+    factors = {}
+    for j, e in enumerate(problem.elements):
+        whole = profile.whole_model.get(e.name, {}).get("median")
+        col = problem.layer_times[:, j]
+        total = float(np.sum(col))
+        if whole and np.isfinite(total) and total > 0:
+            # the whole-model run paid one backend call, which actor_time adds per phase
+            call = problem.element_overhead.get(e.name, 0.0)
+            f = max(whole - call, 0.1 * whole) / total
+            problem.layer_times[:, j] = col * f
+            factors[e.name] = f
+    for e, table in profile.subnet_times.items():
+        for key, st in table.items():
+            problem.subnet_times[(e, key)] = float(st["median"])
+    return factors
+
+
+def find_profile(spec: AppSpec, profile_dir: Path | None, platform) -> Path:
+    """The profile of `spec`: its own :profile=, else the one file `<model>.*.profile.json` in
+    `profile_dir` made for `platform`."""
+    from hetflow.profile.profile import Profile
+
+    if spec.profile:
+        return Path(spec.profile)
+    if profile_dir is None:
+        raise InputError(f"application {spec.name}: no profile; give --profile-dir DIR or "
+                         f"{spec.model}:...:profile=FILE")
+    stem = Path(spec.model).stem
+    found = sorted(Path(profile_dir).glob(f"{stem}.*.profile.json"))
+    if not found:
+        raise InputError(f"application {spec.name}: no {stem}.*.profile.json in {profile_dir} "
+                         f"(make one with: hetflow profile {spec.model} -o "
+                         f"{Path(profile_dir) / (stem + '.PLATFORM.profile.json')})")
+    if len(found) == 1:
+        return found[0]
+    matching = [f for f in found if Profile.load(f).platform_hash == platform.platform_hash]
+    if len(matching) == 1:
+        return matching[0]
+    raise InputError(f"application {spec.name}: {len(matching) or 'no'} profiles in {profile_dir} "
+                     f"match platform {platform.name} ({', '.join(f.name for f in found)}); "
+                     "give one with :profile=FILE")
+
+
+def load_app(spec: AppSpec, platform, profile_dir: Path | None = None,
+             calibrate: bool = True) -> AppProblem:
+    from hetflow.mapping.from_profile import problem_from_profile
+    from hetflow.model import resolve_model
+    from hetflow.profile.profile import Profile
+
+    path = find_profile(spec, profile_dir, platform)
+    prof = Profile.load(path)
+    fuse = bool(prof.meta.get("fused", False))
+    graph = resolve_model(spec.model, None, fuse)
+    problem = problem_from_profile(graph, prof, platform)
+    factors = calibrate_to_whole(problem, prof) if calibrate else {}
+    return AppProblem(spec, graph, problem, fuse, str(path), factors)
+
+
+def load_multi_problem(specs: list[AppSpec], platform, profile_dir: Path | None = None,
+                       calibrate: bool = True) -> MultiProblem:
+    from .spec import check_specs
+
+    check_specs(specs)
+    return MultiProblem([load_app(s, platform, profile_dir, calibrate) for s in specs],
+                        platform.name)

@@ -1,0 +1,384 @@
+"""Run a multi-plan: every application fed at its period, elements shared by priority.
+
+Unlike the single-application engine (one worker per element per application, FIFOs between
+them), here one worker thread per element serves a priority queue of *ready firings* of every
+application on it: (priority, frame, phase order). Non-preemptive: a running firing completes;
+then the worker takes the highest-priority ready firing. This is the scheduling model the
+schedulability analysis assumes (Eq. 11's blocking term is the firing that was already running).
+
+A firing (application, actor, phase, frame) is ready when the phases that produce its inputs in
+that frame are done and its actor's previous phase is done (for phase 0: the actor's last phase
+of the previous frame), so every actor fires its phases in CSDF order. Each application has a
+source thread that releases frame k at start + k * period; its response time is measured from
+that nominal release to the end of the frame's last firing, and a response longer than the
+period is a missed deadline. At most `max_in_flight` frames of an application are held; when
+that many are pending the source waits (its releases become late, which the response times
+show), so memory stays bounded however long the run.
+
+Sub-network sessions, the reference check and the report type are the single-app engine's.
+"""
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from hetflow.errors import InputError, RuntimeFault
+from hetflow.runtime.report import RunReport, latency_stats
+
+from .multiplan import AppEntry, MultiPlan
+
+POLL = 0.05
+
+
+@dataclass
+class _Firing:
+    actor: str
+    phase: int
+    inputs: list[str]
+    deps: list[int]  # firings of the same frame that must be done first
+    succs: list[int] = field(default_factory=list)
+    first_of_actor: bool = False
+    last_of_actor: bool = False
+
+
+@dataclass
+class _Frame:
+    release: float
+    tensors: dict
+    waiting: list[int]
+    left: int
+
+
+@dataclass
+class _App:
+    index: int
+    entry: AppEntry
+    runners: dict  # (element, phase index) -> Runner
+    source: Callable[[int], dict]
+    firings: list[_Firing]
+    first_firing: dict[str, int]  # actor -> index of its phase 0
+    frames: dict[int, _Frame] = field(default_factory=dict)
+    actor_done: dict[str, int] = field(default_factory=dict)  # actor -> last frame it finished
+    responses: list[float] = field(default_factory=list)
+    done_at: list[float] = field(default_factory=list)
+    late_releases: int = 0
+    peak_in_flight: int = 0
+    kept: dict[int, dict] = field(default_factory=dict)
+    space: threading.Condition | None = None
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+
+def firing_graph(entry: AppEntry) -> tuple[list[_Firing], dict[str, int]]:
+    """The firings of one frame in a topological order, with their dependencies."""
+    app = entry.plan.app
+    index: dict[tuple[str, int], int] = {}
+    firings: list[_Firing] = []
+    for actor, phases in app.phases.items():
+        for ph in phases:
+            index[(actor, ph.index)] = len(firings)
+            deps = [index[(actor, ph.index - 1)]] if ph.index else []
+            firings.append(_Firing(actor, ph.index, list(ph.inputs), deps,
+                                   first_of_actor=ph.index == 0,
+                                   last_of_actor=ph.index == len(phases) - 1))
+    for c in app.channels:
+        d = firings[index[(c.dst, c.dst_phase)]]
+        s = index[(c.src, c.src_phase)]
+        if s not in d.deps:
+            d.deps.append(s)
+    for i, f in enumerate(firings):
+        for d in f.deps:
+            firings[d].succs.append(i)
+    # topological order, so that equal-priority ties go to the earlier phase of a frame
+    order, indeg = [], [len(f.deps) for f in firings]
+    ready = [i for i, n in enumerate(indeg) if n == 0]
+    while ready:
+        i = ready.pop(0)
+        order.append(i)
+        for j in firings[i].succs:
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                ready.append(j)
+    if len(order) != len(firings):
+        raise InputError(f"application {entry.name}: the plan's phases depend on each other in "
+                         "a cycle")
+    remap = {old: new for new, old in enumerate(order)}
+    out = []
+    for old in order:
+        f = firings[old]
+        out.append(_Firing(f.actor, f.phase, f.inputs, [remap[d] for d in f.deps],
+                           [remap[s] for s in f.succs], f.first_of_actor, f.last_of_actor))
+    first = {f.actor: i for i, f in enumerate(out) if f.first_of_actor}
+    return out, first
+
+
+@dataclass
+class MultiRunReport:
+    apps: list[RunReport]  # one per application: latency = response times from release
+    utilisation: dict[str, float]
+    wall_s: float
+    complete: bool = True
+    dispatch_s: dict[str, float] = field(default_factory=dict)  # element -> mean start delay
+
+    def to_dict(self) -> dict:
+        return {"apps": [a.to_dict() for a in self.apps], "utilisation": self.utilisation,
+                "wall_s": self.wall_s, "complete": self.complete,
+                "dispatch_s": self.dispatch_s}
+
+
+class _Engine:
+    """Shared state of one run, under one lock: ready queues per element, frames in flight."""
+
+    def __init__(self, apps: list[_App], elements: dict, max_in_flight: int, trace: bool):
+        self.apps, self.elements = apps, elements
+        self.max_in_flight = max_in_flight
+        self.lock = threading.Lock()
+        self.ready = {e: [] for e in elements}
+        self.wake = {e: threading.Condition(self.lock) for e in elements}
+        self.progress = threading.Condition(self.lock)
+        for a in apps:
+            a.space = threading.Condition(self.lock)
+        self.stop = threading.Event()
+        self.faults: list[str] = []
+        self.busy = {e: 0.0 for e in elements}
+        # dispatch delay: from a firing being ready (and its element free) to its start
+        self.dispatch = {e: [0.0, 0] for e in elements}
+        self.free_at = {e: 0.0 for e in elements}
+        self.doing: dict[str, str] = {e: "idle" for e in elements}
+        self.events: list[tuple] | None = [] if trace else None
+        self.keep: Callable[[int, int], bool] = lambda app, f: False
+        self.last_done = time.perf_counter()
+        self.t0 = 0.0
+
+    # ---- readiness (called with the lock held) ----
+    def _push(self, app: _App, frame: int, i: int) -> None:
+        el = app.firings[i].actor
+        heapq.heappush(self.ready[el], (app.entry.priority, frame, i, app.index,
+                                        time.perf_counter()))
+        self.wake[el].notify()
+
+    def _satisfy(self, app: _App, frame: int, i: int) -> None:
+        fr = app.frames[frame]
+        fr.waiting[i] -= 1
+        if fr.waiting[i] == 0:
+            self._push(app, frame, i)
+
+    def release(self, app: _App, k: int, when: float, inputs: dict) -> None:
+        waiting = [len(f.deps) for f in app.firings]
+        for actor, i in app.first_firing.items():
+            if app.actor_done.get(actor, -1) < k - 1:
+                waiting[i] += 1  # the actor has not finished the previous frame yet
+        app.frames[k] = _Frame(when, dict(inputs), waiting, len(app.firings))
+        app.peak_in_flight = max(app.peak_in_flight, len(app.frames))
+        for i, n in enumerate(waiting):
+            if n == 0:
+                self._push(app, k, i)
+
+    def _complete(self, app: _App, k: int, i: int, now: float) -> None:
+        f = app.firings[i]
+        fr = app.frames[k]
+        fr.left -= 1
+        for s in f.succs:
+            self._satisfy(app, k, s)
+        if f.last_of_actor:
+            app.actor_done[f.actor] = k
+            if k + 1 in app.frames:
+                self._satisfy(app, k + 1, app.first_firing[f.actor])
+        if fr.left == 0:
+            app.responses.append(now - fr.release)
+            app.done_at.append(now)
+            if self.keep(app.index, k):
+                graph_outputs = app.entry.plan.app.model_outputs
+                app.kept[k] = {t: fr.tensors[t] for t in graph_outputs}
+            del app.frames[k]
+            self.last_done = now
+            app.space.notify_all()
+            self.progress.notify_all()
+
+    # ---- threads ----
+    def worker(self, el: str) -> None:
+        from hetflow.backends import pin_current_thread
+
+        what = ""
+        try:
+            pin_current_thread(self.elements[el].cores)
+            while True:
+                with self.lock:
+                    while not self.ready[el]:
+                        if self.stop.is_set():
+                            return
+                        self.wake[el].wait(POLL)
+                    if self.stop.is_set():
+                        return
+                    _, k, i, ai, ready_at = heapq.heappop(self.ready[el])
+                    app = self.apps[ai]
+                    f = app.firings[i]
+                    what = f"application {app.name}, stage {f.actor} phase {f.phase}, frame {k}"
+                    self.doing[el] = what
+                    feeds = {t: app.frames[k].tensors[t] for t in f.inputs}
+                t0 = time.perf_counter()
+                out = app.runners[(el, f.phase)].run(feeds)
+                t1 = time.perf_counter()
+                with self.lock:
+                    self.busy[el] += t1 - t0
+                    d = self.dispatch[el]
+                    d[0] += max(0.0, t0 - max(ready_at, self.free_at[el]))
+                    d[1] += 1
+                    self.free_at[el] = t1
+                    self.doing[el] = "idle"
+                    if self.events is not None:
+                        self.events.append((el, f"{app.name}:{f.actor}", f.phase, k, t0, t1))
+                    app.frames[k].tensors.update(out)
+                    self._complete(app, k, i, t1)
+        except BaseException as e:  # stop everything, naming where it happened
+            msg = str(e).splitlines()[0] if str(e) else ""
+            self.faults.append(f"element {el}, {what or 'worker'}: {type(e).__name__}: {msg}")
+            self.stop.set()
+            with self.lock:
+                self.progress.notify_all()
+
+    def source(self, app: _App) -> None:
+        k = 0
+        period = app.entry.period
+        try:
+            while not self.stop.is_set():
+                when = self.t0 + k * period
+                while (delay := when - time.perf_counter()) > 0:
+                    if self.stop.wait(min(delay, POLL)):
+                        return
+                inputs = app.source(k)
+                with self.lock:
+                    if len(app.frames) >= self.max_in_flight:
+                        app.late_releases += 1
+                        while len(app.frames) >= self.max_in_flight and not self.stop.is_set():
+                            app.space.wait(POLL)
+                    if self.stop.is_set():
+                        return
+                    self.release(app, k, when, inputs)
+                k += 1
+        except BaseException as e:
+            self.faults.append(f"frame source of {app.name}: {type(e).__name__}: {e}")
+            self.stop.set()
+
+    def run(self, frames: int, warmup: int, stall_timeout: float) -> tuple[bool, float]:
+        """Until every application has completed warmup + frames frames. Returns (complete,
+        wall seconds)."""
+        threads = [threading.Thread(target=self.worker, args=(e,), name=f"hetflow-{e}",
+                                    daemon=True) for e in self.elements]
+        threads += [threading.Thread(target=self.source, args=(a,), name=f"hetflow-src-{a.name}",
+                                     daemon=True) for a in self.apps]
+        self.t0 = self.last_done = time.perf_counter() + 0.01
+        for t in threads:
+            t.start()
+        complete = True
+        target = frames + warmup
+        try:
+            with self.lock:
+                while any(len(a.responses) < target for a in self.apps):
+                    if self.faults:
+                        break
+                    self.progress.wait(POLL)
+                    if time.perf_counter() - self.last_done > stall_timeout:
+                        doing = "; ".join(f"{e}: {d}" for e, d in sorted(self.doing.items()))
+                        self.faults.append(f"stall: no frame completed for {stall_timeout:.0f} "
+                                           f"s; {doing}")
+                        break
+        except KeyboardInterrupt:
+            complete = False
+        finally:
+            self.stop.set()
+            for t in threads:
+                t.join(timeout=5.0)
+        if self.faults:
+            raise RuntimeFault(self.faults[0])
+        return complete, time.perf_counter() - self.t0
+
+
+def _prepare(mp: MultiPlan, graphs: dict, progress) -> dict[str, object]:
+    from hetflow.runtime.engine import prepare
+
+    return {a.name: prepare(a.plan, graphs[a.name], progress) for a in mp.apps}
+
+
+def _prewarm(app: _App) -> None:
+    """Run one frame through every session in phase order before the clock starts (first
+    calls allocate and tune; they would otherwise show up as missed deadlines)."""
+    tensors = dict(app.source(0))
+    for f in app.firings:
+        tensors.update(app.runners[(f.actor, f.phase)].run({t: tensors[t] for t in f.inputs}))
+
+
+def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
+                  warmup: int = 10, check: str = "first", check_frames: int = 4,
+                  max_in_flight: int = 4, stall_timeout: float = 30.0,
+                  trace_path=None, progress: Callable[[str], None] | None = None,
+                  seed: int = 0) -> MultiRunReport:
+    """Run every application of `mp` concurrently until each has completed `warmup + frames`
+    frames; report per application the response times of the last `frames` (p50/p99/max), the
+    deadlines missed among them, and the reference check of the first `check_frames`."""
+    from hetflow.runtime.api import load_plan_model
+    from hetflow.runtime.check import check_outputs
+    from hetflow.runtime.inputs import random_source
+
+    if check not in ("first", "none"):
+        raise InputError(f"--check {check!r}: use first or none")
+    if frames < 1 or warmup < 0:
+        raise InputError("--frames must be at least 1 and --warmup at least 0")
+    if max_in_flight < 1:
+        raise InputError("--max-in-flight must be at least 1")
+    mp.validate()
+    graphs = graphs or {a.name: load_plan_model(a.plan) for a in mp.apps}
+    elements = {}
+    for a in mp.apps:
+        elements.update(a.plan.elements)
+    prepared = _prepare(mp, graphs, progress)
+    try:
+        apps = []
+        for i, entry in enumerate(mp.apps):
+            firings, first = firing_graph(entry)
+            apps.append(_App(i, entry, prepared[entry.name].runners,
+                             random_source(graphs[entry.name], seed + i), firings, first))
+        for a in apps:
+            if progress:
+                progress(f"warming up {a.name}")
+            _prewarm(a)
+        eng = _Engine(apps, elements, max_in_flight, trace_path is not None)
+        n_check = check_frames if check == "first" else 0
+        eng.keep = lambda ai, k: warmup <= k < warmup + n_check
+        if progress:
+            progress(f"running {len(apps)} applications")
+        complete, wall = eng.run(frames, warmup, stall_timeout)
+    finally:
+        for pp in prepared.values():
+            pp.close()
+    reports = []
+    for a in apps:
+        resp = a.responses[warmup:]
+        done = a.done_at[warmup:]
+        thr = (len(done) - 1) / (done[-1] - done[0]) if len(done) >= 2 else float("nan")
+        missed = int(np.sum(np.asarray(resp) > a.entry.period))
+        r = RunReport(a.name, len(resp), min(warmup, len(a.responses)), thr, latency_stats(resp),
+                      {}, dict(a.entry.predicted), complete=complete,
+                      notes={"period_s": a.entry.period, "priority": a.entry.priority,
+                             "missed": missed, "late_releases": a.late_releases,
+                             "peak_in_flight": a.peak_in_flight})
+        r.predicted.pop("tasks", None)
+        if a.kept:
+            src = random_source(graphs[a.name], seed + a.index)
+            r.max_abs_error = check_outputs(graphs[a.name], a.entry.plan.app, a.kept, src)
+            r.checked_frames = len(a.kept)
+        reports.append(r)
+    util = {e: min(1.0, b / wall) for e, b in eng.busy.items()} if wall > 0 else {}
+    if trace_path is not None and eng.events:
+        from hetflow.runtime.trace import write_trace
+
+        write_trace(trace_path, eng.events, min(ev[4] for ev in eng.events))
+    dispatch = {e: total / n for e, (total, n) in eng.dispatch.items() if n}
+    return MultiRunReport(reports, util, wall, complete, dispatch)

@@ -1,0 +1,344 @@
+"""Schedule-based schedulability of several periodic applications sharing elements
+(Kang et al. 2020, Section VI), and a response-time bound used as the search objective.
+
+Each application is one frame's task DAG (the phases of its CSDF app, Algorithm 2) released every
+`period`, with deadline = period. Its *schedule* is the ASAP schedule of one frame alone: tasks of
+one actor are in sequence, tasks on different elements overlap, a channel adds its transfer delay.
+
+The paper's terms:
+- MAI (maximum allowable interference) of a task: its mobility, ALAP start (deadline = period)
+  minus ASAP start.
+- dbf_pe(A, t) (maximum resource demand): the most time application A, following its schedule
+  every period, keeps element pe busy within any window of length t (any offset: A's phase
+  relative to the analysed application is unknown).
+- Eq. 10 (preemptive):      MAI_i - sum_{hp in H(i)} dbf_{M(i)}(hp, P_i)                 >= 0
+- Eq. 11 (non-preemptive):  MAI_i - sum_{hp in H(i)} dbf_{M(i)}(hp, P_i) - max_{lp} C_lp >= 0
+  where lp ranges over tasks of lower-priority applications on the same element (the one that
+  may be running when task i becomes ready: GPUs and our element workers do not preempt).
+
+Eq. 10/11 test each task against its own slack and, as the paper's footnote 5 says, do not carry
+one task's delay over to its successors. For the *response time* objective (and the runtime's
+predicted worst case) we add the classic non-preemptive response-time bound, per task and then
+along the frame's DAG: a ready task waits at most w = B + sum_hp rbf(w + L), where B is the
+longest lower-priority firing on its element, rbf the most higher-priority firing time that can
+become ready in a window (request bound, whole firings), and L its own previous phase on the
+element; the frame's worst response is the longest path with every task costing wait + time.
+A higher-priority application's firings may become ready later than in its schedule by up to
+their own worst ready time minus ASAP (release jitter J, from its analysis), which widens its
+window to w + L + J. A mapping is
+schedulable when Eq. 11 holds for every task *and* the bound is within the period.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from hetflow.errors import InputError
+
+PENALTY = 1e3  # seconds added to a missed application's objective ("cannot be selected")
+EPS = 1e-12
+MAX_ITER = 200
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    element: str
+    time: float  # seconds per firing (C)
+
+
+@dataclass
+class AppSchedule:
+    """One frame of one application as a task DAG, released every `period` seconds."""
+
+    name: str
+    period: float
+    priority: int  # lower number = higher priority
+    tasks: list[Task]
+    edges: list[tuple[int, int, float]] = field(default_factory=list)  # (from, to, delay s)
+
+    def __post_init__(self) -> None:
+        n = len(self.tasks)
+        self.preds: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+        self.succs: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+        for a, b, d in self.edges:
+            if not (0 <= a < n and 0 <= b < n) or a == b:
+                raise InputError(f"application {self.name}: bad task edge {a}->{b}")
+            self.succs[a].append((b, d))
+            self.preds[b].append((a, d))
+        indeg = [len(p) for p in self.preds]
+        ready = [i for i in range(n) if indeg[i] == 0]
+        order: list[int] = []
+        while ready:
+            i = ready.pop()
+            order.append(i)
+            for j, _ in self.succs[i]:
+                indeg[j] -= 1
+                if indeg[j] == 0:
+                    ready.append(j)
+        if len(order) != n:
+            raise InputError(f"application {self.name}: its task graph has a cycle")
+        self.order = order
+        self.times = np.array([t.time for t in self.tasks], dtype=float)
+        self.element_of = [t.element for t in self.tasks]
+        self._on: dict[str, list[int]] = {}
+        self.dbf_cache: dict[tuple[str, float, float], float] = {}  # memo of dbf()
+
+    @cached_property
+    def elements(self) -> list[str]:
+        return list(dict.fromkeys(self.element_of))
+
+    def on(self, element: str) -> list[int]:
+        if element not in self._on:
+            self._on[element] = [i for i, e in enumerate(self.element_of) if e == element]
+        return self._on[element]
+
+    @cached_property
+    def asap(self) -> np.ndarray:
+        """Earliest start of every task, the frame released at 0 and the app alone."""
+        s = np.zeros(len(self.tasks))
+        for i in self.order:
+            for p, d in self.preds[i]:
+                s[i] = max(s[i], s[p] + self.times[p] + d)
+        return s
+
+    @cached_property
+    def tails(self) -> np.ndarray:
+        """Longest time from the end of each task to the end of the frame."""
+        tail = np.zeros(len(self.tasks))
+        for i in reversed(self.order):
+            for j, d in self.succs[i]:
+                tail[i] = max(tail[i], d + self.times[j] + tail[j])
+        return tail
+
+    @cached_property
+    def response_isolated(self) -> float:
+        return float((self.asap + self.times).max()) if self.tasks else 0.0
+
+    def alap(self, deadline: float | None = None) -> np.ndarray:
+        """Latest start of every task such that the frame still ends by `deadline`."""
+        deadline = self.period if deadline is None else deadline
+        return deadline - self.times - self.tails
+
+    def mobility(self, deadline: float | None = None) -> np.ndarray:
+        """MAI: ALAP minus ASAP start (negative: the task is late even with no interference)."""
+        return self.alap(deadline) - self.asap
+
+    def busy(self, element: str) -> float:
+        return float(sum(self.times[i] for i in self.on(element)))
+
+
+def dbf(app: AppSchedule, element: str, t: float, jitter: float = 0.0) -> float:
+    """Maximum time `app` keeps `element` busy in any window of length `t`, its schedule
+    repeating every period; with `jitter`, each firing may start up to that much after its ASAP
+    time, which is covered by a window of t + jitter on the fixed schedule."""
+    if t <= 0:
+        return 0.0
+    key = (element, t, jitter)
+    hit = app.dbf_cache.get(key)
+    if hit is None:
+        hit = app.dbf_cache[key] = _window_demand(app, element, t + max(0.0, jitter))
+    return min(hit, t)
+
+
+def _window_demand(app: AppSchedule, element: str, w: float) -> float:
+    idx = app.on(element)
+    if not idx:
+        return 0.0
+    p = app.period
+    s = app.asap[idx]
+    e = s + app.times[idx]
+    # the demand is piecewise linear in the window's start x; its maximum is at a breakpoint,
+    # where either end of the window meets either end of a firing (x taken modulo the period)
+    x = np.unique(np.concatenate([s, e, s - w, e - w]) % p)[:, None, None]
+    k = np.arange(np.floor(-e.max() / p), np.ceil((p + w - s.min()) / p) + 1)[None, None, :] * p
+    lo = np.maximum(s[None, :, None] + k, x)
+    hi = np.minimum(e[None, :, None] + k, x + w)
+    return float(np.clip(hi - lo, 0.0, None).sum(axis=(1, 2)).max())
+
+
+def higher(app: AppSchedule, apps: list[AppSchedule]) -> list[AppSchedule]:
+    return [a for a in apps if a.priority < app.priority]
+
+
+def lower(app: AppSchedule, apps: list[AppSchedule]) -> list[AppSchedule]:
+    return [a for a in apps if a.priority > app.priority]
+
+
+def blocking(app: AppSchedule, element: str, apps: list[AppSchedule]) -> float:
+    """Non-preemptive blocking on `element`: the longest firing of a lower-priority app there."""
+    return max((float(lp.times[i]) for lp in lower(app, apps) for i in lp.on(element)),
+               default=0.0)
+
+
+def eq10_slack(app: AppSchedule, apps: list[AppSchedule]) -> np.ndarray:
+    """Eq. 10 per task: MAI - sum over higher-priority apps of dbf on its element in P_i."""
+    mai = app.mobility()
+    hp = higher(app, apps)
+    demand = {e: sum(dbf(h, e, app.period) for h in hp) for e in app.elements}
+    return np.array([mai[i] - demand[app.element_of[i]] for i in range(len(app.tasks))])
+
+
+def eq11_slack(app: AppSchedule, apps: list[AppSchedule]) -> np.ndarray:
+    """Eq. 11 per task: Eq. 10 minus the non-preemptive blocking term."""
+    block = {e: blocking(app, e, apps) for e in app.elements}
+    return eq10_slack(app, apps) - np.array([block[e] for e in app.element_of])
+
+
+def rbf(app: AppSchedule, element: str, t: float, jitter: float = 0.0) -> float:
+    """Request bound: the most firing time of `app` on `element` that can become ready within
+    a closed window of length `t` (a firing that becomes ready while a lower-priority task waits
+    runs first, whole). With `jitter`, a firing may become ready up to that much after its ASAP
+    start, which a window of t + jitter on the fixed schedule covers."""
+    key = ("rbf", element, t, jitter)
+    hit = app.dbf_cache.get(key)
+    if hit is not None:
+        return hit
+    idx = app.on(element)
+    w = max(0.0, t) + max(0.0, jitter)
+    total = 0.0
+    if idx:
+        p = app.period
+        s = app.asap[idx]
+        c = app.times[idx]
+        x = (s % p)[:, None]  # the busiest window starts where some firing becomes ready
+        tol = 1e-12 * max(1.0, p)
+        count = np.floor((x + w - s[None, :] + tol) / p) - np.ceil((x - s[None, :] - tol) / p) + 1
+        total = float((np.maximum(count, 0.0) * c[None, :]).sum(axis=1).max())
+    app.dbf_cache[key] = total
+    return total
+
+
+def release_jitter(app: AppSchedule, ready: np.ndarray | None = None) -> dict[str, float]:
+    """Per element, how much later than its ASAP start a task of `app` may become ready, given
+    each task's worst ready time (`worst_times`); none given: the app follows its schedule."""
+    late = np.zeros(len(app.tasks)) if ready is None else ready - app.asap
+    return {e: float(max(0.0, max(late[i] for i in app.on(e)))) for e in app.elements}
+
+
+def task_wait(app: AppSchedule, i: int, apps: list[AppSchedule],
+              jitter: dict[str, dict[str, float]], limit: float) -> float:
+    """Longest time task i can wait, once ready, before its element starts it: the classic
+    non-preemptive bound w = B + sum_hp rbf(w + L), B the longest lower-priority firing there, L
+    the task's own previous phase on the element in this frame (higher-priority firings that
+    became ready while it ran are still pending when task i becomes ready; a phase 0's
+    predecessor ran in the previous frame, at least period - response earlier, and is not
+    counted). `jitter[app name][element]`: how late higher-priority firings may become ready."""
+    e = app.element_of[i]
+    hp = higher(app, apps)
+    block = blocking(app, e, apps)
+    look_back = max((app.times[p] for p, _ in app.preds[i] if app.element_of[p] == e),
+                    default=0.0)
+
+    def demand(w: float) -> float:
+        return block + sum(rbf(h, e, w + look_back, jitter.get(h.name, {}).get(e, 0.0))
+                           for h in hp)
+
+    w = demand(0.0)
+    for _ in range(MAX_ITER):
+        nxt = demand(w)
+        if nxt <= w + EPS or nxt > limit:
+            return max(w, nxt)
+        w = nxt
+    return w
+
+
+def worst_times(app: AppSchedule, apps: list[AppSchedule],
+                hp_ready: dict[str, np.ndarray] | None = None,
+                limit: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Worst ready and finish time of every task of one frame (released at 0): along the DAG,
+    a task is ready when its last predecessor's data arrives and finishes after its wait bound
+    (`task_wait`) and its time. `hp_ready[name]`: the worst ready times found for each
+    higher-priority app (their firings' release jitter); missing: they follow their schedule.
+    Waits stop growing past `limit` (default 4 periods): a miss either way."""
+    limit = 4 * app.period if limit is None else limit
+    jit = {h.name: release_jitter(h, (hp_ready or {}).get(h.name)) for h in higher(app, apps)}
+    ready = np.zeros(len(app.tasks))
+    finish = np.zeros(len(app.tasks))
+    for i in app.order:
+        ready[i] = max((finish[p] + d for p, d in app.preds[i]), default=0.0)
+        finish[i] = ready[i] + task_wait(app, i, apps, jit, limit) + app.times[i]
+    return ready, finish
+
+
+def response_bound(app: AppSchedule, apps: list[AppSchedule],
+                   hp_ready: dict[str, np.ndarray] | None = None,
+                   limit: float | None = None) -> float:
+    """Worst response time of one frame: its last task's worst finish (`worst_times`)."""
+    _, finish = worst_times(app, apps, hp_ready, limit)
+    return float(finish.max()) if len(finish) else 0.0
+
+
+@dataclass
+class AppAnalysis:
+    name: str
+    period: float
+    priority: int
+    response_isolated: float  # s, the ASAP schedule alone
+    response_worst: float  # s, the bound with interference and blocking
+    eq11_min_slack: float  # s, the smallest Eq. 11 slack over the app's tasks
+    eq11_ok: bool
+    schedulable: bool  # Eq. 11 holds for every task and response_worst <= period
+    bottleneck: str  # element of the task with the least Eq. 11 slack (the busiest among ties)
+    task_slack: dict[str, float] = field(default_factory=dict)  # task -> Eq. 11 slack
+
+    @property
+    def missed_by(self) -> float:
+        return max(0.0, self.response_worst - self.period, -self.eq11_min_slack)
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def utilisation(apps: list[AppSchedule]) -> dict[str, float]:
+    """Busy share of every element: sum over apps of (time per frame on it) / period."""
+    u: dict[str, float] = {}
+    for a in apps:
+        for e in a.elements:
+            u[e] = u.get(e, 0.0) + a.busy(e) / a.period
+    return u
+
+
+def analyse(apps: list[AppSchedule]) -> dict[str, AppAnalysis]:
+    """Eq. 11 and the response bound for every application, highest priority first."""
+    prios = [a.priority for a in apps]
+    if len(set(prios)) != len(prios):
+        raise InputError("priority clash: two applications share a priority")
+    util = utilisation(apps)
+    out: dict[str, AppAnalysis] = {}
+    ready: dict[str, np.ndarray] = {}
+    for app in sorted(apps, key=lambda a: a.priority):
+        slack = eq11_slack(app, apps)
+        ready[app.name], finish = worst_times(app, apps, ready)
+        r = float(finish.max()) if len(finish) else 0.0
+        min_slack = float(slack.min()) if len(slack) else 0.0
+        tied = [i for i in range(len(slack)) if slack[i] <= min_slack + 1e-9]
+        neck = max((app.element_of[i] for i in tied), key=lambda e: util.get(e, 0.0),
+                   default="")
+        ok = min_slack >= -EPS
+        out[app.name] = AppAnalysis(
+            app.name, app.period, app.priority, app.response_isolated, r, min_slack, ok,
+            ok and r <= app.period + EPS, neck,
+            {t.name: float(s) for t, s in zip(app.tasks, slack)})
+    return out
+
+
+def penalty(analysis: AppAnalysis) -> float:
+    """What the search adds to a missed application's response-time objective (Kang et al.:
+    'a large penalty is added to the term so that it cannot be selected')."""
+    return 0.0 if analysis.schedulable else PENALTY
+
+
+def energy_rate(apps: list[AppSchedule], power: dict[str, float | None]) -> float | None:
+    """Joules per second of running every app at its period: sum of C x power / period.
+    None when an element used has no known power."""
+    total = 0.0
+    for a in apps:
+        for i, e in enumerate(a.element_of):
+            w = power.get(e)
+            if w is None:
+                return None
+            total += a.times[i] * w / a.period
+    return total

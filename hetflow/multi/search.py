@@ -1,0 +1,408 @@
+"""Multi-objective search of a joint mapping of several applications (Kang et al., Section VI-B).
+
+Chromosome: for one configuration of the platform, one gene per layer of every application (the
+applications' blocks one after the other), the index of the element the layer runs on among the
+configuration's elements that application's profile covers. Objectives (minimised): the
+predicted worst response time of each application (`schedulability.response_bound`) and the
+total energy per second (when every element has a power). A mapping that misses a deadline
+(Eq. 11 fails for a task, or the bound exceeds the period) gets `PENALTY` added to that
+application's term, as in the paper, and is dropped from the reported front.
+
+NSGA-II or SPEA2 from pymoo with operators that suit the encoding: crossover swaps whole
+application blocks (or cuts one block at a point), mutation re-assigns a contiguous run of
+layers to one element, moves a stage border, or moves a whole application (most good mappings
+are a few contiguous stages). The initial population holds each application on each element,
+HEFT per application, and random contiguous pipelines. The search runs once per configuration
+and the fronts are merged. Every evaluated mapping that meets all deadlines is kept; the front
+is their non-dominated set.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+from pymoo.core.crossover import Crossover
+from pymoo.core.mutation import Mutation
+from pymoo.core.problem import Problem as PymooProblem
+from pymoo.optimize import minimize
+from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
+
+from hetflow.errors import InfeasibleError, InputError
+from hetflow.mapping.mapping import Mapping
+from hetflow.mapping.strategies.ga import RowDuplicates
+
+from .problem import MultiProblem, check_periods, schedule_of
+from .schedulability import (PENALTY, AppAnalysis, AppSchedule, analyse, energy_rate, penalty,
+                             utilisation)
+
+ALGORITHMS = ("nsga2", "spea2")
+ARCHIVE_LIMIT = 2000  # feasible mappings kept before pruning to the non-dominated ones
+PREFER = ("margin", "energy")
+
+
+# ---------------------------------------------------------------- encoding
+
+
+@dataclass
+class JointEncoding:
+    mp: MultiProblem
+    config: list[str]
+    allowed: list[list[str]] = field(init=False)  # per app: elements its genes index
+    layers: list[list[str]] = field(init=False)
+    blocks: list[tuple[int, int]] = field(init=False)  # per app: [lo, hi) gene range
+
+    def __post_init__(self) -> None:
+        self.allowed, self.layers, self.blocks = [], [], []
+        lo = 0
+        for a in self.mp.apps:
+            have = {e.name for e in a.problem.elements}
+            self.allowed.append([e for e in self.config if e in have])
+            self.layers.append([l.name for l in a.graph.layers])
+            self.blocks.append((lo, lo + len(self.layers[-1])))
+            lo += len(self.layers[-1])
+
+    @property
+    def n_var(self) -> int:
+        return self.blocks[-1][1]
+
+    @property
+    def upper(self) -> np.ndarray:
+        return np.concatenate([np.full(hi - lo, len(al) - 1)
+                               for (lo, hi), al in zip(self.blocks, self.allowed)])
+
+    def decode_app(self, i: int, genes) -> Mapping:
+        al = self.allowed[i]
+        return Mapping({l: al[int(g)] for l, g in zip(self.layers[i], genes)})
+
+    def decode(self, x: np.ndarray) -> list[Mapping]:
+        return [self.decode_app(i, x[lo:hi]) for i, (lo, hi) in enumerate(self.blocks)]
+
+    def encode_app(self, i: int, mapping: Mapping) -> np.ndarray | None:
+        pos = {e: k for k, e in enumerate(self.allowed[i])}
+        try:
+            return np.array([pos[mapping.assignment[l]] for l in self.layers[i]], dtype=np.int64)
+        except KeyError:
+            return None
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+@dataclass
+class Candidate:
+    config: list[str]
+    mappings: list[Mapping]  # per app, in the problem's order
+    schedules: list[AppSchedule]
+    analysis: dict[str, AppAnalysis]
+    energy: float | None  # J/s
+    objectives: np.ndarray  # penalised, as the search saw them
+
+    @property
+    def feasible(self) -> bool:
+        return all(a.schedulable for a in self.analysis.values())
+
+    @property
+    def margin(self) -> float:
+        """Largest predicted worst response as a share of its period (lower = more room)."""
+        return max(a.response_worst / a.period for a in self.analysis.values())
+
+    @property
+    def utilisation(self) -> dict[str, float]:
+        return utilisation(self.schedules)
+
+
+def evaluate_joint(mp: MultiProblem, mappings: list[Mapping], config: list[str] | None = None,
+                   with_energy: bool = True, schedules: list[AppSchedule] | None = None
+                   ) -> Candidate:
+    """Analyse one joint mapping: schedules, Eq. 11, response bounds, energy, objectives."""
+    schedules = schedules or [schedule_of(a, m) for a, m in zip(mp.apps, mappings)]
+    analysis = analyse(schedules)
+    energy = energy_rate(schedules, mp.powers())
+    f = [analysis[a.name].response_worst + penalty(analysis[a.name]) for a in mp.apps]
+    if with_energy:
+        f.append(energy if energy is not None else 0.0)
+    used = config or sorted({e for s in schedules for e in s.elements})
+    return Candidate(list(used), mappings, schedules, analysis, energy, np.array(f))
+
+
+class _Evaluator:
+    """Joint evaluation with a per-application cache (an app's schedule depends only on its own
+    genes, and crossover passes whole blocks on)."""
+
+    def __init__(self, mp: MultiProblem, enc: JointEncoding, with_energy: bool):
+        self.mp, self.enc, self.with_energy = mp, enc, with_energy
+        self.cache: list[dict[bytes, AppSchedule]] = [{} for _ in mp.apps]
+        self.count = 0
+
+    def schedule(self, i: int, genes: np.ndarray) -> AppSchedule:
+        key = genes.tobytes()
+        c = self.cache[i]
+        if key not in c:
+            if len(c) > 20000:  # bounded memory on long runs
+                c.clear()
+            c[key] = schedule_of(self.mp.apps[i], self.enc.decode_app(i, genes))
+        return c[key]
+
+    def __call__(self, x: np.ndarray) -> Candidate:
+        self.count += 1
+        scheds = [self.schedule(i, x[lo:hi]) for i, (lo, hi) in enumerate(self.enc.blocks)]
+        return evaluate_joint(self.mp, self.enc.decode(x), self.enc.config, self.with_energy,
+                              scheds)
+
+
+class _PymooProblem(PymooProblem):
+    def __init__(self, enc: JointEncoding, n_obj: int, on_eval: Callable[[np.ndarray], np.ndarray]):
+        super().__init__(n_var=enc.n_var, n_obj=n_obj, xl=np.zeros(enc.n_var), xu=enc.upper,
+                         vtype=int)
+        self.on_eval = on_eval
+
+    def _evaluate(self, X, out, *args, **kwargs):
+        X = np.asarray(np.rint(X), dtype=np.int64)
+        out["F"] = np.array([self.on_eval(x) for x in X])
+
+
+# ---------------------------------------------------------------- operators
+
+
+class AppBlockCrossover(Crossover):
+    """Per application block: swap it whole (p=0.4), cut it at one point (p=0.2), or keep it."""
+
+    def __init__(self, blocks: list[tuple[int, int]], prob: float = 0.9):
+        super().__init__(2, 2, prob=prob)
+        self.blocks = blocks
+
+    def _do(self, problem, X, random_state=None, **kwargs):
+        a, b = X[0].copy(), X[1].copy()
+        for m in range(a.shape[0]):
+            for lo, hi in self.blocks:
+                r = random_state.random()
+                if r < 0.4:
+                    cut = lo
+                elif r < 0.6 and hi - lo > 1:
+                    cut = int(random_state.integers(lo + 1, hi))
+                else:
+                    continue
+                a[m, cut:hi], b[m, cut:hi] = b[m, cut:hi].copy(), a[m, cut:hi].copy()
+        return np.stack([a, b])
+
+
+class SegmentMutation(Mutation):
+    """One change per chromosome in one application's block: a contiguous run of layers to one
+    element (p=0.5), a stage border moved (p=0.35), or the whole application to one element."""
+
+    def __init__(self, blocks: list[tuple[int, int]], upper: np.ndarray, prob: float = 0.9):
+        super().__init__(prob=prob)
+        self.blocks, self.upper = blocks, upper
+
+    def _do(self, problem, X, random_state=None, **kwargs):
+        X = np.asarray(np.rint(X), dtype=np.int64).copy()
+        rs = random_state
+        for row in X:
+            lo, hi = self.blocks[int(rs.integers(len(self.blocks)))]
+            n, top = hi - lo, int(self.upper[lo])
+            r = rs.random()
+            if r < 0.5:
+                length = min(n, 1 + int(rs.geometric(min(1.0, 6.0 / n))))
+                start = lo + int(rs.integers(0, n - length + 1))
+                row[start:start + length] = rs.integers(0, top + 1)
+            elif r < 0.85:
+                borders = np.flatnonzero(np.diff(row[lo:hi])) + lo + 1
+                if len(borders) == 0:
+                    continue
+                at = int(borders[rs.integers(len(borders))])
+                shift = 1 + int(rs.geometric(0.3))
+                if rs.random() < 0.5:  # the left stage grows
+                    row[at:min(hi, at + shift)] = row[at - 1]
+                else:
+                    row[max(lo, at - shift):at] = row[at]
+            else:
+                row[lo:hi] = rs.integers(0, top + 1)
+        return X
+
+
+# ---------------------------------------------------------------- seeds
+
+
+def best_single_element(app, elements: list[str]) -> str:
+    layers = [l.name for l in app.graph.layers]
+    return min(elements, key=lambda e: app.problem.actor_time(layers, e))
+
+
+def naive_mappings(mp: MultiProblem) -> list[Mapping]:
+    """Each application whole on its own fastest element (the baseline the issue names)."""
+    out = []
+    for a in mp.apps:
+        e = best_single_element(a, [x.name for x in a.problem.elements])
+        out.append(Mapping({l.name: e for l in a.graph.layers}))
+    return out
+
+
+def _app_seeds(enc: JointEncoding, i: int) -> list[np.ndarray]:
+    from hetflow.mapping.strategies.greedy import greedy_assignment
+
+    a, n = enc.mp.apps[i], len(enc.layers[i])
+    seeds = [np.full(n, k, dtype=np.int64) for k in range(len(enc.allowed[i]))]
+    heft = enc.encode_app(i, Mapping(greedy_assignment(a.problem, enc.allowed[i])))
+    if heft is not None:
+        seeds.append(heft)
+    return seeds
+
+
+def _random_pipeline(n: int, n_el: int, rs: np.random.Generator) -> np.ndarray:
+    k = int(rs.integers(1, min(3, n, n_el) + 1))
+    cuts = np.sort(rs.choice(np.arange(1, n), k - 1, replace=False)) if k > 1 else []
+    els = rs.choice(n_el, k, replace=False)
+    genes = np.empty(n, dtype=np.int64)
+    for s, (lo, hi) in enumerate(zip([0, *cuts], [*cuts, n])):
+        genes[lo:hi] = els[s]
+    return genes
+
+
+def initial_population(enc: JointEncoding, pop_size: int, rs: np.random.Generator) -> np.ndarray:
+    seeds = [_app_seeds(enc, i) for i in range(len(enc.blocks))]
+    best = [enc.encode_app(i, Mapping({l: best_single_element(a, enc.allowed[i])
+                                       for l in enc.layers[i]}))
+            for i, a in enumerate(enc.mp.apps)]
+    rows = [np.concatenate(best), np.concatenate([s[-1] for s in seeds])]
+    while len(rows) < pop_size:
+        if len(rows) < pop_size // 2:
+            rows.append(np.concatenate([s[int(rs.integers(len(s)))] for s in seeds]))
+        else:
+            rows.append(np.concatenate([_random_pipeline(len(enc.layers[i]), len(al), rs)
+                                        for i, al in enumerate(enc.allowed)]))
+    return np.array(rows[:pop_size], dtype=np.int64)
+
+
+# ---------------------------------------------------------------- search
+
+
+@dataclass
+class MultiSearchResult:
+    chosen: Candidate
+    front: list[Candidate]
+    naive: Candidate
+    evaluations: int
+    seconds: float
+    objectives: list[str]
+    notes: dict = field(default_factory=dict)
+
+
+def naive_result(mp: MultiProblem) -> MultiSearchResult:
+    """The naive joint mapping (each app on its fastest element) as a search result, so that it
+    can be written and run as a multi-plan to compare with the searched one."""
+    t0 = time.perf_counter()
+    cand = evaluate_joint(mp, naive_mappings(mp))
+    return MultiSearchResult(cand, [cand], cand, 1, time.perf_counter() - t0, [],
+                             {"algorithm": "naive"})
+
+
+def _front(cands: list[Candidate]) -> list[Candidate]:
+    if not cands:
+        return []
+    F = np.array([c.objectives for c in cands])
+    idx = NonDominatedSorting().do(F, only_non_dominated_front=True)
+    seen, out = set(), []
+    for i in sorted(idx, key=lambda i: tuple(F[i])):
+        key = tuple(np.round(F[i], 9))
+        if key not in seen:
+            seen.add(key)
+            out.append(cands[i])
+    return out
+
+
+def choose(front: list[Candidate], prefer: str = "margin") -> Candidate:
+    """margin: the smallest largest response/period (most room for what the model misses);
+    energy: the least energy per second (ties: margin)."""
+    if prefer not in PREFER:
+        raise InputError(f"--prefer {prefer!r}: use {' or '.join(PREFER)}")
+    def energy(c):
+        return c.energy if c.energy is not None else 0.0
+
+    if prefer == "energy":
+        return min(front, key=lambda c: (energy(c), c.margin))
+    return min(front, key=lambda c: (round(c.margin, 9), energy(c)))
+
+
+def _miss_message(mp: MultiProblem, c: Candidate, searched: int) -> str:
+    worst = max(c.analysis.values(), key=lambda a: a.missed_by / a.period)
+    el = worst.bottleneck
+    share = ", ".join(f"{s.name} {s.busy(el) / s.period:.0%}" for s in c.schedules if el in s.elements)
+    return (f"no mapping found that meets every period ({searched} joint mappings searched); at "
+            f"best application {worst.name} misses its {worst.period * 1e3:.3g} ms period: "
+            f"predicted worst response {worst.response_worst * 1e3:.3g} ms, Eq. 11 slack "
+            f"{worst.eq11_min_slack * 1e3:.3g} ms; bottleneck element {el} "
+            f"(busy {c.utilisation.get(el, 0.0):.0%}: {share})")
+
+
+def search_multi(mp: MultiProblem, algorithm: str = "nsga2", pop_size: int = 48,
+                 generations: int = 40, seed: int = 0, prefer: str = "margin",
+                 mutation: float = 0.9, crossover: float = 0.9,
+                 configs: list[list[str]] | None = None,
+                 progress: Callable[[str], None] | None = None) -> MultiSearchResult:
+    """NSGA-II or SPEA2 over joint mappings, once per configuration; see the module docstring."""
+    from pymoo.algorithms.moo.nsga2 import NSGA2
+    from pymoo.algorithms.moo.spea2 import SPEA2
+
+    if algorithm not in ALGORITHMS:
+        raise InputError(f"unknown algorithm {algorithm!r} (use {' or '.join(ALGORITHMS)})")
+    if prefer not in PREFER:
+        raise InputError(f"--prefer {prefer!r}: use {' or '.join(PREFER)}")
+    if pop_size < 4 or generations < 1:
+        raise InputError("the population needs at least 4 mappings and 1 generation")
+    check_periods(mp)
+    t0 = time.perf_counter()
+    rs = np.random.default_rng(seed)
+    configs = configs or mp.configurations()
+    # energy is an objective when every element has a power (else it would compare unknowns)
+    with_energy = all(w is not None for w in mp.powers().values())
+    naive = evaluate_joint(mp, naive_mappings(mp), with_energy=with_energy)
+    kept: dict[bytes, Candidate] = {}
+    closest: Candidate | None = naive if not naive.feasible else None
+    total = 0
+    for ci, config in enumerate(configs):
+        enc = JointEncoding(mp, config)
+        ev = _Evaluator(mp, enc, with_energy)
+
+        def on_eval(x: np.ndarray, enc=enc, ev=ev) -> np.ndarray:
+            nonlocal closest, kept
+            cand = ev(x)
+            if cand.feasible:
+                kept.setdefault(x.tobytes() + str(enc.config).encode(), cand)
+                if len(kept) > ARCHIVE_LIMIT:  # only the non-dominated can reach the front
+                    front = {id(c) for c in _front(list(kept.values()))}
+                    kept = {k: c for k, c in kept.items() if id(c) in front}
+            elif closest is None or (sum(a.missed_by for a in cand.analysis.values())
+                                     < sum(a.missed_by for a in closest.analysis.values())):
+                closest = cand
+            return cand.objectives
+
+        n_obj = len(mp.apps) + (1 if with_energy else 0)
+        X0 = initial_population(enc, pop_size, rs)
+        ops = dict(pop_size=pop_size, sampling=X0,
+                   crossover=AppBlockCrossover(enc.blocks, crossover),
+                   mutation=SegmentMutation(enc.blocks, enc.upper, mutation),
+                   eliminate_duplicates=RowDuplicates())
+        algo = NSGA2(**ops) if algorithm == "nsga2" else SPEA2(**ops)
+        minimize(_PymooProblem(enc, n_obj, on_eval), algo, ("n_gen", generations),
+                 seed=int(rs.integers(2**31)), verbose=False)
+        total += ev.count
+        if progress:
+            progress(f"configuration {ci + 1}/{len(configs)} ({' '.join(config)}): "
+                     f"{ev.count} mappings, {len(kept)} kept that meet every deadline")
+    feasible = list(kept.values()) + ([naive] if naive.feasible else [])
+    if not feasible:
+        raise InfeasibleError(_miss_message(mp, closest, total))
+    front = _front(feasible)
+    names = [f"{a.name}_response_s" for a in mp.apps] + (["energy_j_per_s"] if with_energy else [])
+    return MultiSearchResult(choose(front, prefer), front, naive, total,
+                             time.perf_counter() - t0, names,
+                             {"algorithm": algorithm, "pop_size": pop_size,
+                              "generations": generations, "seed": seed, "prefer": prefer,
+                              "configurations": len(configs)})
+
+
+__all__ = ["JointEncoding", "Candidate", "MultiSearchResult", "evaluate_joint", "search_multi",
+           "naive_mappings", "naive_result", "choose", "initial_population", "AppBlockCrossover",
+           "SegmentMutation", "PENALTY"]

@@ -1,0 +1,115 @@
+"""`hetflow map-multi` with profiles found in --profile-dir, and `hetflow run-multi`."""
+import json
+import os
+import re
+
+import numpy as np
+import onnx
+import pytest
+from typer.testing import CliRunner
+
+from hetflow.cli.main import app
+from hetflow.errors import InfeasibleError, InputError
+from hetflow.model import load_model
+from hetflow.model.synthetic import random_cnn_model
+from hetflow.mapping.problem import Problem
+from hetflow.multi.multiplan import MultiPlan, make_multiplan
+from hetflow.multi.problem import AppProblem, MultiProblem
+from hetflow.multi.search import search_multi
+from hetflow.multi.spec import AppSpec
+from hetflow.platform.spec import ProcessingElement
+
+from conftest import transfer
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """Two tiny ONNX models and their estimated profiles on the bundled HiKey970."""
+    d = tmp_path_factory.mktemp("multi")
+    for name, seed in (("a", 21), ("b", 22)):
+        onnx.save(random_cnn_model(7, seed=seed), d / f"{name}.onnx")
+        r = runner.invoke(app, ["profile", str(d / f"{name}.onnx"), "--platform", "hikey970",
+                                "--estimate", "-o", str(d / "profiles" / f"{name}.hikey970.profile.json")])
+        assert r.exit_code == 0, r.output
+    return d
+
+
+def map_multi(d, *specs, extra=()):
+    return runner.invoke(app, ["map-multi", *specs, "--profile-dir", str(d / "profiles"),
+                               "--platform", "hikey970", "--pop-size", "8", "--generations",
+                               "2", *extra])
+
+
+def test_map_multi_writes_a_multiplan_and_front(models, tmp_path):
+    out, front = tmp_path / "m.json", tmp_path / "front.csv"
+    r = map_multi(models, f"{models}/a.onnx:period=20ms:priority=2",
+                  f"{models}/b.onnx:period=30ms:priority=1",
+                  extra=["-o", str(out), "--pareto", str(front)])
+    assert r.exit_code == 0, r.output
+    assert "multi-plan on hikey970" in r.output and f"wrote {out}" in r.output
+    plan = MultiPlan.load(out)
+    assert [(a.name, a.priority) for a in plan.apps] == [("b", 1), ("a", 2)]
+    assert all(a.predicted["schedulable"] for a in plan.apps)
+    assert plan.predicted["energy_j_per_s"] > 0  # the platform gives powers
+    assert front.exists() and front.with_suffix(".png").exists()
+
+
+def test_map_multi_naive_writes_the_baseline_plan(models, tmp_path):
+    out = tmp_path / "naive.json"
+    r = map_multi(models, f"{models}/a.onnx:period=20ms", f"{models}/b.onnx:period=30ms",
+                  extra=["--naive", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    plan = MultiPlan.load(out)
+    assert plan.search["algorithm"] == "naive"
+    assert all(len(a.plan.mapping.actors) == 1 for a in plan.apps)
+
+
+def test_map_multi_json(models):
+    r = map_multi(models, f"{models}/a.onnx:period=20ms", f"{models}/b.onnx:period=30ms",
+                  extra=["--json", "--algorithm", "spea2"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["kind"] == "hetflow-multiplan" and d["search"]["algorithm"] == "spea2"
+
+
+@pytest.mark.parametrize("specs, error, match", [
+    (["{d}/a.onnx:period=0ms", "{d}/b.onnx:period=30ms"], InputError, "must be positive"),
+    (["{d}/a.onnx:period=20ms", "{d}/a.onnx:period=30ms:name=again"], InputError, "given twice"),
+    (["{d}/a.onnx:period=20ms:priority=1", "{d}/b.onnx:period=30ms:priority=1"], InputError,
+     "priority clash"),
+    (["{d}/a.onnx:period=20us", "{d}/b.onnx:period=30ms"], InfeasibleError,
+     "application a: no mapping meets its period"),
+    (["{d}/c.onnx:period=20ms"], InputError, "no c.*profile.json"),
+])
+def test_map_multi_bad_input(models, specs, error, match):
+    r = map_multi(models, *[s.format(d=models) for s in specs])
+    assert isinstance(r.exception, error), r.output
+    assert re.search(match, str(r.exception))
+
+
+def test_run_multi_on_this_machine(tmp_path):
+    """A multi-plan for this machine's cores (synthetic times: the check is that it runs)."""
+    core = sorted(os.sched_getaffinity(0))[0]
+    els = [ProcessingElement(f"cpu{core}", "cpu", (core,), cluster="cpu")]
+    apps = []
+    for name, seed, period in (("x", 31, 0.05), ("y", 32, 0.06)):
+        path = tmp_path / f"{name}.onnx"
+        onnx.save(random_cnn_model(5, seed=seed), path)
+        g = load_model(path)
+        p = Problem(g, els, np.full((len(g.layers), 1), 1e-4), transfer)
+        apps.append(AppProblem(AppSpec(str(path), period, len(apps) + 1, name), g, p))
+    mp = MultiProblem(apps)
+    plan = make_multiplan(mp, search_multi(mp, pop_size=4, generations=1))
+    plan.save(tmp_path / "m.json")
+    out = tmp_path / "report.json"
+    r = runner.invoke(app, ["run-multi", str(tmp_path / "m.json"), "--frames", "4", "--warmup",
+                            "1", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "measured response times" in r.output
+    rep = json.loads(out.read_text())
+    assert [a["name"] for a in rep["apps"]] == ["x", "y"]
+    assert all(a["notes"]["missed"] == 0 and a["checked_frames"] == 4 for a in rep["apps"])
+    bad = runner.invoke(app, ["run-multi", str(tmp_path / "missing.json")])
+    assert isinstance(bad.exception, InputError)

@@ -1,0 +1,68 @@
+from types import SimpleNamespace
+
+import pytest
+
+from hetflow.errors import InputError
+from hetflow.multi.problem import MultiProblem, calibrate_to_whole, find_profile, schedule_of
+from hetflow.multi.spec import AppSpec
+from hetflow.mapping.mapping import Mapping
+from hetflow.profile.profile import Profile
+
+from conftest import app_problem, elements
+
+
+def test_calibrate_to_whole_scales_each_element_to_its_measured_model_time():
+    a = app_problem(6, 1, 0.05, 1)
+    p = a.problem
+    p.element_overhead = {"cpu0": 1e-4}
+    sums = p.layer_times.sum(axis=0).copy()
+    prof = SimpleNamespace(whole_model={"cpu0": {"median": 2 * sums[0] + 1e-4}}, subnet_times={})
+    factors = calibrate_to_whole(p, prof)
+    assert factors == {"cpu0": pytest.approx(2.0)}
+    layers = [l.name for l in a.graph.layers]
+    # the whole model on cpu0 now costs what was measured (the call included once)
+    assert p.actor_time(layers, "cpu0") == pytest.approx(2 * sums[0] + 1e-4)
+    assert p.layer_times[:, 2].sum() == pytest.approx(sums[2])  # gpu0: nothing measured
+
+
+def test_a_schedule_has_a_task_per_phase_with_transfers():
+    a = app_problem(6, 1, 0.05, 1)
+    layers = [l.name for l in a.graph.layers]
+    half = {l: "cpu0" if i < 3 else "gpu0" for i, l in enumerate(layers)}
+    s = schedule_of(a, Mapping(half))
+    assert {t.element for t in s.tasks} == {"cpu0", "gpu0"}
+    total = sum(t.time for t in s.tasks)
+    want = (a.problem.actor_time(layers[:3], "cpu0") + a.problem.actor_time(layers[3:], "gpu0")
+            + len(s.tasks) * a.problem.call_overhead)
+    assert total == pytest.approx(want)
+    assert s.response_isolated >= total  # one frame's tasks run in sequence here
+    assert any(d > 0 for _, _, d in s.edges)  # a cpu0 -> gpu0 channel costs its transfer
+
+
+def test_configurations_are_those_every_profile_covers():
+    els = elements()
+    a = app_problem(5, 1, 0.05, 1, els)
+    b = app_problem(5, 2, 0.05, 2, els[:2])  # this one's profile has no GPU
+    assert MultiProblem([a, b]).configurations() == [["cpu0", "cpu1"]]
+
+
+def save_profile(path, model, platform_hash):
+    Profile(model, "h", "plat", platform_hash).save(path)
+
+
+def test_find_profile(tmp_path):
+    plat = SimpleNamespace(name="box", platform_hash="P1")
+    spec = AppSpec("models/net.onnx", 0.02, 1, "net")
+    with pytest.raises(InputError, match=r"no net\.\*\.profile\.json in .*hetflow profile"):
+        find_profile(spec, tmp_path, plat)
+    save_profile(tmp_path / "net.box.profile.json", "net", "P1")
+    assert find_profile(spec, tmp_path, plat).name == "net.box.profile.json"
+    save_profile(tmp_path / "net.other.profile.json", "net", "P2")
+    assert find_profile(spec, tmp_path, plat).name == "net.box.profile.json"  # by platform
+    save_profile(tmp_path / "net.box2.profile.json", "net", "P1")
+    with pytest.raises(InputError, match="2 profiles .* match platform box"):
+        find_profile(spec, tmp_path, plat)
+    own = AppSpec("net.onnx", 0.02, 1, "net", str(tmp_path / "net.other.profile.json"))
+    assert find_profile(own, None, plat).name == "net.other.profile.json"
+    with pytest.raises(InputError, match="no profile; give --profile-dir"):
+        find_profile(AppSpec("net.onnx", 0.02, 1, "net"), None, plat)

@@ -1,0 +1,112 @@
+"""End to end on two tiny random models on this machine's cores: search, multi-plan, run."""
+import heapq
+import os
+
+import pytest
+
+from hetflow.mapping.mapping import Mapping
+from hetflow.multi.multiplan import MultiPlan, make_multiplan
+from hetflow.multi.problem import MultiProblem
+from hetflow.multi.runtime import _App, _Engine, firing_graph, run_multiplan
+from hetflow.multi.search import MultiSearchResult, evaluate_joint, search_multi
+from hetflow.platform.spec import ProcessingElement
+
+from conftest import app_problem
+
+
+def cpu_elements():
+    cores = sorted(os.sched_getaffinity(0))
+    cores = (cores * 2)[:2]  # two elements even on one core (then they share it)
+    return [ProcessingElement(f"cpu{c}" if i == 0 or c != cores[0] else f"cpu{c}b", "cpu", (c,),
+                              cluster="cpu", power_w=2.0) for i, c in enumerate(cores)]
+
+
+def tiny_problem(period_a=0.1, period_b=0.12) -> MultiProblem:
+    els = cpu_elements()
+    return MultiProblem([app_problem(6, 11, period_a, 1, els, "a", layer_ms=0.05),
+                         app_problem(9, 12, period_b, 2, els, "b", layer_ms=0.05)])
+
+
+def plan_of(mp: MultiProblem, mappings: list[Mapping]) -> MultiPlan:
+    """A multi-plan of given mappings (no search)."""
+    cand = evaluate_joint(mp, mappings)
+    return make_multiplan(mp, MultiSearchResult(cand, [cand], cand, 1, 0.0, []))
+
+
+def split(app, first: str, second: str) -> Mapping:
+    layers = [l.name for l in app.graph.layers]
+    half = len(layers) // 2
+    return Mapping({l: first if i < half else second for i, l in enumerate(layers)})
+
+
+def graphs(mp):
+    return {a.name: a.graph for a in mp.apps}
+
+
+def test_generous_periods_meet_every_deadline_and_outputs_match(tmp_path):
+    mp = tiny_problem(0.15, 0.2)  # sub-millisecond models: generous even on a loaded machine
+    res = search_multi(mp, pop_size=8, generations=2)
+    plan = MultiPlan.load(make_multiplan(mp, res).save(tmp_path / "m.json"))
+    report = run_multiplan(plan, graphs(mp), frames=5, warmup=1, check="first")
+    assert report.complete and report.wall_s > 0
+    for r in report.apps:
+        assert r.frames >= 5  # the faster app keeps running until the slower one is done
+        assert r.notes["missed"] == 0
+        assert r.latency["max"] <= r.notes["period_s"]
+        assert r.checked_frames == 4 and r.max_abs_error < 1e-3
+        assert r.predicted["response_worst"] == pytest.approx(
+            res.chosen.analysis[r.name].response_worst)
+    assert set(report.utilisation) <= {e.name for e in cpu_elements()}
+
+
+def test_apps_sharing_both_elements_in_opposite_orders(tmp_path):
+    mp = tiny_problem(0.08, 0.1)
+    e0, e1 = (e.name for e in cpu_elements())
+    plan = plan_of(mp, [split(mp.apps[0], e0, e1), split(mp.apps[1], e1, e0)])
+    assert set(plan.shared_elements) == {e0, e1}
+    report = run_multiplan(plan, graphs(mp), frames=5, warmup=1, trace_path=tmp_path / "t.json")
+    assert all(r.notes["missed"] == 0 and r.checked_frames == 4 for r in report.apps)
+    assert (tmp_path / "t.json").exists()
+
+
+def test_a_period_too_short_is_reported_as_misses_with_bounded_frames_in_flight():
+    mp = tiny_problem(0.01, 0.25)
+    e0, _ = (e.name for e in cpu_elements())
+    plan = plan_of(mp, [Mapping({l.name: e0 for l in a.graph.layers}) for a in mp.apps])
+    plan.apps[1].period = 1e-5  # far shorter than one frame: the source outruns the app
+    report = run_multiplan(plan, graphs(mp), frames=30, warmup=0, check="none",
+                           max_in_flight=2)
+    b = next(r for r in report.apps if r.name == "b")
+    assert b.notes["missed"] == b.frames >= 30
+    assert b.notes["late_releases"] > 0 and b.notes["peak_in_flight"] <= 2
+
+
+def test_ready_firings_are_served_by_priority_then_frame():
+    mp = tiny_problem()
+    e0, _ = (e.name for e in cpu_elements())
+    plan = plan_of(mp, [Mapping({l.name: e0 for l in a.graph.layers}) for a in mp.apps])
+    apps = []
+    for i, entry in enumerate(plan.apps):
+        firings, first = firing_graph(entry)
+        apps.append(_App(i, entry, {}, lambda f: {}, firings, first))
+    eng = _Engine(apps, {e0: plan.apps[0].plan.elements[e0]}, 4, False)
+    low, high = apps[1], apps[0]  # plan.apps is ordered by priority
+    assert (high.entry.priority, low.entry.priority) == (1, 2)
+    with eng.lock:
+        eng.release(low, 0, 0.0, {})
+        eng.release(low, 1, 0.0, {})  # waits for frame 0 of its actor: not ready
+        eng.release(high, 0, 0.0, {})
+    order = [heapq.heappop(eng.ready[e0]) for _ in range(len(eng.ready[e0]))]
+    assert [(p, f) for p, f, *_ in order] == [(1, 0), (2, 0)]
+
+
+def test_bad_run_options():
+    from hetflow.errors import InputError
+
+    mp = tiny_problem()
+    e0, _ = (e.name for e in cpu_elements())
+    plan = plan_of(mp, [Mapping({l.name: e0 for l in a.graph.layers}) for a in mp.apps])
+    with pytest.raises(InputError, match="--check"):
+        run_multiplan(plan, graphs(mp), check="all")
+    with pytest.raises(InputError, match="--max-in-flight"):
+        run_multiplan(plan, graphs(mp), max_in_flight=0)
