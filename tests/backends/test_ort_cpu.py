@@ -46,7 +46,11 @@ def graph(tmp_path_factory):
 def thread_affinities() -> dict[int, str]:
     out = {}
     for t in Path(f"/proc/{os.getpid()}/task").iterdir():
-        for line in (t / "status").read_text().splitlines():
+        try:
+            status = (t / "status").read_text()
+        except FileNotFoundError:  # the thread ended while we listed them
+            continue
+        for line in status.splitlines():
             if line.startswith("Cpus_allowed_list"):
                 out[int(t.name)] = line.split()[1]
     return out

@@ -10,7 +10,7 @@ from hetflow.dataflow.analysis import latency, throughput_mcr
 from hetflow.dataflow.graphs import Actor, Channel, CsdfGraph
 from hetflow.errors import InputError
 
-from conftest import chain
+from dataflow_helpers import chain
 from strategies import csdf_graphs
 
 

@@ -13,7 +13,7 @@ from hetflow.dataflow.analysis.hsdf import expand
 from hetflow.dataflow.graphs import Actor, Channel, CsdfGraph
 from hetflow.errors import InputError
 
-from conftest import chain
+from dataflow_helpers import chain
 
 BOTH = [throughput_mcr, throughput_simulation]
 

@@ -19,7 +19,7 @@ from hetflow.multi.search import search_multi
 from hetflow.multi.spec import AppSpec
 from hetflow.platform.spec import ProcessingElement
 
-from conftest import transfer
+from multi_helpers import transfer
 
 runner = CliRunner()
 

@@ -8,7 +8,7 @@ from hetflow.multi.spec import AppSpec
 from hetflow.mapping.mapping import Mapping
 from hetflow.profile.profile import Profile
 
-from conftest import app_problem, elements
+from multi_helpers import app_problem, elements
 
 
 def test_calibrate_to_whole_scales_each_element_to_its_measured_model_time():

@@ -11,7 +11,7 @@ from hetflow.multi.runtime import _App, _Engine, firing_graph, run_multiplan
 from hetflow.multi.search import MultiSearchResult, evaluate_joint, search_multi
 from hetflow.platform.spec import ProcessingElement
 
-from conftest import app_problem
+from multi_helpers import app_problem
 
 
 def cpu_elements():

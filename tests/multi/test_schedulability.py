@@ -10,7 +10,7 @@ from hetflow.multi.schedulability import (PENALTY, AppSchedule, Task, analyse, b
                                           release_jitter, response_bound, task_wait, utilisation,
                                           worst_times)
 
-from conftest import chain
+from multi_helpers import chain
 
 
 def two_on_gpu():

@@ -12,7 +12,7 @@ from hetflow.multi.problem import MultiProblem, check_periods, fastest_frame, sc
 from hetflow.multi.search import (JointEncoding, evaluate_joint, initial_population,
                                   naive_mappings, search_multi)
 
-from conftest import app_problem, elements
+from multi_helpers import app_problem, elements
 
 
 def tight_three():
