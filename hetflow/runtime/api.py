@@ -25,13 +25,18 @@ def load_plan_model(plan: Plan, model: str | None = None) -> CnnGraph:
 
 
 def make_source(graph: CnnGraph, spec: str, seed: int = 0) -> tuple[Callable[[int], dict], int | None]:
-    from .inputs import npz_source, random_source
+    from pathlib import Path
+
+    from .inputs import image_dir_source, npz_source, random_source
 
     if spec == "random":
         return random_source(graph, seed), None
     if spec.endswith(".npz"):
         return npz_source(graph, spec)
-    raise InputError(f"--input {spec!r}: use 'random' or an .npz file with one array per model input")
+    if Path(spec).is_dir():
+        return image_dir_source(graph, spec)
+    raise InputError(f"--input {spec!r}: use 'random', an .npz file with one array per model "
+                     "input, or a folder of images")
 
 
 def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmup: int = 50,
