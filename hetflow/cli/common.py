@@ -33,6 +33,33 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return path
 
 
+def write_csv(path: str | os.PathLike, rows: list[dict], columns: list[str] | None = None) -> Path:
+    """Rows as CSV (header from `columns`, else the first row's keys), written atomically."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, columns or (list(rows[0]) if rows else ["id"]))
+    w.writeheader()
+    w.writerows(rows)
+    return atomic_write_text(path, buf.getvalue())
+
+
+def save_png(fig: Any, path: str | os.PathLike, dpi: int = 100) -> Path:
+    """Save a matplotlib figure atomically and close it."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    try:
+        fig.savefig(tmp, dpi=dpi)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
+    return path
+
+
 def write_json(path: str | os.PathLike, data: Any) -> Path:
     return atomic_write_text(path, json.dumps(data, indent=1, default=_default) + "\n")
 

@@ -1,11 +1,9 @@
 """Write a search's Pareto front as CSV, and as a PNG plot when matplotlib is installed."""
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
 
-from hetflow.cli.common import atomic_write_text
+from hetflow.cli.common import save_png, write_csv
 
 COLUMNS = ["throughput_fps", "latency_ms", "energy_j_per_frame", "max_memory_mb", "actors"]
 
@@ -23,11 +21,7 @@ def front_rows(result) -> list[dict]:
 def write_front(result, path: str | Path) -> Path:
     path = Path(path)
     rows = front_rows(result)
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, COLUMNS)
-    w.writeheader()
-    w.writerows(rows)
-    atomic_write_text(path, buf.getvalue())
+    write_csv(path, rows, COLUMNS)
     try:
         import matplotlib
 
@@ -41,9 +35,5 @@ def write_front(result, path: str | Path) -> Path:
     ax.set_ylabel("predicted throughput (frames/s)")
     ax.set_title("Pareto front")
     fig.tight_layout()
-    png = path.with_suffix(".png")
-    tmp = png.with_name(f".{png.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(png)
+    save_png(fig, path.with_suffix(".png"))
     return path

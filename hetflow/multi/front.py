@@ -3,12 +3,10 @@ one panel per pair of applications (their predicted worst response times), colou
 like Kang et al.'s Fig. 12."""
 from __future__ import annotations
 
-import csv
-import io
 import itertools
 from pathlib import Path
 
-from hetflow.cli.common import atomic_write_text
+from hetflow.cli.common import save_png, write_csv
 
 
 def front_rows(mp, result) -> list[dict]:
@@ -32,11 +30,7 @@ def front_rows(mp, result) -> list[dict]:
 def write_front(mp, result, path: str | Path) -> Path:
     path = Path(path)
     rows = front_rows(mp, result)
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, list(rows[0]) if rows else ["id"])
-    w.writeheader()
-    w.writerows(rows)
-    atomic_write_text(path, buf.getvalue())
+    write_csv(path, rows)
     try:
         import matplotlib
 
@@ -62,9 +56,5 @@ def write_front(mp, result, path: str | Path) -> Path:
     if colour is not None:
         fig.colorbar(sc, ax=axes[0].tolist(), label="energy (J/s)")
     fig.suptitle("multi-application Pareto front (predicted)")
-    png = path.with_suffix(".png")
-    tmp = png.with_name(f".{png.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(png)
+    save_png(fig, path.with_suffix(".png"))
     return path

@@ -31,7 +31,7 @@ from hetflow.mapping.mapping import group_members
 from hetflow.mapping.plan import Plan
 from hetflow.model.graph import CnnGraph
 
-from .report import RunReport, latency_stats
+from .report import RunReport, latency_stats, steady_throughput
 
 POLL = 0.05
 
@@ -316,12 +316,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     if shared.fault:
         raise RuntimeFault(shared.fault[0].message)
     n = len(done_at)
-    w = min(warmup, max(n - 2, 0))
-    if n - w >= 2:
-        thr = (n - 1 - w) / (done_at[-1] - done_at[w]) if w > 0 else (n - 1) / (done_at[-1] - done_at[0])
-        window = done_at[-1] - (done_at[w] if w else done_at[0])
-    else:
-        thr, window = float("nan"), 0.0
+    thr, window, w = steady_throughput(done_at, warmup)
     util = {el: min(1.0, b / (done_at[-1] - t_start)) for el, b in shared.busy.items()} if n else {}
     report = RunReport("plan", n, w, thr, latency_stats(latencies[w:]), util,
                        dict(plan.predicted), complete=complete,

@@ -47,7 +47,7 @@ from hetflow.mapping.mapping import group_members
 from hetflow.mapping.plan import Plan
 from hetflow.model.graph import CnnGraph
 
-from .report import RunReport, latency_stats
+from .report import RunReport, latency_stats, steady_throughput
 
 RAY_MISSING = "--engine ray needs Ray: pip install 'hetflow[ray]'"
 POLL = 0.05
@@ -546,12 +546,7 @@ class RayPipeline:
 
     def _report(self, done_at, latencies, warmup, busy, t_start, complete) -> RunReport:
         n = len(done_at)
-        w = min(warmup, max(n - 2, 0))
-        if n - w >= 2:
-            thr = (n - 1 - w) / (done_at[-1] - done_at[w])
-            window = done_at[-1] - done_at[w]
-        else:
-            thr, window = float("nan"), 0.0
+        thr, window, w = steady_throughput(done_at, warmup)
         wall = (done_at[-1] - t_start) if n else 0.0
         util = {el: min(1.0, b / wall) for el, b in busy.items()} if n and wall > 0 else {}
         nodes = {el: {"node": w.node, "frames": self.frames_taken.get(el, 0), **w.info}

@@ -15,6 +15,17 @@ def latency_stats(lat: list[float] | np.ndarray) -> dict[str, float]:
             "p99": float(np.percentile(a, 99)), "max": float(a.max()), "mean": float(a.mean())}
 
 
+def steady_throughput(done_at: list[float], warmup: int) -> tuple[float, float, int]:
+    """Frames per second between the completion of frame `warmup` and the last one, as
+    (throughput, window seconds, warm-up frames actually excluded); NaN with too few frames."""
+    n = len(done_at)
+    w = min(warmup, max(n - 2, 0))
+    if n - w < 2:
+        return float("nan"), 0.0, w
+    window = done_at[-1] - done_at[w]
+    return (n - 1 - w) / window, window, w
+
+
 @dataclass
 class RunReport:
     name: str  # 'plan', 'single', 'parallel', ...
