@@ -97,10 +97,9 @@ def bench_model(model: str, platform, settings: BenchSettings,
                 log: Callable[[str], None] = lambda s: None, report_dir: Path | None = None
                 ) -> ModelBench:
     from hetflow.mapping.from_profile import problem_from_profile
-    from hetflow.mapping.planner import make_plan, search_plan
+    from hetflow.mapping.planner import make_plan
     from hetflow.mapping.problem import evaluate
     from hetflow.model import resolve_model
-    from hetflow.model.subnet import subnet_key
     from hetflow.profile import profile_subnets
     from hetflow.runtime.api import run_plan
     from hetflow.runtime.baselines import measure_parallel, measure_single

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import time
 
-from hetflow.model.graph import CnnGraph
 
 from .mapping import Mapping, group_members
 from .plan import Plan
-from .problem import Metrics, Problem, build_app, evaluate
+from .problem import Metrics, Problem, build_app
 from .strategies.base import SearchResult, get_strategy
 
 

@@ -15,7 +15,6 @@ from collections import Counter
 from pathlib import Path
 
 import onnx
-from onnx import numpy_helper
 
 from hetflow.errors import InputError, ModelError
 

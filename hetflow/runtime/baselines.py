@@ -12,7 +12,6 @@ import threading
 import time
 from typing import Callable
 
-import numpy as np
 
 from hetflow.model.graph import CnnGraph
 from hetflow.platform.spec import ProcessingElement
