@@ -52,6 +52,10 @@ class Problem:
     def layer_index(self) -> dict[str, int]:
         return self.graph.layer_index
 
+    def shares_cores(self, a: ProcessingElement, b: ProcessingElement) -> bool:
+        """Whether two elements occupy a common core (a subclass may know more, e.g. nodes)."""
+        return bool(set(a.cores) & set(b.cores))
+
     @cached_property
     def conflicts(self) -> np.ndarray:
         """conflicts[i, j]: elements i and j share a core (cannot both be used)."""
@@ -59,7 +63,7 @@ class Problem:
         c = np.zeros((n, n), bool)
         for i, a in enumerate(self.elements):
             for j, b in enumerate(self.elements):
-                c[i, j] = i != j and bool(set(a.cores) & set(b.cores))
+                c[i, j] = i != j and self.shares_cores(a, b)
         return c
 
     def apply_contention(self, factors: dict[str, float]) -> None:

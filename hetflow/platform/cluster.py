@@ -26,7 +26,6 @@ import math
 import os
 import re
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
@@ -225,15 +224,9 @@ class ClusterTransfer:
 class ClusterProblem(Problem):
     """A mapping problem over cluster elements: elements of different nodes never share cores."""
 
-    @cached_property
-    def conflicts(self) -> np.ndarray:
-        n = len(self.elements)
-        c = np.zeros((n, n), bool)
-        for i, a in enumerate(self.elements):
-            for j, b in enumerate(self.elements):
-                c[i, j] = (i != j and split_element(a.name)[0] == split_element(b.name)[0]
-                           and bool(set(a.cores) & set(b.cores)))
-        return c
+    def shares_cores(self, a, b) -> bool:
+        return (split_element(a.name)[0] == split_element(b.name)[0]
+                and super().shares_cores(a, b))
 
 
 def cluster_problem(graph: "CnnGraph", cluster: Cluster, profiles: Mapping[str, "Profile"],
