@@ -31,3 +31,18 @@ def pinned(cores: Iterable[int]) -> Iterator[None]:
     finally:
         if before:
             pin_current_thread(before)
+
+
+def control_cores(elements: Iterable) -> set[int]:
+    """Cores for the runtime's own threads (frame sources, the output collector): ones no CPU
+    element computes on, so that a woken control thread never preempts a CPU stage's ONNX
+    Runtime pool thread (a parallel layer waits for its slowest thread; measured on the GPU
+    machine, docs/results/multi_app.md). GPU driver cores first: their worker mostly waits on
+    the device. Empty (leave the threads unpinned) when every core computes."""
+    elements = list(elements)
+    allowed = current_affinity()
+    cpu = {c for e in elements if e.kind == "cpu" for c in e.cores}
+    drivers = {c for e in elements if e.kind != "cpu" for c in e.cores} - cpu
+    if drivers:
+        return (drivers & allowed) if allowed else drivers
+    return allowed - cpu

@@ -59,11 +59,9 @@ def get_profile(graph, platform, repeats: int, log: Callable[[str], None]):
             return prof, 0.0
         except HetflowError:
             pass
-    from hetflow.mapping.from_profile import select_configurations
+    from hetflow.mapping.from_profile import searched_elements
 
-    # only the elements of the configurations the search will consider
-    needed = list({e.name: e for cfg in select_configurations(platform) for e in cfg.elements
-                   if e.backend != "none"}.values())
+    needed = [e for e in searched_elements(platform) if e.backend != "none"]
     log(f"profiling {graph.name} on {platform.name} ({len(graph.layers)} layers, "
         f"{len(needed)} elements)")
     t0 = time.perf_counter()

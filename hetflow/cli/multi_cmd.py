@@ -91,6 +91,10 @@ def register(app: typer.Typer) -> None:
         pareto: Optional[Path] = typer.Option(None, "--pareto", help="front as CSV (+ PNG)"),
         calibrate: bool = typer.Option(True, "--calibrate/--no-calibrate",
                                        help="scale layer times to the measured whole model"),
+        time_stat: str = typer.Option("median", "--time-stat",
+                                      help="measured whole-model time the stage times are "
+                                           "scaled to: median, p90 or max (a measured "
+                                           "worst-case execution time)"),
         naive: bool = typer.Option(False, "--naive",
                                    help="no search: write the naive plan (each application on "
                                         "its fastest element), to run it for comparison"),
@@ -106,7 +110,7 @@ def register(app: typer.Typer) -> None:
 
         specs = parse_app_specs(apps)
         plat = resolve_platform(platform or "auto")
-        mp = load_multi_problem(specs, plat, profile_dir, calibrate)
+        mp = load_multi_problem(specs, plat, profile_dir, calibrate, time_stat)
         if naive:
             result = naive_result(mp)
         else:

@@ -50,6 +50,9 @@ def register(app: typer.Typer) -> None:
                                         "layers timed in model order (over-estimates)"),
         elements: Optional[list[str]] = typer.Option(None, "--element", "-e",
                                                      help="profile only these elements (repeatable)"),
+        all_elements: bool = typer.Option(False, "--all-elements",
+                                          help="every element of every configuration (default: "
+                                               "those of the configurations the search uses)"),
         fuse: bool = typer.Option(True, "--fuse/--no-fuse",
                                   help="profile fused Conv+BN+activation layers (as ORT runs them)"),
         comm: bool = typer.Option(True, "--comm/--no-comm", help="measure communication links"),
@@ -66,11 +69,17 @@ def register(app: typer.Typer) -> None:
 
         graph = resolve_model(model, parse_input_shapes(input_shape), fuse)
         plat = resolve_platform(platform)
+        searched = elements is None and not all_elements
+        if searched:
+            from hetflow.mapping.from_profile import searched_elements
+
+            elements = [e.name for e in searched_elements(plat)]
         if estimate:
             prof = estimate_profile(graph, plat, elements=elements)
         else:
             prof = profile_model(graph, plat, elements=elements, repeats=repeats, warmup=warmup,
                                  method=method, comm=comm, dvfs_calibration=dvfs,
+                                 skip_unavailable=searched,
                                  progress=not json_out and err_console.is_terminal)
         out = output or _default_output(graph.name, plat.name)
         prof.save(out)

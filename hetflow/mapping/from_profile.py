@@ -33,6 +33,16 @@ def select_configurations(platform, max_configs: int = MAX_CONFIGS):
     return [build_config(platform, dict(zip(names, combo))) for combo in itertools.product(*per)]
 
 
+def searched_elements(platform) -> list:
+    """The elements of the configurations the search considers (on a big machine, far fewer
+    than every element of every configuration), in first-seen order."""
+    seen: dict = {}
+    for cfg in select_configurations(platform):
+        for e in cfg.elements:
+            seen.setdefault(e.name, e)
+    return list(seen.values())
+
+
 def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: int = 2,
                          call_overhead: float | None = None) -> Problem:
     profile.check_matches(graph, platform)

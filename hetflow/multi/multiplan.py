@@ -156,7 +156,8 @@ def make_multiplan(mp, result, strategy: str = "multi") -> MultiPlan:
     for a, mapping, sched in zip(mp.apps, cand.mappings, cand.schedules):
         metrics = app_metrics(sched, cand.analysis[a.name], mp.powers())
         plan = make_plan(a.problem, mapping, metrics, strategy, mp.platform_name,
-                         {"profile": a.profile_source, "calibration": a.calibration}, a.fuse)
+                         {"profile": a.profile_source, "calibration": a.calibration,
+                          "time_stat": mp.time_stat}, a.fuse)
         plan.model_source = a.spec.model  # as given (a zoo name, or a path from here)
         apps.append(AppEntry(a.name, a.spec.period, a.spec.priority, plan,
                              app_prediction(cand, a.name)))
@@ -167,5 +168,5 @@ def make_multiplan(mp, result, strategy: str = "multi") -> MultiPlan:
                  "naive": naive, "naive_schedulable": result.naive.feasible}
     search = {**result.notes, "evaluations": result.evaluations,
               "seconds": round(result.seconds, 3), "front_size": len(result.front),
-              "objectives": result.objectives}
+              "objectives": result.objectives, "time_stat": mp.time_stat}
     return MultiPlan(mp.platform_name, sorted(apps, key=lambda e: e.priority), predicted, search)

@@ -43,6 +43,7 @@ class AppProblem:
 class MultiProblem:
     apps: list[AppProblem]
     platform_name: str = ""
+    time_stat: str = "median"  # which measured whole-model time the stage times are scaled to
 
     def __post_init__(self) -> None:
         hashes: dict[str, str] = {}
@@ -149,12 +150,25 @@ def check_periods(mp: MultiProblem) -> None:
 # ---------------------------------------------------------------- loading from profiles
 
 
-def calibrate_to_whole(problem: Problem, profile) -> dict[str, float]:
+TIME_STATS = ("median", "p90", "max")
+
+
+def _stat(st: dict, stat: str) -> float | None:
+    """`stat` of a profile entry; profiles made before "max" was kept fall back to p90."""
+    v = st.get(stat, st.get("p90") if stat == "max" else None)
+    return None if v is None else float(v)
+
+
+def calibrate_to_whole(problem: Problem, profile, stat: str = "median") -> dict[str, float]:
     """Scale each element's layer times so the whole model costs its measured time (see the
-    module docstring); returns the factors applied. Also installs measured sub-network times."""
+    module docstring); returns the factors applied. Also installs measured sub-network times.
+    `stat` picks which measured time: the median (typical frames), or the p90 or the largest
+    of the profiling runs (a measured worst-case execution time, for deadline analysis)."""
+    if stat not in TIME_STATS:
+        raise InputError(f"time statistic {stat!r}: choose one of {', '.join(TIME_STATS)}")
     factors = {}
     for j, e in enumerate(problem.elements):
-        whole = profile.whole_model.get(e.name, {}).get("median")
+        whole = _stat(profile.whole_model.get(e.name, {}), stat)
         col = problem.layer_times[:, j]
         total = float(np.sum(col))
         if whole and np.isfinite(total) and total > 0:
@@ -165,7 +179,7 @@ def calibrate_to_whole(problem: Problem, profile) -> dict[str, float]:
             factors[e.name] = f
     for e, table in profile.subnet_times.items():
         for key, st in table.items():
-            problem.subnet_times[(e, key)] = float(st["median"])
+            problem.subnet_times[(e, key)] = _stat(st, stat) or float(st["median"])
     return factors
 
 
@@ -196,7 +210,7 @@ def find_profile(spec: AppSpec, profile_dir: Path | None, platform) -> Path:
 
 
 def load_app(spec: AppSpec, platform, profile_dir: Path | None = None,
-             calibrate: bool = True) -> AppProblem:
+             calibrate: bool = True, time_stat: str = "median") -> AppProblem:
     from hetflow.mapping.from_profile import problem_from_profile
     from hetflow.model import resolve_model
     from hetflow.profile.profile import Profile
@@ -206,14 +220,18 @@ def load_app(spec: AppSpec, platform, profile_dir: Path | None = None,
     fuse = bool(prof.meta.get("fused", False))
     graph = resolve_model(spec.model, None, fuse)
     problem = problem_from_profile(graph, prof, platform)
-    factors = calibrate_to_whole(problem, prof) if calibrate else {}
+    factors = calibrate_to_whole(problem, prof, time_stat) if calibrate else {}
     return AppProblem(spec, graph, problem, fuse, str(path), factors)
 
 
 def load_multi_problem(specs: list[AppSpec], platform, profile_dir: Path | None = None,
-                       calibrate: bool = True) -> MultiProblem:
+                       calibrate: bool = True, time_stat: str = "median") -> MultiProblem:
     from .spec import check_specs
 
     check_specs(specs)
-    return MultiProblem([load_app(s, platform, profile_dir, calibrate) for s in specs],
-                        platform.name)
+    if time_stat != "median" and not calibrate:
+        raise InputError(f"--time-stat {time_stat} needs --calibrate (layer times are medians)")
+    mp = MultiProblem([load_app(s, platform, profile_dir, calibrate, time_stat) for s in specs],
+                      platform.name)
+    mp.time_stat = time_stat
+    return mp

@@ -245,9 +245,12 @@ class _Engine:
                 self.progress.notify_all()
 
     def source(self, app: _App) -> None:
+        from hetflow.backends import control_cores, pin_current_thread
+
         k = 0
         period = app.entry.period
         try:
+            pin_current_thread(control_cores(self.elements.values()))
             while not self.stop.is_set():
                 when = self.t0 + k * period
                 while (delay := when - time.perf_counter()) > 0:
@@ -324,6 +327,8 @@ def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
     frames; report per application the response times of the last `frames` (p50/p99/max), the
     deadlines missed among them, and the reference check of the first `check_frames`."""
     from hetflow.runtime.api import load_plan_model
+    from hetflow.backends import control_cores, pinned
+    from hetflow.runtime.engine import frozen_heap
     from hetflow.runtime.check import check_outputs
     from hetflow.runtime.inputs import random_source
 
@@ -354,7 +359,8 @@ def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
         eng.keep = lambda ai, k: warmup <= k < warmup + n_check
         if progress:
             progress(f"running {len(apps)} applications")
-        complete, wall = eng.run(frames, warmup, stall_timeout)
+        with frozen_heap(), pinned(control_cores(elements.values())):
+            complete, wall = eng.run(frames, warmup, stall_timeout)
     finally:
         for pp in prepared.values():
             pp.close()

@@ -313,8 +313,9 @@ def _front(cands: list[Candidate]) -> list[Candidate]:
 
 
 def choose(front: list[Candidate], prefer: str = "margin") -> Candidate:
-    """margin: the smallest largest response/period (most room for what the model misses);
-    energy: the least energy per second (ties: margin)."""
+    """margin: the smallest largest response/period (most room for what the model misses;
+    ties broken by the next largest, and so on); energy: the least energy per second (ties:
+    margin)."""
     if prefer not in PREFER:
         raise InputError(f"--prefer {prefer!r}: use {' or '.join(PREFER)}")
     def energy(c):
@@ -322,7 +323,11 @@ def choose(front: list[Candidate], prefer: str = "margin") -> Candidate:
 
     if prefer == "energy":
         return min(front, key=lambda c: (energy(c), c.margin))
-    return min(front, key=lambda c: (round(c.margin, 9), energy(c)))
+    def ratios(c):  # largest first: compared as a whole, the leximax order
+        return tuple(sorted((round(a.response_worst / a.period, 6)
+                             for a in c.analysis.values()), reverse=True))
+
+    return min(front, key=lambda c: (ratios(c), energy(c)))
 
 
 def _miss_message(mp: MultiProblem, c: Candidate, searched: int) -> str:

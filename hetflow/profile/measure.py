@@ -52,7 +52,7 @@ METHODS = ("isolated", "chain")
 def stats(times: Sequence[float]) -> Stats:
     t = np.asarray(times, dtype=float)
     return {"median": float(np.median(t)), "p10": float(np.percentile(t, 10)),
-            "p90": float(np.percentile(t, 90)), "n": int(len(t))}
+            "p90": float(np.percentile(t, 90)), "max": float(np.max(t)), "n": int(len(t))}
 
 
 def random_feeds(graph: "CnnGraph", names: Iterable[str], seed: int = 0) -> dict[str, np.ndarray]:
@@ -247,7 +247,9 @@ def _measure_layers(graph: "CnnGraph", element: ProcessingElement, method: str, 
                 for name, r in runners:
                     times[name] = time_runner(r, {k: env[k] for k in r.inputs}, repeats, warmup)
                     task.advance()
-            whole_times = time_runner(whole, random_feeds(graph, graph.inputs), repeats, warmup)
+            # the whole model as the runtime calls it: host arrays in and out, copies included
+            whole_times = time_runner(whole, random_feeds(graph, graph.inputs), repeats, warmup,
+                                      end_to_end=True)
             overhead = call_overhead_s(backend, element, repeats, warmup) if hooked else 0.0
             task.advance()
             f = observed_freq_mhz(element.cores)
@@ -295,14 +297,16 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
                   warmup: int = 3, progress: bool = True, method: str = "isolated",
                   comm: bool = True, comm_sizes: Sequence[int] = commbench.DEFAULT_SIZES,
                   comm_repeats: int = 5, dvfs_calibration: bool = False,
-                  backend_opts: Mapping[str, Any] | None = None) -> Profile:
+                  backend_opts: Mapping[str, Any] | None = None,
+                  skip_unavailable: bool | None = None) -> Profile:
     """Measure every layer of `graph` on `elements` (default: every element of every
     configuration of `platform`), the whole model on each, and the communication links.
 
     Elements whose backend is missing here are skipped (listed in `profile.meta['skipped']`)
-    when `elements` is None, and an error when named. `dvfs_calibration`: scale each element's
-    times by (its observed frequency / the frequency with all cores busy), as Kang et al. do
-    for phones whose governor slows down when every core works.
+    when `elements` is None (or `skip_unavailable`), and an error when named.
+    `dvfs_calibration`: scale each element's times by (its observed frequency / the frequency
+    with all cores busy), as Kang et al. do for phones whose governor slows down when every
+    core works.
     """
     if method not in METHODS:
         raise InputError(f"profile method {method!r}: choose one of {', '.join(METHODS)}")
@@ -310,7 +314,7 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
         raise InputError(f"repeats must be >= 1 and warmup >= 0 (got {repeats}, {warmup})")
     platform.check_devices()
     started = time.perf_counter()
-    explicit = elements is not None
+    explicit = elements is not None if skip_unavailable is None else not skip_unavailable
     wanted = _resolve_elements(platform, elements)
     prof = _new_profile(graph, platform, estimated=False)
     prof.meta.update(method=method, repeats=repeats, warmup=warmup,

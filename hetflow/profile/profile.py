@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from hetflow.platform.spec import Platform, ProcessingElement
 
 PROFILE_VERSION = 1
-Stats = dict[str, float]  # {"median": s, "p10": s, "p90": s, "n": int}
+Stats = dict[str, float]  # {"median": s, "p10": s, "p90": s, "max": s, "n": int}
 
 
 def _name(element: "str | ProcessingElement") -> str:
@@ -41,7 +41,8 @@ class Profile:
     elements: dict[str, dict[str, Any]] = field(default_factory=dict)
     layer_times: dict[str, dict[str, Stats]] = field(default_factory=dict)  # [element][layer]
     subnet_times: dict[str, dict[str, Stats]] = field(default_factory=dict)  # [element][key]
-    whole_model: dict[str, Stats] = field(default_factory=dict)  # [element]: the whole model
+    # [element]: the whole model as the runtime calls it (host arrays in and out, copies included)
+    whole_model: dict[str, Stats] = field(default_factory=dict)
     comm: dict[str, dict[str, float]] = field(default_factory=dict)  # "cpu->gpu": {"a", "b"}
     comm_raw: dict[str, list[list[float]]] = field(default_factory=dict)  # link: [[bytes, s], ...]
     cpu_freq_mhz: dict[str, float | None] = field(default_factory=dict)  # [element] observed

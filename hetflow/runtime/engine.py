@@ -19,6 +19,8 @@ raises RuntimeFault naming the channel each worker waits on when no frame comple
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import threading
 import time
 from dataclasses import dataclass, field
@@ -38,6 +40,19 @@ POLL = 0.05
 
 class _Stopped(Exception):
     pass
+
+
+@contextlib.contextmanager
+def frozen_heap():
+    """Keep what exists before a run (models, sessions, graphs: millions of objects) out of the
+    garbage collector's scans while it runs: a full collection over them holds the GIL for
+    milliseconds and shows up as a latency spike in every worker."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 @dataclass
@@ -191,9 +206,10 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                  on_frame: Callable[[int], None] | None = None) -> tuple[RunReport, dict, _Shared]:
     """Stream `frames` frames through the pipeline. Returns the report, the kept outputs
     {frame: {tensor: array}} and the raw shared state (trace events)."""
-    from hetflow.backends import pin_current_thread
+    from hetflow.backends import control_cores, pin_current_thread, pinned
 
     plan, app = pp.plan, pp.plan.app
+    control = control_cores(plan.elements.values())
     cap = max(1, plan.capacity_frames)
     members = {a: group_members(a) for a in app.phases}
     static = plan.mapping.dispatch_mode == "static"
@@ -261,6 +277,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
 
     def feeder() -> None:
         try:
+            pin_current_thread(control)
             for f in range(frames):
                 x = inputs(f)
                 for a in readers:
@@ -280,6 +297,9 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     kept: dict[int, dict[str, np.ndarray]] = {}
     complete = True
     t_start = time.perf_counter()
+    stack = contextlib.ExitStack()
+    stack.enter_context(frozen_heap())
+    stack.enter_context(pinned(control))  # this thread collects the outputs
     for t in threads:
         t.start()
     collector = "the output collector"
@@ -313,6 +333,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         shared.stop.set()
         for t in threads:
             t.join(timeout=2.0)
+        stack.close()
     if shared.fault:
         raise RuntimeFault(shared.fault[0].message)
     n = len(done_at)

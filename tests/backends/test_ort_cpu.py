@@ -179,3 +179,21 @@ def test_benchmark_times_with_bound_buffers(graph):
     times = runner.benchmark({"x": x}, repeats=4, warmup=1)
     assert len(times) == 4 and all(t > 0 for t in times)
     np.testing.assert_allclose(runner.run({"x": x})["b"], runner.run({"x": x})["b"])
+
+
+def test_control_threads_go_where_no_cpu_stage_computes():
+    from types import SimpleNamespace as E
+
+    from hetflow.backends import control_cores
+
+    allowed = set(os.sched_getaffinity(0))
+    c = sorted(allowed)
+    cpu_all = E(kind="cpu", cores=tuple(c))
+    gpu = E(kind="gpu", cores=(c[-1],))
+    # a GPU driver core that no CPU stage uses is preferred
+    assert control_cores([E(kind="cpu", cores=tuple(c[:-1])), gpu]) == {c[-1]}
+    # every allowed core computes: leave the control threads unpinned
+    assert control_cores([cpu_all]) == set()
+    assert control_cores([cpu_all, gpu]) == set()  # its driver core computes for the CPU too
+    if len(c) >= 2:  # a CPU-only plan on part of the machine: the rest
+        assert control_cores([E(kind="cpu", cores=(c[0],))]) == allowed - {c[0]}

@@ -25,6 +25,26 @@ def test_calibrate_to_whole_scales_each_element_to_its_measured_model_time():
     assert p.layer_times[:, 2].sum() == pytest.approx(sums[2])  # gpu0: nothing measured
 
 
+@pytest.mark.parametrize("stat, expect", [("median", 2.0), ("p90", 3.0), ("max", 4.0)])
+def test_calibrate_to_a_chosen_statistic_of_the_whole_model(stat, expect):
+    a = app_problem(6, 1, 0.05, 1)
+    p = a.problem
+    sums = p.layer_times.sum(axis=0).copy()
+    whole = {"median": 2 * sums[0], "p90": 3 * sums[0], "max": 4 * sums[0]}
+    prof = SimpleNamespace(whole_model={"cpu0": whole}, subnet_times={})
+    assert calibrate_to_whole(p, prof, stat) == {"cpu0": pytest.approx(expect)}
+
+
+def test_profiles_without_a_max_fall_back_to_p90_and_unknown_statistics_are_refused():
+    a = app_problem(6, 1, 0.05, 1)
+    sums = a.problem.layer_times.sum(axis=0).copy()
+    prof = SimpleNamespace(whole_model={"cpu0": {"median": sums[0], "p90": 3 * sums[0]}},
+                           subnet_times={})
+    assert calibrate_to_whole(a.problem, prof, "max") == {"cpu0": pytest.approx(3.0)}
+    with pytest.raises(InputError, match="time statistic 'p99'.*median, p90, max"):
+        calibrate_to_whole(a.problem, prof, "p99")
+
+
 def test_a_schedule_has_a_task_per_phase_with_transfers():
     a = app_problem(6, 1, 0.05, 1)
     layers = [l.name for l in a.graph.layers]

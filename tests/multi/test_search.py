@@ -9,7 +9,7 @@ from hetflow.mapping.mapping import Mapping
 from hetflow.multi.front import write_front
 from hetflow.multi.multiplan import MultiPlan, make_multiplan
 from hetflow.multi.problem import MultiProblem, check_periods, fastest_frame, schedule_of
-from hetflow.multi.search import (JointEncoding, evaluate_joint, initial_population,
+from hetflow.multi.search import (JointEncoding, choose, evaluate_joint, initial_population,
                                   naive_mappings, search_multi)
 
 from multi_helpers import app_problem, elements
@@ -138,3 +138,18 @@ def test_replica_groups_are_refused_in_a_schedule(two_apps):
 def test_naive_is_each_app_on_its_fastest_element(two_apps):
     for m in naive_mappings(two_apps):
         assert m.elements == ["gpu0"]
+
+
+def test_margin_ties_are_broken_by_the_next_largest_ratio():
+    from types import SimpleNamespace as NS
+
+    def cand(*ratios, energy=None):
+        return NS(energy=energy, margin=max(ratios),
+                  analysis={f"a{i}": NS(response_worst=r, period=1.0) for i, r in enumerate(ratios)})
+
+    worse, better = cand(0.6, 0.5, 0.4), cand(0.6, 0.3, 0.4)
+    assert choose([worse, better]) is better
+    assert choose([cand(0.7, 0.1, 0.1), better]) is better  # the largest ratio decides first
+    costly, cheap = cand(0.6, 0.3, 0.4, energy=2.0), cand(0.9, 0.1, 0.1, energy=1.0)
+    assert choose([costly, cheap]) is costly
+    assert choose([costly, cheap], "energy") is cheap

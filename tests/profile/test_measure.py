@@ -32,7 +32,7 @@ def test_every_layer_on_every_element(graph, platform, measured):
     for e in names:
         assert set(measured.layer_times[e]) == {l.name for l in graph.layers}
         for st in measured.layer_times[e].values():
-            assert 0 < st["p10"] <= st["median"] <= st["p90"] and st["n"] == 3
+            assert 0 < st["p10"] <= st["median"] <= st["p90"] <= st["max"] and st["n"] == 3
     assert not measured.estimated and measured.model_hash == graph.model_hash
     measured.check_matches(graph, platform)
 
@@ -127,15 +127,20 @@ def test_estimated_profile(graph):
 
 
 class _SlowDeviceRunner:
-    """An ORT runner dressed as a device runner: `replay` costs 2 ms more than the work."""
+    """An ORT runner dressed as a device runner: `replay` (the device work) costs 2 ms more
+    than the layer, and `run` (host copies in, replay, copies out) 1 ms more than that."""
 
     def __init__(self, inner):
         self.inner, self.inputs, self.outputs = inner, inner.inputs, inner.outputs
         self.caller_cores = inner.caller_cores
 
     def run(self, feeds):
+        import time
+
         self._feeds = feeds
-        return self.inner.run(feeds)
+        out = self.inner.run(feeds)
+        time.sleep(0.003)
+        return out
 
     def replay(self):
         import time
@@ -169,4 +174,5 @@ def test_device_runners_lose_their_call_overhead(graph, monkeypatch):
                          progress=False)
     assert prof.calibration["call_overhead_s"]["gpu0"] >= 0.002
     assert all(st["median"] < 0.0015 for st in prof.layer_times["gpu0"].values())
-    assert prof.whole_model["gpu0"]["median"] >= 0.002  # one call: overhead included
+    # the whole model as the runtime calls it: one call, copies included
+    assert prof.whole_model["gpu0"]["median"] >= 0.003

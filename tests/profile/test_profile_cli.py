@@ -38,3 +38,23 @@ def test_estimated_profile(tmp_path, model_path):
                                  "--estimate", "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert Profile.load(out).estimated and "cpu->gpu" in result.output
+
+
+def test_by_default_only_the_searched_configurations_elements_are_profiled(tmp_path, model_path):
+    """A 16-core cluster has 72 elements over all its configurations; the search considers a
+    curated few, and profiling the rest would only cost time."""
+    from hetflow.mapping.from_profile import searched_elements
+    from hetflow.platform import resolve_platform
+
+    yaml = tmp_path / "big.yaml"
+    yaml.write_text("name: big\nclusters:\n  - name: c\n    cores: [" + ", ".join(map(str, range(16)))
+                    + "]\n    peak_gflops_per_core: 10\n    mem_gbps: 10\n")
+    plat = resolve_platform(str(yaml))
+    searched = {e.name for e in searched_elements(plat)}
+    assert len(searched) < len(plat.all_elements())
+    for flag, expect in (([], searched), (["--all-elements"], {e.name for e in plat.all_elements()})):
+        out = tmp_path / f"p{len(flag)}.json"
+        result = runner.invoke(app, ["profile", str(model_path), "--platform", str(yaml),
+                                     "--estimate", "-o", str(out), *flag])
+        assert result.exit_code == 0, result.output
+        assert set(Profile.load(out).layer_times) == expect
