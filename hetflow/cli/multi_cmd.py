@@ -142,6 +142,9 @@ def register(app: typer.Typer) -> None:
         trace: Optional[Path] = typer.Option(None, "--trace", help="write a Chrome trace JSON"),
         output: Optional[Path] = typer.Option(None, "-o", "--output", help="report JSON"),
         stall_timeout: float = typer.Option(30.0, "--stall-timeout"),
+        switch_interval: float = typer.Option(1e-4, "--switch-interval",
+                                              help="GIL switch interval during the run, seconds "
+                                                   "(0: Python's 5 ms)"),
         json_out: bool = typer.Option(False, "--json"),
     ) -> None:
         """Run every application of a multi-plan at its period; report response times."""
@@ -152,7 +155,8 @@ def register(app: typer.Typer) -> None:
         with console.status("preparing sessions ...") as status:
             report = run_multiplan(mplan, None, frames, warmup, check,
                                    max_in_flight=max_in_flight, stall_timeout=stall_timeout,
-                                   trace_path=trace, progress=lambda s: status.update(s))
+                                   trace_path=trace, progress=lambda s: status.update(s),
+                                   switch_interval=switch_interval)
         if output:
             from .common import write_json
 

@@ -322,14 +322,16 @@ def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
                   warmup: int = 10, check: str = "first", check_frames: int = 4,
                   max_in_flight: int = 4, stall_timeout: float = 30.0,
                   trace_path=None, progress: Callable[[str], None] | None = None,
-                  seed: int = 0) -> MultiRunReport:
+                  seed: int = 0, switch_interval: float = 1e-4) -> MultiRunReport:
     """Run every application of `mp` concurrently until each has completed `warmup + frames`
     frames; report per application the response times of the last `frames` (p50/p99/max), the
-    deadlines missed among them, and the reference check of the first `check_frames`."""
-    from hetflow.runtime.api import load_plan_model
+    deadlines missed among them, and the reference check of the first `check_frames`.
+    `switch_interval`: the GIL switch interval during the run (0.1 ms: a worker whose firing is
+    due waits at most that long for another thread's Python code; 0 keeps Python's 5 ms)."""
     from hetflow.backends import control_cores, pinned
-    from hetflow.runtime.engine import frozen_heap
+    from hetflow.runtime.api import load_plan_model
     from hetflow.runtime.check import check_outputs
+    from hetflow.runtime.engine import frozen_heap
     from hetflow.runtime.inputs import random_source
 
     if check not in ("first", "none"):
@@ -338,6 +340,8 @@ def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
         raise InputError("--frames must be at least 1 and --warmup at least 0")
     if max_in_flight < 1:
         raise InputError("--max-in-flight must be at least 1")
+    if not 0 <= switch_interval <= 0.1:
+        raise InputError(f"--switch-interval {switch_interval}: give seconds between 0 and 0.1")
     mp.validate()
     graphs = graphs or {a.name: load_plan_model(a.plan) for a in mp.apps}
     elements = {}
@@ -359,7 +363,7 @@ def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
         eng.keep = lambda ai, k: warmup <= k < warmup + n_check
         if progress:
             progress(f"running {len(apps)} applications")
-        with frozen_heap(), pinned(control_cores(elements.values())):
+        with frozen_heap(switch_interval), pinned(control_cores(elements.values())):
             complete, wall = eng.run(frames, warmup, stall_timeout)
     finally:
         for pp in prepared.values():

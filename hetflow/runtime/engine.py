@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -43,15 +45,23 @@ class _Stopped(Exception):
 
 
 @contextlib.contextmanager
-def frozen_heap():
+def frozen_heap(switch_interval: float | None = None):
     """Keep what exists before a run (models, sessions, graphs: millions of objects) out of the
     garbage collector's scans while it runs: a full collection over them holds the GIL for
-    milliseconds and shows up as a latency spike in every worker."""
+    milliseconds and shows up as a latency spike in every worker. `switch_interval` (or
+    HETFLOW_SWITCH_INTERVAL, seconds): how long a thread that wants the GIL waits before the
+    holder is asked to drop it; Python's 5 ms default lets one busy thread stall a worker
+    whose frame is due (docs/results/multi_app.md measured 0.1 ms against it)."""
     gc.collect()
     gc.freeze()
+    before = sys.getswitchinterval()
+    interval = switch_interval or float(os.environ.get("HETFLOW_SWITCH_INTERVAL") or 0)
+    if interval > 0:
+        sys.setswitchinterval(interval)
     try:
         yield
     finally:
+        sys.setswitchinterval(before)
         gc.unfreeze()
 
 

@@ -110,3 +110,26 @@ def test_bad_run_options():
         run_multiplan(plan, graphs(mp), check="all")
     with pytest.raises(InputError, match="--max-in-flight"):
         run_multiplan(plan, graphs(mp), max_in_flight=0)
+    with pytest.raises(InputError, match="--switch-interval 1.0"):
+        run_multiplan(plan, graphs(mp), switch_interval=1.0)
+
+
+def test_the_run_shortens_the_gil_switch_interval_and_restores_it(monkeypatch):
+    import sys
+
+    import hetflow.multi.runtime as rt
+
+    seen = []
+    run = rt._Engine.run
+
+    def spy(self, *a, **k):
+        seen.append(sys.getswitchinterval())
+        return run(self, *a, **k)
+
+    monkeypatch.setattr(rt._Engine, "run", spy)
+    before = sys.getswitchinterval()
+    mp = tiny_problem(0.15, 0.2)
+    e0, _ = (e.name for e in cpu_elements())
+    plan = plan_of(mp, [Mapping({l.name: e0 for l in a.graph.layers}) for a in mp.apps])
+    run_multiplan(plan, graphs(mp), frames=2, warmup=0, check="none", switch_interval=2e-4)
+    assert seen == [pytest.approx(2e-4)] and sys.getswitchinterval() == before
