@@ -16,6 +16,7 @@ export COLUMNS=160
 FRAMES=${FRAMES:-10000}
 NAIVE_FRAMES=${NAIVE_FRAMES:-2000}
 TIME_STAT=${TIME_STAT:-max}
+ENGINE=${ENGINE:-processes}
 MODELS="squeezenet1_0 mobilenet_v1 mobilenet_v2"
 run() { echo "+ $*"; "$@"; }
 {
@@ -27,8 +28,11 @@ APPS=${APPS:-$(python3 scripts/multi_periods.py "$D/prof" $MODELS --time-stat $T
 echo "applications: $APPS"
 run python3 -m hetflow map-multi $APPS --profile-dir "$D/prof" --time-stat $TIME_STAT -o "$D/multi.json" --pareto "$D/front.csv" || exit 6
 run python3 -m hetflow map-multi $APPS --profile-dir "$D/prof" --time-stat $TIME_STAT -o "$D/naive.json" --naive || exit 7
-run python3 -m hetflow run-multi "$D/naive.json" --frames $NAIVE_FRAMES -o "$D/naive_report.json"
-run python3 -m hetflow run-multi "$D/multi.json" --frames $FRAMES -o "$D/multi_report.json"
+run python3 -m hetflow run-multi "$D/naive.json" --frames $NAIVE_FRAMES --engine $ENGINE -o "$D/naive_report.json"
+run python3 -m hetflow run-multi "$D/multi.json" --frames $FRAMES --engine $ENGINE -o "$D/multi_report.json"
+# the same multi-plan on the other engine, for comparison (COMPARE=0 to skip)
+OTHER=$([ $ENGINE = processes ] && echo threads || echo processes)
+[ "${COMPARE:-1}" = 0 ] || run python3 -m hetflow run-multi "$D/multi.json" --frames $FRAMES --engine $OTHER -o "$D/multi_report_$OTHER.json"
 } 2>&1 | tee "$D/multi.log"
 rc=${PIPESTATUS[0]}
 tar czf "$OUT/multi.tgz" -C "$(dirname "$D")" "$(basename "$D")"

@@ -145,6 +145,9 @@ def register(app: typer.Typer) -> None:
         switch_interval: float = typer.Option(1e-4, "--switch-interval",
                                               help="GIL switch interval during the run, seconds "
                                                    "(0: Python's 5 ms)"),
+        engine: str = typer.Option("threads", "--engine",
+                                   help="threads (one process) or processes (one per element; "
+                                        "each application on one element)"),
         json_out: bool = typer.Option(False, "--json"),
     ) -> None:
         """Run every application of a multi-plan at its period; report response times."""
@@ -156,7 +159,7 @@ def register(app: typer.Typer) -> None:
             report = run_multiplan(mplan, None, frames, warmup, check,
                                    max_in_flight=max_in_flight, stall_timeout=stall_timeout,
                                    trace_path=trace, progress=lambda s: status.update(s),
-                                   switch_interval=switch_interval)
+                                   switch_interval=switch_interval, engine=engine)
         if output:
             from .common import write_json
 

@@ -304,6 +304,32 @@ class _Engine:
         return complete, time.perf_counter() - self.t0
 
 
+def app_report(entry: AppEntry, index: int, responses: list[float], done_at: list[float],
+               late_releases: int, peak_in_flight: int, kept: dict, warmup: int,
+               complete: bool, graph, seed: int) -> RunReport:
+    """One application's report: response times of the frames after `warmup`, the deadlines
+    they missed, and the reference check of the kept frames (inputs from the same seeded
+    source as the run)."""
+    from hetflow.runtime.check import check_outputs
+    from hetflow.runtime.inputs import random_source
+
+    resp = responses[warmup:]
+    done = done_at[warmup:]
+    thr = (len(done) - 1) / (done[-1] - done[0]) if len(done) >= 2 else float("nan")
+    missed = int(np.sum(np.asarray(resp) > entry.period))
+    r = RunReport(entry.name, len(resp), min(warmup, len(responses)), thr, latency_stats(resp),
+                  {}, dict(entry.predicted), complete=complete,
+                  notes={"period_s": entry.period, "priority": entry.priority,
+                         "missed": missed, "late_releases": late_releases,
+                         "peak_in_flight": peak_in_flight})
+    r.predicted.pop("tasks", None)
+    if kept:
+        src = random_source(graph, seed + index)
+        r.max_abs_error = check_outputs(graph, entry.plan.app, kept, src)
+        r.checked_frames = len(kept)
+    return r
+
+
 def _prepare(mp: MultiPlan, graphs: dict, progress) -> dict[str, object]:
     from hetflow.runtime.engine import prepare
 
@@ -322,15 +348,16 @@ def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
                   warmup: int = 10, check: str = "first", check_frames: int = 4,
                   max_in_flight: int = 4, stall_timeout: float = 30.0,
                   trace_path=None, progress: Callable[[str], None] | None = None,
-                  seed: int = 0, switch_interval: float = 1e-4) -> MultiRunReport:
+                  seed: int = 0, switch_interval: float = 1e-4,
+                  engine: str = "threads") -> MultiRunReport:
     """Run every application of `mp` concurrently until each has completed `warmup + frames`
     frames; report per application the response times of the last `frames` (p50/p99/max), the
     deadlines missed among them, and the reference check of the first `check_frames`.
     `switch_interval`: the GIL switch interval during the run (0.1 ms: a worker whose firing is
-    due waits at most that long for another thread's Python code; 0 keeps Python's 5 ms)."""
+    due waits at most that long for another thread's Python code; 0 keeps Python's 5 ms).
+    `engine`: threads (one interpreter) or processes (one per element, procs.py)."""
     from hetflow.backends import control_cores, pinned
     from hetflow.runtime.api import load_plan_model
-    from hetflow.runtime.check import check_outputs
     from hetflow.runtime.engine import frozen_heap
     from hetflow.runtime.inputs import random_source
 
@@ -342,8 +369,18 @@ def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
         raise InputError("--max-in-flight must be at least 1")
     if not 0 <= switch_interval <= 0.1:
         raise InputError(f"--switch-interval {switch_interval}: give seconds between 0 and 0.1")
+    if engine not in ("threads", "processes"):
+        raise InputError(f"--engine {engine!r}: use threads or processes")
     mp.validate()
+    if engine == "processes":
+        from .procs import hosts, run_processes
+
+        hosts(mp)  # refuse an unsupported plan before loading anything
     graphs = graphs or {a.name: load_plan_model(a.plan) for a in mp.apps}
+    if engine == "processes":
+        n_check = check_frames if check == "first" else 0
+        return run_processes(mp, graphs, frames, warmup, n_check, max_in_flight, stall_timeout,
+                             trace_path, progress, seed)
     elements = {}
     for a in mp.apps:
         elements.update(a.plan.elements)
@@ -368,23 +405,9 @@ def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
     finally:
         for pp in prepared.values():
             pp.close()
-    reports = []
-    for a in apps:
-        resp = a.responses[warmup:]
-        done = a.done_at[warmup:]
-        thr = (len(done) - 1) / (done[-1] - done[0]) if len(done) >= 2 else float("nan")
-        missed = int(np.sum(np.asarray(resp) > a.entry.period))
-        r = RunReport(a.name, len(resp), min(warmup, len(a.responses)), thr, latency_stats(resp),
-                      {}, dict(a.entry.predicted), complete=complete,
-                      notes={"period_s": a.entry.period, "priority": a.entry.priority,
-                             "missed": missed, "late_releases": a.late_releases,
-                             "peak_in_flight": a.peak_in_flight})
-        r.predicted.pop("tasks", None)
-        if a.kept:
-            src = random_source(graphs[a.name], seed + a.index)
-            r.max_abs_error = check_outputs(graphs[a.name], a.entry.plan.app, a.kept, src)
-            r.checked_frames = len(a.kept)
-        reports.append(r)
+    reports = [app_report(a.entry, a.index, a.responses, a.done_at, a.late_releases,
+                          a.peak_in_flight, a.kept, warmup, complete, graphs[a.name], seed)
+               for a in apps]
     util = {e: min(1.0, b / wall) for e, b in eng.busy.items()} if wall > 0 else {}
     if trace_path is not None and eng.events:
         from hetflow.runtime.trace import write_trace

@@ -1,0 +1,326 @@
+"""Run a multi-plan with one process per element (`run-multi --engine processes`).
+
+The thread engine (runtime.py) shares one interpreter: a worker whose firing is due can wait for
+another thread's Python code (the GIL), and on the GPU machine that showed as response-time
+tails of several to tens of milliseconds. Here every element is its own process, pinned to its
+cores, with its own interpreter and sessions, and it releases its applications' frames itself
+(no source thread to wake): a single loop that releases the frames that are due, runs the
+highest-priority ready firing (priority, then frame; non-preemptive), and otherwise waits for
+the next release (sleeping, then spinning its last `SPIN` seconds on its own core).
+
+Scope: every application runs on one element (an element may host several). Applications
+split over elements would need tensors to cross processes; such plans are refused with a clear
+error (run them with `--engine threads`).
+
+The parent spawns the processes, starts them together once each has loaded and warmed its
+sessions, watches progress (a stall or a dead process stops the run naming the element), stops
+them when every application has its frames, and builds the same report as the thread engine.
+"""
+from __future__ import annotations
+
+import heapq
+import multiprocessing as mp_
+import queue
+import signal
+import time
+from typing import Callable
+
+from hetflow.errors import InputError, RuntimeFault
+
+from .multiplan import MultiPlan
+
+SPIN = 3e-4  # s: the last stretch before a release is spun, not slept (wake-up latency)
+PROGRESS_EVERY = 0.2  # s
+READY_TIMEOUT = 600.0  # s: loading models and sessions in every process
+
+
+def hosts(mp: MultiPlan) -> dict[str, list[str]]:
+    """element -> the applications it runs; InputError for an application on several."""
+    out: dict[str, list[str]] = {}
+    for a in mp.apps:
+        els = list(dict.fromkeys(a.plan.elements))
+        if len(els) != 1:
+            raise InputError(f"application {a.name} runs on {len(els)} elements "
+                             f"({', '.join(els)}); the process engine runs each application on "
+                             "one element: use --engine threads for this plan")
+        out.setdefault(els[0], []).append(a.name)
+    return out
+
+
+# ------------------------------------------------------------------ the element process
+
+
+class _Element:
+    """The state of one element's loop (in its own process)."""
+
+    def __init__(self, apps, max_in_flight: int, keep: Callable[[int], bool], trace: bool):
+        self.apps = apps
+        self.max_in_flight = max_in_flight
+        self.keep = keep
+        self.ready: list[tuple] = []
+        self.next_frame = {a.index: 0 for a in apps}
+        self.late_counted = {a.index: -1 for a in apps}
+        self.busy = 0.0
+        self.dispatch = [0.0, 0]
+        self.free_at = 0.0
+        self.events: list[tuple] | None = [] if trace else None
+
+    def release_due(self, t0: float, now: float) -> None:
+        from .runtime import _Frame
+
+        for a in self.apps:
+            while True:
+                k = self.next_frame[a.index]
+                when = t0 + k * a.entry.period
+                if when > now:
+                    break
+                if len(a.frames) >= self.max_in_flight:
+                    if self.late_counted[a.index] != k:
+                        a.late_releases += 1
+                        self.late_counted[a.index] = k
+                    break
+                waiting = [len(f.deps) for f in a.firings]
+                a.frames[k] = _Frame(when, dict(a.source(k)), waiting, len(a.firings))
+                a.peak_in_flight = max(a.peak_in_flight, len(a.frames))
+                for i, n in enumerate(waiting):
+                    if n == 0:
+                        heapq.heappush(self.ready, (a.entry.priority, k, i, a.index, when))
+                self.next_frame[a.index] = k + 1
+
+    def next_release(self, t0: float) -> float:
+        times = [t0 + self.next_frame[a.index] * a.entry.period for a in self.apps
+                 if len(a.frames) < self.max_in_flight]
+        return min(times) if times else time.perf_counter() + 0.01
+
+    def fire(self, by_index: dict) -> str:
+        _, k, i, ai, ready_at = heapq.heappop(self.ready)
+        a = by_index[ai]
+        f = a.firings[i]
+        fr = a.frames[k]
+        feeds = {t: fr.tensors[t] for t in f.inputs}
+        t0 = time.perf_counter()
+        out = a.runners[(f.actor, f.phase)].run(feeds)
+        t1 = time.perf_counter()
+        self.busy += t1 - t0
+        self.dispatch[0] += max(0.0, t0 - max(ready_at, self.free_at))
+        self.dispatch[1] += 1
+        self.free_at = t1
+        if self.events is not None:
+            self.events.append((f.actor, f"{a.name}:{f.actor}", f.phase, k, t0, t1))
+        fr.tensors.update(out)
+        fr.left -= 1
+        for s in f.succs:
+            fr.waiting[s] -= 1
+            if fr.waiting[s] == 0:
+                heapq.heappush(self.ready, (a.entry.priority, k, s, ai, t1))
+        # (no cross-frame wait per actor, as the thread engine has: on one element, some
+        # firing of an unfinished frame k is always ready and (priority, frame) order runs it
+        # before any of frame k+1, so every actor fires its phases in CSDF order)
+        if fr.left == 0:
+            a.responses.append(t1 - fr.release)
+            a.done_at.append(t1)
+            if self.keep(k):
+                a.kept[k] = {t: fr.tensors[t] for t in a.entry.plan.app.model_outputs}
+            del a.frames[k]
+        return f"application {a.name}, stage {f.actor} phase {f.phase}, frame {k}"
+
+
+def element_main(plan: dict, element: str, names: list[str], settings: dict, out, go, start,
+                 stop) -> None:
+    """Entry point of one element's process (spawned): load, warm up, report ready, wait for
+    the start, run the loop until told to stop, send the results."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
+    what = "setup"
+    prepared = []
+    try:
+        from hetflow.backends import pin_current_thread
+        from hetflow.runtime.api import load_plan_model
+        from hetflow.runtime.engine import frozen_heap, prepare
+        from hetflow.runtime.inputs import random_source
+
+        from .runtime import _App, _prewarm, firing_graph
+
+        mp = MultiPlan.from_dict(plan)
+        el = next(a.plan.elements[element] for a in mp.apps if a.name in names)
+        pin_current_thread(el.cores)
+        apps = []
+        for i, entry in enumerate(mp.apps):
+            if entry.name not in names:
+                continue
+            graph = load_plan_model(entry.plan)
+            pp = prepare(entry.plan, graph)
+            prepared.append(pp)
+            firings, first = firing_graph(entry)
+            apps.append(_App(i, entry, pp.runners, random_source(graph, settings["seed"] + i),
+                             firings, first))
+        for a in apps:
+            what = f"warm-up of {a.name}"
+            _prewarm(a)
+        warmup, n_check = settings["warmup"], settings["check_frames"]
+        loop = _Element(apps, settings["max_in_flight"],
+                        lambda k: warmup <= k < warmup + n_check, settings["trace"])
+        by_index = {a.index: a for a in apps}
+        out.put(("ready", element, None))
+        while not go.value:  # flags, not multiprocessing Events: a killed waiter would hang
+            time.sleep(0.001)  # an Event's set() (it waits for every sleeper to wake)
+        t0 = start.value
+        last_progress = 0.0
+        with frozen_heap():
+            while not stop.value:
+                now = time.perf_counter()
+                loop.release_due(t0, now)
+                if now - last_progress > PROGRESS_EVERY:
+                    out.put(("progress", element, {a.name: len(a.responses) for a in apps}))
+                    last_progress = now
+                if loop.ready:
+                    what = loop.fire(by_index)
+                    continue
+                what = "waiting for the next release"
+                delay = loop.next_release(t0) - time.perf_counter()
+                if delay > SPIN:
+                    time.sleep(min(delay - SPIN, PROGRESS_EVERY))
+        out.put(("result", element, {
+            "apps": {a.name: {"responses": a.responses, "done_at": a.done_at,
+                              "late_releases": a.late_releases,
+                              "peak_in_flight": a.peak_in_flight, "kept": a.kept}
+                     for a in apps},
+            "busy": loop.busy, "dispatch": loop.dispatch,
+            "events": [(element, *ev[1:]) for ev in loop.events] if loop.events else []}))
+    except BaseException as e:  # report where it happened; the parent stops the others
+        msg = str(e).splitlines()[0] if str(e) else ""
+        out.put(("fault", element, f"element {element}, {what}: {type(e).__name__}: {msg}"))
+    finally:
+        for pp in prepared:
+            try:
+                pp.close()
+            except Exception:
+                pass
+
+
+# ------------------------------------------------------------------ the parent
+
+
+def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_frames: int,
+                  max_in_flight: int, stall_timeout: float, trace_path, progress, seed: int,
+                  on_started: Callable[[list], None] | None = None):
+    from .runtime import MultiRunReport, app_report
+
+    placement = hosts(mp)
+    ctx = mp_.get_context("spawn")  # CUDA in a child needs a fresh interpreter
+    out = ctx.Queue()
+    go, stop, start = ctx.RawValue("b", 0), ctx.RawValue("b", 0), ctx.RawValue("d", 0.0)
+    settings = {"seed": seed, "warmup": warmup, "check_frames": check_frames,
+                "max_in_flight": max_in_flight, "trace": trace_path is not None}
+    procs = {el: ctx.Process(target=element_main, name=f"hetflow-{el}", daemon=True,
+                             args=(mp.to_dict(), el, names, settings, out, go, start, stop))
+             for el, names in placement.items()}
+    for p in procs.values():
+        p.start()
+    if on_started:
+        on_started(list(procs.values()))
+    target = warmup + frames
+    counts = {a.name: 0 for a in mp.apps}
+    results: dict[str, dict] = {}
+    complete = True
+    t_stop = None
+
+    def receive(timeout: float):
+        try:
+            return out.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def dead() -> str | None:
+        for el, p in procs.items():
+            if el not in results and p.exitcode is not None:
+                return f"element {el}: its process died (exit code {p.exitcode})"
+        return None
+
+    try:
+        if progress:
+            progress(f"loading sessions in {len(procs)} processes")
+        ready: set[str] = set()
+        deadline = time.perf_counter() + READY_TIMEOUT
+        while len(ready) < len(procs):
+            msg = receive(0.2)
+            if msg is None:
+                why = dead() or (f"processes not ready after {READY_TIMEOUT:.0f} s: "
+                                 f"{', '.join(sorted(set(procs) - ready))}"
+                                 if time.perf_counter() > deadline else None)
+                if why:
+                    raise RuntimeFault(why)
+                continue
+            kind, el, body = msg
+            if kind == "fault":
+                raise RuntimeFault(body)
+            if kind == "ready":
+                ready.add(el)
+        if progress:
+            progress(f"running {len(mp.apps)} applications on {len(procs)} processes")
+        start.value = time.perf_counter() + 0.02
+        go.value = 1
+        last_change, last_total = time.perf_counter(), -1
+        try:
+            while any(n < target for n in counts.values()):
+                msg = receive(0.1)
+                if msg is not None:
+                    kind, el, body = msg
+                    if kind == "fault":
+                        raise RuntimeFault(body)
+                    if kind == "progress":
+                        counts.update(body)
+                elif (why := dead()):
+                    raise RuntimeFault(why)
+                total = sum(counts.values())
+                if total != last_total:
+                    last_change, last_total = time.perf_counter(), total
+                elif time.perf_counter() - last_change > stall_timeout:
+                    behind = ", ".join(f"{n} {c}/{target}" for n, c in counts.items())
+                    raise RuntimeFault(f"stall: no frame completed for {stall_timeout:.0f} s "
+                                       f"({behind})")
+        except KeyboardInterrupt:
+            complete = False
+        t_stop = time.perf_counter()
+        stop.value = 1
+        deadline = time.perf_counter() + 60.0
+        while len(results) < len(procs) and time.perf_counter() < deadline:
+            msg = receive(0.2)
+            if msg is None:
+                if (why := dead()):
+                    raise RuntimeFault(why)
+                continue
+            kind, el, body = msg
+            if kind == "fault":
+                raise RuntimeFault(body)
+            if kind == "result":
+                results[el] = body
+        if len(results) < len(procs):
+            raise RuntimeFault("no results from " + ", ".join(sorted(set(procs) - set(results))))
+    finally:
+        stop.value = 1
+        go.value = 1  # a process still waiting for the start must not hang
+        if len(results) < len(procs):  # a fault: what the others were doing no longer counts
+            for p in procs.values():
+                if p.is_alive():
+                    p.terminate()
+        for p in procs.values():
+            p.join(timeout=5.0)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=2.0)
+        out.close()
+    wall = t_stop - start.value
+    data = {name: d for r in results.values() for name, d in r["apps"].items()}
+    reports = [app_report(entry, i, data[entry.name]["responses"], data[entry.name]["done_at"],
+                          data[entry.name]["late_releases"], data[entry.name]["peak_in_flight"],
+                          data[entry.name]["kept"], warmup, complete, graphs[entry.name], seed)
+               for i, entry in enumerate(mp.apps)]
+    util = {el: min(1.0, r["busy"] / wall) for el, r in results.items()} if wall > 0 else {}
+    dispatch = {el: r["dispatch"][0] / r["dispatch"][1] for el, r in results.items()
+                if r["dispatch"][1]}
+    events = [ev for r in results.values() for ev in r["events"]]
+    if trace_path is not None and events:
+        from hetflow.runtime.trace import write_trace
+
+        write_trace(trace_path, events, min(ev[4] for ev in events))
+    return MultiRunReport(reports, util, wall, complete, dispatch)

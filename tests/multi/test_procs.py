@@ -1,0 +1,107 @@
+"""The process-per-element engine (`run-multi --engine processes`) on tiny models and cores."""
+import os
+import signal
+import time
+
+import onnx
+import pytest
+
+from hetflow.errors import InputError, RuntimeFault
+from hetflow.mapping.mapping import Mapping
+from hetflow.model.synthetic import random_cnn_model
+from hetflow.multi.procs import hosts, run_processes
+from hetflow.multi.runtime import run_multiplan
+
+from test_runtime import cpu_elements, graphs, plan_of, split, tiny_problem
+
+
+def on_files(plan, tmp_path):
+    """Point each application at its model saved as a file (the processes load it there)."""
+    seeds = {"a": (6, 11), "b": (9, 12)}
+    for entry in plan.apps:
+        n, seed = seeds[entry.name]
+        path = tmp_path / f"{entry.name}.onnx"
+        onnx.save(random_cnn_model(n, seed=seed), path)
+        entry.plan.model_source = str(path)
+        entry.plan.model_hash = ""  # the synthetic graph's tag, not a file hash: not checked
+    return plan
+
+
+def one_element_each(mp):
+    e0, e1 = (e.name for e in cpu_elements())
+    return plan_of(mp, [Mapping({l.name: e for l in a.graph.layers})
+                        for a, e in zip(mp.apps, (e0, e1))])
+
+
+def test_each_app_on_its_own_process_meets_generous_periods_and_outputs_match(tmp_path):
+    mp = tiny_problem(0.05, 0.06)
+    plan = on_files(one_element_each(mp), tmp_path)
+    report = run_multiplan(plan, graphs(mp), frames=20, warmup=2, engine="processes",
+                           trace_path=tmp_path / "t.json")
+    assert report.complete and report.wall_s > 0
+    for r in report.apps:
+        assert r.frames >= 20 and r.notes["missed"] == 0
+        assert r.checked_frames == 4 and r.max_abs_error < 1e-3
+        assert 0 < r.latency["p50"] <= r.latency["max"] <= r.notes["period_s"]
+    assert set(report.utilisation) == {e.name for e in cpu_elements()}
+    assert (tmp_path / "t.json").exists()
+
+
+def test_two_apps_sharing_one_element_are_served_by_priority(tmp_path):
+    mp = tiny_problem(0.02, 0.03)
+    e0, _ = (e.name for e in cpu_elements())
+    plan = on_files(plan_of(mp, [Mapping({l.name: e0 for l in a.graph.layers})
+                                 for a in mp.apps]), tmp_path)
+    assert hosts(plan) == {e0: ["a", "b"]}
+    report = run_multiplan(plan, graphs(mp), frames=10, warmup=1, engine="processes")
+    assert all(r.checked_frames == 4 and r.frames >= 10 for r in report.apps)
+
+
+def test_an_app_split_over_elements_is_refused_before_anything_loads():
+    mp = tiny_problem()
+    e0, e1 = (e.name for e in cpu_elements())
+    plan = plan_of(mp, [split(mp.apps[0], e0, e1), Mapping({l.name: e0 for l in
+                                                             mp.apps[1].graph.layers})])
+    with pytest.raises(InputError, match="application a runs on 2 elements.*--engine threads"):
+        run_multiplan(plan, graphs(mp), engine="processes")
+    with pytest.raises(InputError, match="--engine 'fibers'"):
+        run_multiplan(plan, graphs(mp), engine="fibers")
+
+
+def test_a_process_that_fails_to_load_names_its_element(tmp_path):
+    mp = tiny_problem()
+    plan = on_files(one_element_each(mp), tmp_path)
+    (tmp_path / "b.onnx").write_bytes(b"not onnx")  # b's process cannot load its model
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeFault, match=r"element cpu\S*, setup: .*b\.onnx"):
+        run_multiplan(plan, graphs(mp), frames=5, warmup=0, engine="processes")
+    assert time.perf_counter() - t0 < 60
+
+
+def test_a_killed_process_stops_the_run_naming_its_element(tmp_path):
+    mp = tiny_problem(0.01, 0.012)
+    plan = on_files(one_element_each(mp), tmp_path)
+    procs = []
+
+    def kill_later(ps):
+        procs.extend(ps)
+
+    import threading
+
+    killed_at = []
+
+    def killer():
+        while not procs:
+            time.sleep(0.05)
+        time.sleep(4.0)  # loaded and running by then (or still loading: also a death)
+        killed_at.append(time.perf_counter())
+        os.kill(procs[1].pid, signal.SIGKILL)
+
+    threading.Thread(target=killer, daemon=True).start()
+    with pytest.raises(RuntimeFault, match=r"element cpu\S+: its process died \(exit code -9\)"):
+        run_processes(plan, graphs(mp), frames=100000, warmup=0, check_frames=0,
+                      max_in_flight=2, stall_timeout=30, trace_path=None, progress=None, seed=0,
+                      on_started=kill_later)
+    assert time.perf_counter() - killed_at[0] < 2.0  # the whole run stopped, no orphans
+    for p in procs:
+        assert not p.is_alive()
