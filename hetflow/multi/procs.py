@@ -144,12 +144,15 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
         mp = MultiPlan.from_dict(plan)
         el = next(a.plan.elements[element] for a in mp.apps if a.name in names)
         pin_current_thread(el.cores)
+        # an element running one application owns its cores: its ONNX Runtime pool threads
+        # may spin between layers instead of sleeping (no wake-up per parallel layer)
+        opts = {element: {"spinning": True}} if el.kind == "cpu" and len(names) == 1 else {}
         apps = []
         for i, entry in enumerate(mp.apps):
             if entry.name not in names:
                 continue
             graph = load_plan_model(entry.plan)
-            pp = prepare(entry.plan, graph)
+            pp = prepare(entry.plan, graph, element_options=opts)
             prepared.append(pp)
             firings, first = firing_graph(entry)
             apps.append(_App(i, entry, pp.runners, random_source(graph, settings["seed"] + i),

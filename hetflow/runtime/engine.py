@@ -193,8 +193,10 @@ class PreparedPlan:
                 close()
 
 
-def prepare(plan: Plan, graph: CnnGraph, progress: Callable[[str], None] | None = None
-            ) -> PreparedPlan:
+def prepare(plan: Plan, graph: CnnGraph, progress: Callable[[str], None] | None = None,
+            element_options: dict[str, dict] | None = None) -> PreparedPlan:
+    """Sessions for every (element, phase) of `plan`; `element_options`: backend options per
+    element name (e.g. {"cpu0-7": {"spinning": True}})."""
     from hetflow.backends import backend_for
     from hetflow.model.subnet import extract_subnet
 
@@ -206,7 +208,8 @@ def prepare(plan: Plan, graph: CnnGraph, progress: Callable[[str], None] | None 
                 element = plan.elements[el]
                 if progress:
                     progress(f"preparing {actor} phase {ph.index} on {el}")
-                runners[(el, ph.index)] = backend_for(element).prepare(sub, element)
+                opts = (element_options or {}).get(el, {})
+                runners[(el, ph.index)] = backend_for(element).prepare(sub, element, **opts)
     return PreparedPlan(plan, graph, runners)
 
 
