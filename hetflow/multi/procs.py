@@ -144,19 +144,21 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
         mp = MultiPlan.from_dict(plan)
         el = next(a.plan.elements[element] for a in mp.apps if a.name in names)
         pin_current_thread(el.cores)
-        # an element running one application owns its cores: its ONNX Runtime pool threads
-        # may spin between layers instead of sleeping (no wake-up per parallel layer)
-        opts = {element: {"spinning": True}} if el.kind == "cpu" and len(names) == 1 else {}
         apps = []
         for i, entry in enumerate(mp.apps):
             if entry.name not in names:
                 continue
             graph = load_plan_model(entry.plan)
-            pp = prepare(entry.plan, graph, element_options=opts)
+            pp = prepare(entry.plan, graph)
             prepared.append(pp)
             firings, first = firing_graph(entry)
             apps.append(_App(i, entry, pp.runners, random_source(graph, settings["seed"] + i),
                              firings, first))
+        # this thread (the loop, and the caller of every run) on the runners' caller core: ONNX
+        # Runtime's pool threads have the element's other cores, and the loop must not share
+        # one with them (letting the pool threads spin as well made one run's tail 40x longer)
+        pin_current_thread(set().union(*(getattr(r, "caller_cores", el.cores)
+                                          for pp in prepared for r in pp.runners.values())))
         for a in apps:
             what = f"warm-up of {a.name}"
             _prewarm(a)
