@@ -59,7 +59,7 @@ def print_multi_report(report) -> None:
     console.print(t)
     console.print("utilisation: " + ", ".join(f"{e} {u:.0%}"
                                                for e, u in sorted(report.utilisation.items()))
-                  + f"; wall {report.wall_s:.1f} s; mean dispatch delay: "
+                  + f"; wall {report.wall_s:.1f} s ({report.engine}); mean dispatch delay: "
                   + ", ".join(f"{e} {d * 1e6:.0f} us" for e, d in sorted(report.dispatch_s.items())))
     late = {r.name: r.notes["late_releases"] for r in report.apps if r.notes["late_releases"]}
     if late:
@@ -145,9 +145,10 @@ def register(app: typer.Typer) -> None:
         switch_interval: float = typer.Option(1e-4, "--switch-interval",
                                               help="GIL switch interval during the run, seconds "
                                                    "(0: Python's 5 ms)"),
-        engine: str = typer.Option("threads", "--engine",
-                                   help="threads (one process) or processes (one per element; "
-                                        "each application on one element)"),
+        engine: str = typer.Option("auto", "--engine",
+                                   help="processes (one per element; each application on one "
+                                        "element), threads (one process), or auto: processes "
+                                        "where the plan allows them"),
         json_out: bool = typer.Option(False, "--json"),
     ) -> None:
         """Run every application of a multi-plan at its period; report response times."""

@@ -337,4 +337,4 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
         from hetflow.runtime.trace import write_trace
 
         write_trace(trace_path, events, min(ev[4] for ev in events))
-    return MultiRunReport(reports, util, wall, complete, dispatch)
+    return MultiRunReport(reports, util, wall, complete, dispatch, "processes")

@@ -126,11 +126,12 @@ class MultiRunReport:
     wall_s: float
     complete: bool = True
     dispatch_s: dict[str, float] = field(default_factory=dict)  # element -> mean start delay
+    engine: str = "threads"
 
     def to_dict(self) -> dict:
         return {"apps": [a.to_dict() for a in self.apps], "utilisation": self.utilisation,
                 "wall_s": self.wall_s, "complete": self.complete,
-                "dispatch_s": self.dispatch_s}
+                "dispatch_s": self.dispatch_s, "engine": self.engine}
 
 
 class _Engine:
@@ -349,13 +350,14 @@ def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
                   max_in_flight: int = 4, stall_timeout: float = 30.0,
                   trace_path=None, progress: Callable[[str], None] | None = None,
                   seed: int = 0, switch_interval: float = 1e-4,
-                  engine: str = "threads") -> MultiRunReport:
+                  engine: str = "auto") -> MultiRunReport:
     """Run every application of `mp` concurrently until each has completed `warmup + frames`
     frames; report per application the response times of the last `frames` (p50/p99/max), the
     deadlines missed among them, and the reference check of the first `check_frames`.
     `switch_interval`: the GIL switch interval during the run (0.1 ms: a worker whose firing is
     due waits at most that long for another thread's Python code; 0 keeps Python's 5 ms).
-    `engine`: threads (one interpreter) or processes (one per element, procs.py)."""
+    `engine`: threads (one interpreter), processes (one per element, procs.py; each application
+    on one element), or auto: processes where the plan allows them, else threads."""
     from hetflow.backends import control_cores, pinned
     from hetflow.runtime.api import load_plan_model
     from hetflow.runtime.engine import frozen_heap
@@ -369,18 +371,20 @@ def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
         raise InputError("--max-in-flight must be at least 1")
     if not 0 <= switch_interval <= 0.1:
         raise InputError(f"--switch-interval {switch_interval}: give seconds between 0 and 0.1")
-    if engine not in ("threads", "processes"):
-        raise InputError(f"--engine {engine!r}: use threads or processes")
+    if engine not in ("auto", "threads", "processes"):
+        raise InputError(f"--engine {engine!r}: use auto, threads or processes")
     mp.validate()
-    if engine == "processes":
-        from .procs import hosts, run_processes
+    from .procs import hosts, run_processes
 
+    if engine == "auto":
+        engine = "processes" if all(len(set(a.plan.elements)) == 1 for a in mp.apps) else "threads"
+    if engine == "processes":
         hosts(mp)  # refuse an unsupported plan before loading anything
     graphs = graphs or {a.name: load_plan_model(a.plan) for a in mp.apps}
     if engine == "processes":
         n_check = check_frames if check == "first" else 0
-        return run_processes(mp, graphs, frames, warmup, n_check, max_in_flight, stall_timeout,
-                             trace_path, progress, seed)
+        return run_processes(mp, graphs, frames, warmup, n_check, max_in_flight,
+                             stall_timeout, trace_path, progress, seed)
     elements = {}
     for a in mp.apps:
         elements.update(a.plan.elements)

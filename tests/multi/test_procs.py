@@ -68,6 +68,18 @@ def test_an_app_split_over_elements_is_refused_before_anything_loads():
         run_multiplan(plan, graphs(mp), engine="fibers")
 
 
+def test_auto_picks_processes_only_where_every_app_is_on_one_element(tmp_path):
+    mp = tiny_problem(0.05, 0.06)
+    e0, e1 = (e.name for e in cpu_elements())
+    split_plan = plan_of(mp, [split(mp.apps[0], e0, e1), Mapping({l.name: e0 for l in
+                                                                   mp.apps[1].graph.layers})])
+    r = run_multiplan(split_plan, graphs(mp), frames=3, warmup=0, check="none")
+    assert r.engine == "threads"
+    r = run_multiplan(on_files(one_element_each(mp), tmp_path), graphs(mp), frames=3, warmup=0,
+                      check="none")
+    assert r.engine == "processes" and r.to_dict()["engine"] == "processes"
+
+
 def test_a_process_that_fails_to_load_names_its_element(tmp_path):
     mp = tiny_problem()
     plan = on_files(one_element_each(mp), tmp_path)

@@ -47,7 +47,8 @@ def test_generous_periods_meet_every_deadline_and_outputs_match(tmp_path):
     mp = tiny_problem(0.15, 0.2)  # sub-millisecond models: generous even on a loaded machine
     res = search_multi(mp, pop_size=8, generations=2)
     plan = MultiPlan.load(make_multiplan(mp, res).save(tmp_path / "m.json"))
-    report = run_multiplan(plan, graphs(mp), frames=5, warmup=1, check="first")
+    report = run_multiplan(plan, graphs(mp), frames=5, warmup=1, check="first",
+                           engine="threads")
     assert report.complete and report.wall_s > 0
     for r in report.apps:
         assert r.frames >= 5  # the faster app keeps running until the slower one is done
@@ -64,7 +65,8 @@ def test_apps_sharing_both_elements_in_opposite_orders(tmp_path):
     e0, e1 = (e.name for e in cpu_elements())
     plan = plan_of(mp, [split(mp.apps[0], e0, e1), split(mp.apps[1], e1, e0)])
     assert set(plan.shared_elements) == {e0, e1}
-    report = run_multiplan(plan, graphs(mp), frames=5, warmup=1, trace_path=tmp_path / "t.json")
+    report = run_multiplan(plan, graphs(mp), frames=5, warmup=1, trace_path=tmp_path / "t.json",
+                           engine="threads")
     assert all(r.notes["missed"] == 0 and r.checked_frames == 4 for r in report.apps)
     assert (tmp_path / "t.json").exists()
 
@@ -75,7 +77,7 @@ def test_a_period_too_short_is_reported_as_misses_with_bounded_frames_in_flight(
     plan = plan_of(mp, [Mapping({l.name: e0 for l in a.graph.layers}) for a in mp.apps])
     plan.apps[1].period = 1e-5  # far shorter than one frame: the source outruns the app
     report = run_multiplan(plan, graphs(mp), frames=30, warmup=0, check="none",
-                           max_in_flight=2)
+                           max_in_flight=2, engine="threads")
     b = next(r for r in report.apps if r.name == "b")
     assert b.notes["missed"] == b.frames >= 30
     assert b.notes["late_releases"] > 0 and b.notes["peak_in_flight"] <= 2
@@ -131,5 +133,6 @@ def test_the_run_shortens_the_gil_switch_interval_and_restores_it(monkeypatch):
     mp = tiny_problem(0.15, 0.2)
     e0, _ = (e.name for e in cpu_elements())
     plan = plan_of(mp, [Mapping({l.name: e0 for l in a.graph.layers}) for a in mp.apps])
-    run_multiplan(plan, graphs(mp), frames=2, warmup=0, check="none", switch_interval=2e-4)
+    run_multiplan(plan, graphs(mp), frames=2, warmup=0, check="none", switch_interval=2e-4,
+                  engine="threads")
     assert seen == [pytest.approx(2e-4)] and sys.getswitchinterval() == before
