@@ -179,8 +179,14 @@ def _search(problem, platform_name: str, settings: BenchSettings, strategy: str 
     from hetflow.errors import InfeasibleError
     from hetflow.mapping.planner import search_plan
 
+    from hetflow.mapping.strategies.base import strategy_options
+
     best, best_result = None, None
     for name in [strategy] if strategy else settings.strategies:
+        lacking = sorted(set(options) - strategy_options(name, options))
+        if lacking and strategy is None:  # e.g. the balanced plan's latency cap
+            log(f"{name}: takes no {', '.join(lacking)} option; not used for this plan")
+            continue
         try:
             plan, result = search_plan(problem, name, platform_name, settings.seed, True, **options)
         except InfeasibleError as e:

@@ -7,7 +7,7 @@ import time
 from .mapping import Mapping, group_members
 from .plan import Plan
 from .problem import Metrics, Problem, build_app
-from .strategies.base import SearchResult, get_strategy
+from .strategies.base import SearchResult, check_options, get_strategy
 
 
 def make_plan(problem: Problem, mapping: Mapping, metrics: Metrics, strategy: str,
@@ -22,6 +22,7 @@ def make_plan(problem: Problem, mapping: Mapping, metrics: Metrics, strategy: st
 def search_plan(problem: Problem, strategy: str, platform_name: str, seed: int = 0,
                 fuse: bool = False, **options) -> tuple[Plan, SearchResult]:
     fn = get_strategy(strategy)
+    check_options(strategy, options)
     t0 = time.perf_counter()
     result = fn(problem, seed=seed, **options)
     seconds = time.perf_counter() - t0

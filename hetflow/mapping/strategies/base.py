@@ -54,6 +54,31 @@ def get_strategy(name: str) -> Callable[..., SearchResult]:
     return getattr(importlib.import_module(module), fn)
 
 
+def strategy_options(name: str, options: dict | None = None) -> set[str]:
+    """The option names strategy `name` takes: its search function's keyword parameters (or
+    those of the function named by its `options_of`); a strategy marked `passes_options_to_base`
+    also takes its base strategy's (`options["base"]`, default pipeline)."""
+    import inspect
+
+    fn = get_strategy(name)
+    params = inspect.signature(getattr(fn, "options_of", fn)).parameters.values()
+    known = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    known -= {"problem", "seed", "algorithm"}
+    if getattr(fn, "passes_options_to_base", False):
+        known |= strategy_options((options or {}).get("base", "pipeline"))
+    return known
+
+
+def check_options(name: str, options: dict) -> None:
+    """InputError naming the first option strategy `name` does not take (a typo would
+    otherwise be silently ignored)."""
+    known = strategy_options(name, options)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise InputError(f"strategy {name!r} has no option {unknown[0]!r} "
+                         f"(its options: {', '.join(sorted(known)) or 'none'})")
+
+
 def configurations(problem: Problem) -> list[list[str]]:
     """Element sets usable together: the problem's own list, or else every maximal set of
     pairwise core-disjoint elements (the maximal cliques of the compatibility graph)."""
@@ -109,4 +134,5 @@ def whole_model_on(problem: Problem, actor: str, policy: str = "maximal") -> Map
 
 
 __all__ = ["SearchResult", "Strategy", "REGISTRY", "register_strategy", "get_strategy",
+           "strategy_options", "check_options",
            "configurations", "replica_groups", "best_of", "whole_model_on", "group_name"]

@@ -275,3 +275,6 @@ def search(problem: Problem, seed: int = 0, layer: str | None = None,
 
 
 __all__ = ["search", "solve_split", "part_models", "heaviest_conv", "channel_split", "PartModel"]
+
+
+search.passes_options_to_base = True  # the rest of its options go to its base strategy

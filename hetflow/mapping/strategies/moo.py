@@ -186,4 +186,7 @@ def spea2(problem: Problem, seed: int = 0, **options: Any) -> SearchResult:
     return _search(problem, "spea2", seed, **options)
 
 
+nsga2.options_of = spea2.options_of = _search  # what `check_options` reads
+
+
 __all__ = ["nsga2", "spea2", "objective_values", "cpu_utilisation", "OBJECTIVES"]
