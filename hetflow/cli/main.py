@@ -34,18 +34,17 @@ def main() -> None:
     except KeyboardInterrupt:
         print("hetflow: interrupted", file=sys.stderr)
         sys.exit(130)
-    except Exception as e:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(e, click.exceptions.Exit):
-            sys.exit(e.exit_code)
-        if isinstance(e, click.ClickException):
+    except Exception as e:  # usage errors carry their own exit code and message
+        # duck-typed: typer >= 0.20 raises its own vendored copies of click's exceptions
+        name = type(e).__name__
+        if name == "Exit":
+            sys.exit(getattr(e, "exit_code", 0))
+        if name == "Abort":
+            sys.exit(130)
+        if callable(getattr(e, "show", None)) and isinstance(getattr(e, "exit_code", None), int):
             e.show()
             sys.exit(e.exit_code)
-        if isinstance(e, click.exceptions.Abort):
-            sys.exit(130)
         raise
-
 
 if __name__ == "__main__":
     main()
