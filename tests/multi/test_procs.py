@@ -117,3 +117,23 @@ def test_a_killed_process_stops_the_run_naming_its_element(tmp_path):
     assert time.perf_counter() - killed_at[0] < 2.0  # the whole run stopped, no orphans
     for p in procs:
         assert not p.is_alive()
+
+
+def test_ctrl_c_stops_every_process_and_reports_what_was_measured(tmp_path):
+    import _thread
+    import threading
+
+    mp = tiny_problem(0.01, 0.012)
+    plan = on_files(one_element_each(mp), tmp_path)
+    procs = []
+
+    def interrupt_later(ps):
+        procs.extend(ps)
+        threading.Timer(4.0, _thread.interrupt_main).start()  # as Ctrl-C does
+
+    report = run_processes(plan, graphs(mp), frames=100000, warmup=0, check_frames=0,
+                           max_in_flight=2, stall_timeout=30, trace_path=None, progress=None,
+                           seed=0, on_started=interrupt_later)
+    assert not report.complete
+    assert all(0 < r.frames < 100000 for r in report.apps)
+    assert not any(p.is_alive() for p in procs)
