@@ -146,9 +146,9 @@ def register(app: typer.Typer) -> None:
                                               help="GIL switch interval during the run, seconds "
                                                    "(0: Python's 5 ms)"),
         engine: str = typer.Option("auto", "--engine",
-                                   help="processes (one per element; each application on one "
-                                        "element), threads (one process), or auto: processes "
-                                        "where the plan allows them"),
+                                   help="processes (one per element), threads (one process), "
+                                        "or auto: processes where every application runs on "
+                                        "one element, else threads"),
         json_out: bool = typer.Option(False, "--json"),
     ) -> None:
         """Run every application of a multi-plan at its period; report response times."""

@@ -6,11 +6,13 @@ tails of several to tens of milliseconds. Here every element is its own process,
 cores, with its own interpreter and sessions, and it releases its applications' frames itself
 (no source thread to wake): a single loop that releases the frames that are due, runs the
 highest-priority ready firing (priority, then frame; non-preemptive), and otherwise waits for
-the next release (sleeping, then spinning its last `SPIN` seconds on its own core).
+the next release or a message (sleeping, then spinning its last `SPIN` seconds on its core).
 
-Scope: every application runs on one element (an element may host several). Applications
-split over elements would need tensors to cross processes; such plans are refused with a clear
-error (run them with `--engine threads`).
+An application split over elements: every process that runs some of its firings creates the
+frame at its release time; a firing whose successor runs elsewhere sends the tensors it needs
+to that element's inbox (a multiprocessing queue); the element running the application's last
+firing (its *collector*) also receives a "part done" from each other element and measures the
+response. An actor's phase 0 of frame k+1 waits for its last phase of frame k (CSDF order).
 
 The parent spawns the processes, starts them together once each has loaded and warmed its
 sessions, watches progress (a stall or a dead process stops the run naming the element), stops
@@ -26,6 +28,8 @@ import signal
 import time
 from typing import Callable
 
+import numpy as np
+
 from hetflow.errors import InputError, RuntimeFault
 
 from .multiplan import MultiPlan
@@ -36,16 +40,24 @@ READY_TIMEOUT = 600.0  # s: loading models and sessions in every process
 
 
 def hosts(mp: MultiPlan) -> dict[str, list[str]]:
-    """element -> the applications it runs; InputError for an application on several."""
+    """element -> the applications with a firing on it (replica groups are refused)."""
     out: dict[str, list[str]] = {}
     for a in mp.apps:
-        els = list(dict.fromkeys(a.plan.elements))
-        if len(els) != 1:
-            raise InputError(f"application {a.name} runs on {len(els)} elements "
-                             f"({', '.join(els)}); the process engine runs each application on "
-                             "one element: use --engine threads for this plan")
-        out.setdefault(els[0], []).append(a.name)
+        for actor in a.plan.app.phases:
+            if "|" in actor:
+                raise InputError(f"application {a.name}: replica group {actor!r} is not "
+                                 "supported in a multi-application plan")
+            out.setdefault(actor, [])
+            if a.name not in out[actor]:
+                out[actor].append(a.name)
     return out
+
+
+def collector(entry) -> str:
+    """The element that measures an application's response: the one running its last firing."""
+    from .runtime import firing_graph
+
+    return firing_graph(entry)[0][-1].actor
 
 
 # ------------------------------------------------------------------ the element process
@@ -54,17 +66,30 @@ def hosts(mp: MultiPlan) -> dict[str, list[str]]:
 class _Element:
     """The state of one element's loop (in its own process)."""
 
-    def __init__(self, apps, max_in_flight: int, keep: Callable[[int], bool], trace: bool):
+    def __init__(self, element: str, apps, max_in_flight: int, keep: Callable[[int], bool],
+                 trace: bool, inboxes: dict):
+        self.element = element
         self.apps = apps
+        self.by_index = {a.index: a for a in apps}
         self.max_in_flight = max_in_flight
         self.keep = keep
+        self.inboxes = inboxes
         self.ready: list[tuple] = []
         self.next_frame = {a.index: 0 for a in apps}
         self.late_counted = {a.index: -1 for a in apps}
+        self.local = {a.index: {i for i, f in enumerate(a.firings) if f.actor == element}
+                      for a in apps}
+        self.collects = {a.index: collector(a.entry) == element for a in apps}
+        self.parts = {a.index: len({f.actor for f in a.firings} - {element})
+                      if self.collects[a.index] else 0 for a in apps}
+        self.pending: dict[tuple[int, int], list] = {}  # messages for frames not created yet
         self.busy = 0.0
         self.dispatch = [0.0, 0]
         self.free_at = 0.0
         self.events: list[tuple] | None = [] if trace else None
+
+    def _push(self, a, k: int, i: int, when: float) -> None:
+        heapq.heappush(self.ready, (a.entry.priority, k, i, a.index, when))
 
     def release_due(self, t0: float, now: float) -> None:
         from .runtime import _Frame
@@ -80,22 +105,57 @@ class _Element:
                         a.late_releases += 1
                         self.late_counted[a.index] = k
                     break
+                local = self.local[a.index]
                 waiting = [len(f.deps) for f in a.firings]
-                a.frames[k] = _Frame(when, dict(a.source(k)), waiting, len(a.firings))
+                for i in local:  # CSDF order: phase 0 after the actor's last phase of k - 1
+                    if a.firings[i].first_of_actor and a.actor_done.get(a.firings[i].actor,
+                                                                       -1) < k - 1:
+                        waiting[i] += 1
+                fr = _Frame(when, dict(a.source(k)), waiting, len(local) + self.parts[a.index],
+                            when)
+                a.frames[k] = fr
                 a.peak_in_flight = max(a.peak_in_flight, len(a.frames))
-                for i, n in enumerate(waiting):
-                    if n == 0:
-                        heapq.heappush(self.ready, (a.entry.priority, k, i, a.index, when))
                 self.next_frame[a.index] = k + 1
+                for i in local:
+                    if waiting[i] == 0:
+                        self._push(a, k, i, when)
+                for msg in self.pending.pop((a.index, k), []):  # (each pushes what it readies)
+                    self._apply(a, k, msg, now)
 
     def next_release(self, t0: float) -> float:
         times = [t0 + self.next_frame[a.index] * a.entry.period for a in self.apps
                  if len(a.frames) < self.max_in_flight]
         return min(times) if times else time.perf_counter() + 0.01
 
-    def fire(self, by_index: dict) -> str:
+    # ---- messages from other elements
+    def receive(self, msg) -> None:
+        kind, ai, k = msg[0], msg[1], msg[2]
+        a = self.by_index[ai]
+        if k in a.frames:
+            self._apply(a, k, msg, time.perf_counter())
+        else:
+            self.pending.setdefault((ai, k), []).append(msg)
+
+    def _apply(self, a, k: int, msg, now: float) -> None:
+        fr = a.frames[k]
+        if msg[0] == "dep":  # ("dep", app, frame, firing, tensors)
+            _, _, _, s, tensors = msg
+            fr.tensors.update(tensors)
+            fr.waiting[s] -= 1
+            if fr.waiting[s] == 0:
+                self._push(a, k, s, now)
+        else:  # ("part", app, frame, end, outputs): another element finished its firings
+            _, _, _, end, outputs = msg
+            fr.tensors.update(outputs)
+            fr.last_end = max(fr.last_end, end)
+            fr.left -= 1
+            if fr.left == 0:
+                self._done_here(a, k)
+
+    # ---- firing
+    def fire(self) -> str:
         _, k, i, ai, ready_at = heapq.heappop(self.ready)
-        a = by_index[ai]
+        a = self.by_index[ai]
         f = a.firings[i]
         fr = a.frames[k]
         feeds = {t: fr.tensors[t] for t in f.inputs}
@@ -107,27 +167,66 @@ class _Element:
         self.dispatch[1] += 1
         self.free_at = t1
         if self.events is not None:
-            self.events.append((f.actor, f"{a.name}:{f.actor}", f.phase, k, t0, t1))
+            self.events.append((self.element, f"{a.name}:{f.actor}", f.phase, k, t0, t1))
         fr.tensors.update(out)
+        fr.last_end = max(fr.last_end, t1)
         fr.left -= 1
+        local = self.local[ai]
         for s in f.succs:
-            fr.waiting[s] -= 1
-            if fr.waiting[s] == 0:
-                heapq.heappush(self.ready, (a.entry.priority, k, s, ai, t1))
-        # (no cross-frame wait per actor, as the thread engine has: on one element, some
-        # firing of an unfinished frame k is always ready and (priority, frame) order runs it
-        # before any of frame k+1, so every actor fires its phases in CSDF order)
+            if s in local:
+                fr.waiting[s] -= 1
+                if fr.waiting[s] == 0:
+                    self._push(a, k, s, t1)
+            else:
+                needs = {t: out[t] for t in a.firings[s].inputs if t in out}
+                self.inboxes[a.firings[s].actor].put(("dep", ai, k, s, needs))
+        if f.last_of_actor:
+            a.actor_done[f.actor] = k
+            nxt = a.frames.get(k + 1)
+            first = a.first_firing[f.actor]
+            if nxt is not None:
+                nxt.waiting[first] -= 1
+                if nxt.waiting[first] == 0:
+                    self._push(a, k + 1, first, t1)
         if fr.left == 0:
-            a.responses.append(t1 - fr.release)
-            a.done_at.append(t1)
-            if self.keep(k):
-                a.kept[k] = {t: fr.tensors[t] for t in a.entry.plan.app.model_outputs}
-            del a.frames[k]
+            self._done_here(a, k)
         return f"application {a.name}, stage {f.actor} phase {f.phase}, frame {k}"
 
+    def _done_here(self, a, k: int) -> None:
+        """Every firing of frame k that this element waits for is done."""
+        fr = a.frames.pop(k)
+        keep = self.keep(k)
+        outputs = a.entry.plan.app.model_outputs
+        if self.collects[a.index]:
+            a.responses.append(fr.last_end - fr.release)
+            a.done_at.append(fr.last_end)
+            if keep:
+                a.kept[k] = {t: fr.tensors[t] for t in outputs}
+        else:
+            mine = {t: fr.tensors[t] for t in outputs if t in fr.tensors} if keep else {}
+            self.inboxes[collector(a.entry)].put(("part", a.index, k, fr.last_end, mine))
 
-def element_main(plan: dict, element: str, names: list[str], settings: dict, out, go, start,
-                 stop) -> None:
+
+def _prewarm_local(app, graph, local: set[int]) -> None:
+    """Run this element's firings once on inputs of the right shapes (first calls allocate and
+    tune; they would otherwise show up as missed deadlines)."""
+    from hetflow.runtime.inputs import _NP
+
+    tensors = dict(app.source(0))
+    for i, f in enumerate(app.firings):
+        if i not in local:
+            continue
+        feeds = {}
+        for t in f.inputs:
+            if t not in tensors:
+                info = graph.tensors[t]
+                tensors[t] = np.zeros(info.shape, _NP.get(info.dtype, np.float32))
+            feeds[t] = tensors[t]
+        tensors.update(app.runners[(f.actor, f.phase)].run(feeds))
+
+
+def element_main(plan: dict, element: str, names: list[str], settings: dict, out, inboxes,
+                 go, start, stop) -> None:
     """Entry point of one element's process (spawned): load, warm up, report ready, wait for
     the start, run the loop until told to stop, send the results."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
@@ -139,17 +238,17 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
         from hetflow.runtime.engine import frozen_heap, prepare
         from hetflow.runtime.inputs import random_source
 
-        from .runtime import _App, _prewarm, firing_graph
+        from .runtime import _App, firing_graph
 
         mp = MultiPlan.from_dict(plan)
         el = next(a.plan.elements[element] for a in mp.apps if a.name in names)
         pin_current_thread(el.cores)
-        apps = []
+        apps, graphs = [], {}
         for i, entry in enumerate(mp.apps):
             if entry.name not in names:
                 continue
-            graph = load_plan_model(entry.plan)
-            pp = prepare(entry.plan, graph)
+            graphs[entry.name] = graph = load_plan_model(entry.plan)
+            pp = prepare(entry.plan, graph, only={element})
             prepared.append(pp)
             firings, first = firing_graph(entry)
             apps.append(_App(i, entry, pp.runners, random_source(graph, settings["seed"] + i),
@@ -159,13 +258,14 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
         # one with them (letting the pool threads spin as well made one run's tail 40x longer)
         pin_current_thread(set().union(*(getattr(r, "caller_cores", el.cores)
                                           for pp in prepared for r in pp.runners.values())))
+        warmup, n_check = settings["warmup"], settings["check_frames"]
+        loop = _Element(element, apps, settings["max_in_flight"],
+                        lambda k: warmup <= k < warmup + n_check, settings["trace"], inboxes)
         for a in apps:
             what = f"warm-up of {a.name}"
-            _prewarm(a)
-        warmup, n_check = settings["warmup"], settings["check_frames"]
-        loop = _Element(apps, settings["max_in_flight"],
-                        lambda k: warmup <= k < warmup + n_check, settings["trace"])
-        by_index = {a.index: a for a in apps}
+            _prewarm_local(a, graphs[a.name], loop.local[a.index])
+        inbox = inboxes[element]
+        split = any(len({f.actor for f in a.firings}) > 1 for a in apps)
         # frozen before the start: a full collection with torch loaded takes ~0.1 s, which
         # at the start made the first hundred frames late (measured on the GPU machine)
         with frozen_heap():
@@ -176,24 +276,38 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
             last_progress = 0.0
             while not stop.value:
                 now = time.perf_counter()
+                if split:
+                    while True:
+                        try:
+                            loop.receive(inbox.get_nowait())
+                        except queue.Empty:
+                            break
                 loop.release_due(t0, now)
                 if now - last_progress > PROGRESS_EVERY:
-                    out.put(("progress", element, {a.name: len(a.responses) for a in apps}))
+                    out.put(("progress", element, {a.name: len(a.responses) for a in apps
+                                                   if loop.collects[a.index]}))
                     last_progress = now
                 if loop.ready:
-                    what = loop.fire(by_index)
+                    what = loop.fire()
                     continue
                 what = "waiting for the next release"
                 delay = loop.next_release(t0) - time.perf_counter()
                 if delay > SPIN:
-                    time.sleep(min(delay - SPIN, PROGRESS_EVERY))
+                    wait = min(delay - SPIN, PROGRESS_EVERY)
+                    if split:  # a message from another element may make a firing ready
+                        try:
+                            loop.receive(inbox.get(timeout=wait))
+                        except queue.Empty:
+                            pass
+                    else:
+                        time.sleep(wait)
         out.put(("result", element, {
             "apps": {a.name: {"responses": a.responses, "done_at": a.done_at,
                               "late_releases": a.late_releases,
-                              "peak_in_flight": a.peak_in_flight, "kept": a.kept}
+                              "peak_in_flight": a.peak_in_flight, "kept": a.kept,
+                              "collector": loop.collects[a.index]}
                      for a in apps},
-            "busy": loop.busy, "dispatch": loop.dispatch,
-            "events": [(element, *ev[1:]) for ev in loop.events] if loop.events else []}))
+            "busy": loop.busy, "dispatch": loop.dispatch, "events": loop.events or []}))
     except BaseException as e:  # report where it happened; the parent stops the others
         msg = str(e).splitlines()[0] if str(e) else ""
         out.put(("fault", element, f"element {element}, {what}: {type(e).__name__}: {msg}"))
@@ -216,11 +330,13 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
     placement = hosts(mp)
     ctx = mp_.get_context("spawn")  # CUDA in a child needs a fresh interpreter
     out = ctx.Queue()
+    inboxes = {el: ctx.Queue() for el in placement}
     go, stop, start = ctx.RawValue("b", 0), ctx.RawValue("b", 0), ctx.RawValue("d", 0.0)
     settings = {"seed": seed, "warmup": warmup, "check_frames": check_frames,
                 "max_in_flight": max_in_flight, "trace": trace_path is not None}
     procs = {el: ctx.Process(target=element_main, name=f"hetflow-{el}", daemon=True,
-                             args=(mp.to_dict(), el, names, settings, out, go, start, stop))
+                             args=(mp.to_dict(), el, names, settings, out, inboxes, go, start,
+                                   stop))
              for el, names in placement.items()}
     for p in procs.values():
         p.start()
@@ -321,14 +437,19 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
             if p.is_alive():
                 p.kill()
                 p.join(timeout=2.0)
-        out.close()
+        for q in (out, *inboxes.values()):
+            q.close()
+            q.cancel_join_thread()  # what is still queued is not wanted any more
         watching.close()
     wall = t_stop - start.value
-    data = {name: d for r in results.values() for name, d in r["apps"].items()}
-    reports = [app_report(entry, i, data[entry.name]["responses"], data[entry.name]["done_at"],
-                          data[entry.name]["late_releases"], data[entry.name]["peak_in_flight"],
-                          data[entry.name]["kept"], warmup, complete, graphs[entry.name], seed)
-               for i, entry in enumerate(mp.apps)]
+    reports = []
+    for i, entry in enumerate(mp.apps):
+        parts = [r["apps"][entry.name] for r in results.values() if entry.name in r["apps"]]
+        d = next(p for p in parts if p["collector"])
+        reports.append(app_report(entry, i, d["responses"], d["done_at"],
+                                  sum(p["late_releases"] for p in parts),
+                                  max(p["peak_in_flight"] for p in parts), d["kept"], warmup,
+                                  complete, graphs[entry.name], seed))
     util = {el: min(1.0, r["busy"] / wall) for el, r in results.items()} if wall > 0 else {}
     dispatch = {el: r["dispatch"][0] / r["dispatch"][1] for el, r in results.items()
                 if r["dispatch"][1]}

@@ -52,6 +52,7 @@ class _Frame:
     tensors: dict
     waiting: list[int]
     left: int
+    last_end: float = 0.0  # (process engine) the latest end of its firings seen so far
 
 
 @dataclass

@@ -194,9 +194,10 @@ class PreparedPlan:
 
 
 def prepare(plan: Plan, graph: CnnGraph, progress: Callable[[str], None] | None = None,
-            element_options: dict[str, dict] | None = None) -> PreparedPlan:
-    """Sessions for every (element, phase) of `plan`; `element_options`: backend options per
-    element name (e.g. {"cpu0-7": {"spinning": True}})."""
+            element_options: dict[str, dict] | None = None,
+            only: set[str] | None = None) -> PreparedPlan:
+    """Sessions for every (element, phase) of `plan` (on the elements in `only`, if given);
+    `element_options`: backend options per element name (e.g. {"cpu0-7": {"spinning": True}})."""
     from hetflow.backends import backend_for
     from hetflow.model.subnet import extract_subnet
 
@@ -205,6 +206,8 @@ def prepare(plan: Plan, graph: CnnGraph, progress: Callable[[str], None] | None 
         for ph in phases:
             sub = extract_subnet(graph, ph.layers, name=f"{actor}#{ph.index}")
             for el in group_members(actor):
+                if only is not None and el not in only:
+                    continue
                 element = plan.elements[el]
                 if progress:
                     progress(f"preparing {actor} phase {ph.index} on {el}")

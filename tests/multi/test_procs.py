@@ -57,13 +57,22 @@ def test_two_apps_sharing_one_element_are_served_by_priority(tmp_path):
     assert all(r.checked_frames == 4 and r.frames >= 10 for r in report.apps)
 
 
-def test_an_app_split_over_elements_is_refused_before_anything_loads():
-    mp = tiny_problem()
+def test_apps_split_over_elements_in_opposite_orders_pass_tensors_between_processes(tmp_path):
+    mp = tiny_problem(0.05, 0.06)
     e0, e1 = (e.name for e in cpu_elements())
-    plan = plan_of(mp, [split(mp.apps[0], e0, e1), Mapping({l.name: e0 for l in
-                                                             mp.apps[1].graph.layers})])
-    with pytest.raises(InputError, match="application a runs on 2 elements.*--engine threads"):
-        run_multiplan(plan, graphs(mp), engine="processes")
+    plan = on_files(plan_of(mp, [split(mp.apps[0], e0, e1), split(mp.apps[1], e1, e0)]),
+                    tmp_path)
+    assert hosts(plan) == {e0: ["a", "b"], e1: ["a", "b"]}
+    report = run_multiplan(plan, graphs(mp), frames=15, warmup=1, engine="processes")
+    for r in report.apps:
+        assert r.frames >= 15 and r.notes["missed"] == 0
+        assert r.checked_frames == 4 and r.max_abs_error < 1e-3  # outputs from both processes
+        assert 0 < r.latency["max"] <= r.notes["period_s"]
+
+
+def test_bad_engine_is_refused():
+    mp = tiny_problem()
+    plan = one_element_each(mp)
     with pytest.raises(InputError, match="--engine 'fibers'"):
         run_multiplan(plan, graphs(mp), engine="fibers")
 
