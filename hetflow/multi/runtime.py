@@ -357,8 +357,8 @@ def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
     deadlines missed among them, and the reference check of the first `check_frames`.
     `switch_interval`: the GIL switch interval during the run (0.1 ms: a worker whose firing is
     due waits at most that long for another thread's Python code; 0 keeps Python's 5 ms).
-    `engine`: threads (one interpreter), processes (one per element, procs.py; each application
-    on one element), or auto: processes where the plan allows them, else threads."""
+    `engine`: threads (one interpreter), processes (one per element, procs.py), or auto:
+    processes where every application runs on one element (as measured), else threads."""
     from hetflow.backends import control_cores, pinned
     from hetflow.runtime.api import load_plan_model
     from hetflow.runtime.engine import frozen_heap
