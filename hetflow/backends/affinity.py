@@ -46,3 +46,13 @@ def control_cores(elements: Iterable) -> set[int]:
     if drivers:
         return (drivers & allowed) if allowed else drivers
     return allowed - cpu
+
+
+def caller_cores_of(runners: Iterable, element) -> set[int]:
+    """Where the thread that calls `runners` should run: their caller cores (ONNX Runtime's
+    pool threads are pinned to the element's other cores, and the profiler times layers with
+    the caller there too), else the element's cores."""
+    cores: set[int] = set()
+    for r in runners:
+        cores |= set(getattr(r, "caller_cores", ()) or ())
+    return cores or set(element.cores)

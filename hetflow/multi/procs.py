@@ -233,7 +233,7 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
     what = "setup"
     prepared = []
     try:
-        from hetflow.backends import pin_current_thread
+        from hetflow.backends import caller_cores_of, pin_current_thread
         from hetflow.runtime.api import load_plan_model
         from hetflow.runtime.engine import frozen_heap, prepare
         from hetflow.runtime.inputs import random_source
@@ -256,8 +256,8 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
         # this thread (the loop, and the caller of every run) on the runners' caller core: ONNX
         # Runtime's pool threads have the element's other cores, and the loop must not share
         # one with them (letting the pool threads spin as well made one run's tail 40x longer)
-        pin_current_thread(set().union(*(getattr(r, "caller_cores", el.cores)
-                                          for pp in prepared for r in pp.runners.values())))
+        pin_current_thread(caller_cores_of((r for pp in prepared for r in pp.runners.values()),
+                                           el))
         warmup, n_check = settings["warmup"], settings["check_frames"]
         loop = _Element(element, apps, settings["max_in_flight"],
                         lambda k: warmup <= k < warmup + n_check, settings["trace"], inboxes)

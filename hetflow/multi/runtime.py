@@ -206,11 +206,13 @@ class _Engine:
 
     # ---- threads ----
     def worker(self, el: str) -> None:
-        from hetflow.backends import pin_current_thread
+        from hetflow.backends import caller_cores_of, pin_current_thread
 
         what = ""
         try:
-            pin_current_thread(self.elements[el].cores)
+            pin_current_thread(caller_cores_of(
+                (r for a in self.apps for (e, _), r in a.runners.items() if e == el),
+                self.elements[el]))
             while True:
                 with self.lock:
                     while not self.ready[el]:

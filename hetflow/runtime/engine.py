@@ -1,7 +1,8 @@
 """Run a plan's CSDF application as a pipelined inference engine.
 
-One worker thread per processing element, pinned to its cores; an actor replicated on k elements
-has k workers, member i taking frames f with f % k == i. Each worker fires its actor's phases in
+One worker thread per processing element, pinned to its caller core (ONNX Runtime's pool
+threads have the element's other cores); an actor replicated on k elements has k workers,
+member i taking frames f with f % k == i. Each worker fires its actor's phases in
 their cyclic order (Algorithm 2's order, so the application cannot deadlock), reading a phase's
 inputs from bounded FIFO channels, from the frame source or from tensors an earlier phase of the
 same frame left in the worker's local memory. Channel FIFOs exist per (channel, source member,
@@ -222,7 +223,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                  on_frame: Callable[[int], None] | None = None) -> tuple[RunReport, dict, _Shared]:
     """Stream `frames` frames through the pipeline. Returns the report, the kept outputs
     {frame: {tensor: array}} and the raw shared state (trace events)."""
-    from hetflow.backends import control_cores, pin_current_thread, pinned
+    from hetflow.backends import caller_cores_of, control_cores, pin_current_thread, pinned
 
     plan, app = pp.plan, pp.plan.app
     control = control_cores(plan.elements.values())
@@ -256,7 +257,8 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         phases = app.phases[actor]
         ph = None
         try:
-            pin_current_thread(element.cores)
+            pin_current_thread(caller_cores_of((pp.runners[(el, p.index)] for p in phases),
+                                               element))
             shared.busy[el] = 0.0
             for f in dispatch[actor].frames_of(j):
                 ph = None

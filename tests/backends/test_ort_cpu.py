@@ -197,3 +197,20 @@ def test_control_threads_go_where_no_cpu_stage_computes():
     assert control_cores([cpu_all, gpu]) == set()  # its driver core computes for the CPU too
     if len(c) >= 2:  # a CPU-only plan on part of the machine: the rest
         assert control_cores([E(kind="cpu", cores=(c[0],))]) == allowed - {c[0]}
+
+
+def test_the_caller_of_a_cpu_stage_runs_on_its_caller_core(graph):
+    """The engines pin the thread that calls a stage where the profiler timed it: on the
+    element's first core, off the cores of ONNX Runtime's pool threads."""
+    from types import SimpleNamespace as E
+
+    from hetflow.backends import caller_cores_of
+
+    element = ProcessingElement("cpus", "cpu", tuple(CORES), cluster="c")
+    runner = get_backend("cpu").prepare(extract_subnet(graph, [graph.layers[0].name]), element)
+    try:
+        assert caller_cores_of([runner], runner.element) == set(runner.element.cores[:1])
+    finally:
+        runner.close()
+    # something without caller cores: the element's cores
+    assert caller_cores_of([object()], E(cores=(3, 4))) == {3, 4}
