@@ -79,7 +79,8 @@ class _Element:
         self.late_counted = {a.index: -1 for a in apps}
         self.local = {a.index: {i for i, f in enumerate(a.firings) if f.actor == element}
                       for a in apps}
-        self.collects = {a.index: collector(a.entry) == element for a in apps}
+        self.collector = {a.index: collector(a.entry) for a in apps}
+        self.collects = {ai: c == element for ai, c in self.collector.items()}
         self.parts = {a.index: len({f.actor for f in a.firings} - {element})
                       if self.collects[a.index] else 0 for a in apps}
         self.pending: dict[tuple[int, int], list] = {}  # messages for frames not created yet
@@ -204,7 +205,7 @@ class _Element:
                 a.kept[k] = {t: fr.tensors[t] for t in outputs}
         else:
             mine = {t: fr.tensors[t] for t in outputs if t in fr.tensors} if keep else {}
-            self.inboxes[collector(a.entry)].put(("part", a.index, k, fr.last_end, mine))
+            self.inboxes[self.collector[a.index]].put(("part", a.index, k, fr.last_end, mine))
 
 
 def _prewarm_local(app, graph, local: set[int]) -> None:
