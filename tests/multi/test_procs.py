@@ -146,3 +146,29 @@ def test_ctrl_c_stops_every_process_and_reports_what_was_measured(tmp_path):
     assert not report.complete
     assert all(0 < r.frames < 100000 for r in report.apps)
     assert not any(p.is_alive() for p in procs)
+
+
+def test_an_actor_with_several_phases_keeps_their_order_across_frames(tmp_path):
+    """a: e0 -> e1 -> e0 (actor e0 has two phases per frame, with e1's firing between them);
+    frames overlap (the period is shorter than a frame), and every output still matches."""
+    mp = tiny_problem(0.0003, 0.05)
+    e0, e1 = (e.name for e in cpu_elements())
+    layers = [l.name for l in mp.apps[0].graph.layers]
+    third = max(1, len(layers) // 3)
+    back_and_forth = Mapping({l: e1 if third <= i < 2 * third else e0
+                              for i, l in enumerate(layers)})
+    plan = on_files(plan_of(mp, [back_and_forth, Mapping({l.name: e1 for l in
+                                                          mp.apps[1].graph.layers})]), tmp_path)
+    assert len(plan.apps[0].plan.app.phases[e0]) == 2
+    report = run_multiplan(plan, graphs(mp), frames=40, warmup=0, check_frames=4,
+                           engine="processes", max_in_flight=3, trace_path=tmp_path / "t.json")
+    a = next(r for r in report.apps if r.name == "a")
+    assert a.frames >= 40 and a.checked_frames == 4 and a.max_abs_error < 1e-3
+    import json
+
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    firings = sorted((e["ts"], e["args"]["frame"], int(e["name"].rsplit("#", 1)[1]))
+                     for e in events if e.get("ph") == "X" and e["name"].startswith(f"a:{e0}#"))
+    assert len(firings) >= 2 * 40
+    order = [(f, ph) for _, f, ph in firings]
+    assert order == sorted(order)  # e0 fires (frame, phase) in CSDF order, frames in turn
