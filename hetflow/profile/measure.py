@@ -298,7 +298,7 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
                   comm: bool = True, comm_sizes: Sequence[int] = commbench.DEFAULT_SIZES,
                   comm_repeats: int = 5, dvfs_calibration: bool = False,
                   backend_opts: Mapping[str, Any] | None = None,
-                  skip_unavailable: bool | None = None) -> Profile:
+                  skip_unavailable: bool = False) -> Profile:
     """Measure every layer of `graph` on `elements` (default: every element of every
     configuration of `platform`), the whole model on each, and the communication links.
 
@@ -314,7 +314,7 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
         raise InputError(f"repeats must be >= 1 and warmup >= 0 (got {repeats}, {warmup})")
     platform.check_devices()
     started = time.perf_counter()
-    explicit = elements is not None if skip_unavailable is None else not skip_unavailable
+    explicit = elements is not None and not skip_unavailable
     wanted = _resolve_elements(platform, elements)
     prof = _new_profile(graph, platform, estimated=False)
     prof.meta.update(method=method, repeats=repeats, warmup=warmup,
