@@ -178,7 +178,6 @@ def _search(problem, platform_name: str, settings: BenchSettings, strategy: str 
     """One strategy, or (strategy None) the best plan over all the settings' strategies."""
     from hetflow.errors import InfeasibleError
     from hetflow.mapping.planner import search_plan
-
     from hetflow.mapping.strategies.base import strategy_options
 
     best, best_result = None, None

@@ -46,5 +46,6 @@ def main() -> None:
             sys.exit(e.exit_code)
         raise
 
+
 if __name__ == "__main__":
     main()

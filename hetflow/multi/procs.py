@@ -28,8 +28,6 @@ import signal
 import time
 from typing import Callable
 
-import numpy as np
-
 from hetflow.errors import InputError, RuntimeFault
 
 from .multiplan import MultiPlan
@@ -130,7 +128,7 @@ class _Element:
 
     # ---- messages from other elements
     def receive(self, msg) -> None:
-        kind, ai, k = msg[0], msg[1], msg[2]
+        ai, k = msg[1], msg[2]
         a = self.by_index[ai]
         if k in a.frames:
             self._apply(a, k, msg, time.perf_counter())
@@ -208,24 +206,6 @@ class _Element:
             self.inboxes[self.collector[a.index]].put(("part", a.index, k, fr.last_end, mine))
 
 
-def _prewarm_local(app, graph, local: set[int]) -> None:
-    """Run this element's firings once on inputs of the right shapes (first calls allocate and
-    tune; they would otherwise show up as missed deadlines)."""
-    from hetflow.runtime.inputs import _NP
-
-    tensors = dict(app.source(0))
-    for i, f in enumerate(app.firings):
-        if i not in local:
-            continue
-        feeds = {}
-        for t in f.inputs:
-            if t not in tensors:
-                info = graph.tensors[t]
-                tensors[t] = np.zeros(info.shape, _NP.get(info.dtype, np.float32))
-            feeds[t] = tensors[t]
-        tensors.update(app.runners[(f.actor, f.phase)].run(feeds))
-
-
 def element_main(plan: dict, element: str, names: list[str], settings: dict, out, inboxes,
                  go, start, stop) -> None:
     """Entry point of one element's process (spawned): load, warm up, report ready, wait for
@@ -239,7 +219,7 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
         from hetflow.runtime.engine import frozen_heap, prepare
         from hetflow.runtime.inputs import random_source
 
-        from .runtime import _App, firing_graph
+        from .runtime import _App, _prewarm, firing_graph
 
         mp = MultiPlan.from_dict(plan)
         el = next(a.plan.elements[element] for a in mp.apps if a.name in names)
@@ -264,7 +244,7 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
                         lambda k: warmup <= k < warmup + n_check, settings["trace"], inboxes)
         for a in apps:
             what = f"warm-up of {a.name}"
-            _prewarm_local(a, graphs[a.name], loop.local[a.index])
+            _prewarm(a, graphs[a.name], loop.local[a.index])
         inbox = inboxes[element]
         split = any(len({f.actor for f in a.firings}) > 1 for a in apps)
         # frozen before the start: a full collection with torch loaded takes ~0.1 s, which
@@ -354,17 +334,23 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
     complete = True
     t_stop = None
 
-    def receive(timeout: float):
-        try:
-            return out.get(timeout=timeout)
-        except queue.Empty:
-            return None
-
     def dead() -> str | None:
         for el, p in procs.items():
             if el not in results and p.exitcode is not None:
                 return f"element {el}: its process died (exit code {p.exitcode})"
         return None
+
+    def next_message(timeout: float):
+        """(kind, element, body), or None after `timeout`; a fault or a dead process raises."""
+        try:
+            kind, el, body = out.get(timeout=timeout)
+        except queue.Empty:
+            if (why := dead()):
+                raise RuntimeFault(why) from None
+            return None
+        if kind == "fault":
+            raise RuntimeFault(body)
+        return kind, el, body
 
     try:
         if progress:
@@ -372,19 +358,12 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
         ready: set[str] = set()
         deadline = time.perf_counter() + READY_TIMEOUT
         while len(ready) < len(procs):
-            msg = receive(0.2)
-            if msg is None:
-                why = dead() or (f"processes not ready after {READY_TIMEOUT:.0f} s: "
-                                 f"{', '.join(sorted(set(procs) - ready))}"
-                                 if time.perf_counter() > deadline else None)
-                if why:
-                    raise RuntimeFault(why)
-                continue
-            kind, el, body = msg
-            if kind == "fault":
-                raise RuntimeFault(body)
-            if kind == "ready":
-                ready.add(el)
+            msg = next_message(0.2)
+            if msg is not None and msg[0] == "ready":
+                ready.add(msg[1])
+            elif msg is None and time.perf_counter() > deadline:
+                raise RuntimeFault(f"processes not ready after {READY_TIMEOUT:.0f} s: "
+                                   f"{', '.join(sorted(set(procs) - ready))}")
         if progress:
             progress(f"running {len(mp.apps)} applications on {len(procs)} processes")
         start.value = time.perf_counter() + 0.02
@@ -392,15 +371,9 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
         last_change, last_total = time.perf_counter(), -1
         try:
             while any(n < target for n in counts.values()):
-                msg = receive(0.1)
-                if msg is not None:
-                    kind, el, body = msg
-                    if kind == "fault":
-                        raise RuntimeFault(body)
-                    if kind == "progress":
-                        counts.update(body)
-                elif (why := dead()):
-                    raise RuntimeFault(why)
+                msg = next_message(0.1)
+                if msg is not None and msg[0] == "progress":
+                    counts.update(msg[2])
                 total = sum(counts.values())
                 if total != last_total:
                     last_change, last_total = time.perf_counter(), total
@@ -414,16 +387,9 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
         stop.value = 1
         deadline = time.perf_counter() + 60.0
         while len(results) < len(procs) and time.perf_counter() < deadline:
-            msg = receive(0.2)
-            if msg is None:
-                if (why := dead()):
-                    raise RuntimeFault(why)
-                continue
-            kind, el, body = msg
-            if kind == "fault":
-                raise RuntimeFault(body)
-            if kind == "result":
-                results[el] = body
+            msg = next_message(0.2)
+            if msg is not None and msg[0] == "result":
+                results[msg[1]] = msg[2]
         if len(results) < len(procs):
             raise RuntimeFault("no results from " + ", ".join(sorted(set(procs) - set(results))))
     finally:

@@ -340,11 +340,20 @@ def _prepare(mp: MultiPlan, graphs: dict, progress) -> dict[str, object]:
     return {a.name: prepare(a.plan, graphs[a.name], progress) for a in mp.apps}
 
 
-def _prewarm(app: _App) -> None:
-    """Run one frame through every session in phase order before the clock starts (first
-    calls allocate and tune; they would otherwise show up as missed deadlines)."""
+def _prewarm(app: _App, graph, only: set[int] | None = None) -> None:
+    """Run one frame through every session (or the firings in `only`, those of one element)
+    in phase order before the clock starts: first calls allocate and tune, and would otherwise
+    show up as missed deadlines. An input another element would produce is zeros of its shape."""
+    from hetflow.runtime.inputs import _NP
+
     tensors = dict(app.source(0))
-    for f in app.firings:
+    for i, f in enumerate(app.firings):
+        if only is not None and i not in only:
+            continue
+        for t in f.inputs:
+            if t not in tensors:
+                info = graph.tensors[t]
+                tensors[t] = np.zeros(info.shape, _NP.get(info.dtype, np.float32))
         tensors.update(app.runners[(f.actor, f.phase)].run({t: tensors[t] for t in f.inputs}))
 
 
@@ -383,11 +392,11 @@ def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
         engine = "processes" if all(len(set(a.plan.elements)) == 1 for a in mp.apps) else "threads"
     if engine == "processes":
         hosts(mp)  # refuse an unsupported plan before loading anything
-    graphs = graphs or {a.name: load_plan_model(a.plan) for a in mp.apps}
-    if engine == "processes":
+        graphs = graphs or {a.name: load_plan_model(a.plan) for a in mp.apps}
         n_check = check_frames if check == "first" else 0
         return run_processes(mp, graphs, frames, warmup, n_check, max_in_flight,
                              stall_timeout, trace_path, progress, seed)
+    graphs = graphs or {a.name: load_plan_model(a.plan) for a in mp.apps}
     elements = {}
     for a in mp.apps:
         elements.update(a.plan.elements)
@@ -401,7 +410,7 @@ def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
         for a in apps:
             if progress:
                 progress(f"warming up {a.name}")
-            _prewarm(a)
+            _prewarm(a, graphs[a.name])
         eng = _Engine(apps, elements, max_in_flight, trace_path is not None)
         n_check = check_frames if check == "first" else 0
         eng.keep = lambda ai, k: warmup <= k < warmup + n_check

@@ -195,25 +195,21 @@ class PreparedPlan:
 
 
 def prepare(plan: Plan, graph: CnnGraph, progress: Callable[[str], None] | None = None,
-            element_options: dict[str, dict] | None = None,
             only: set[str] | None = None) -> PreparedPlan:
-    """Sessions for every (element, phase) of `plan` (on the elements in `only`, if given);
-    `element_options`: backend options per element name (e.g. {"cpu0-7": {"spinning": True}})."""
+    """Sessions for every (element, phase) of `plan` (on the elements in `only`, if given)."""
     from hetflow.backends import backend_for
     from hetflow.model.subnet import extract_subnet
 
     runners = {}
     for actor, phases in plan.app.phases.items():
-        for ph in phases:
+        members = [el for el in group_members(actor) if only is None or el in only]
+        for ph in phases if members else ():
             sub = extract_subnet(graph, ph.layers, name=f"{actor}#{ph.index}")
-            for el in group_members(actor):
-                if only is not None and el not in only:
-                    continue
+            for el in members:
                 element = plan.elements[el]
                 if progress:
                     progress(f"preparing {actor} phase {ph.index} on {el}")
-                opts = (element_options or {}).get(el, {})
-                runners[(el, ph.index)] = backend_for(element).prepare(sub, element, **opts)
+                runners[(el, ph.index)] = backend_for(element).prepare(sub, element)
     return PreparedPlan(plan, graph, runners)
 
 
