@@ -98,6 +98,7 @@ def bench_model(model: str, platform, settings: BenchSettings,
     from hetflow.mapping.planner import make_plan
     from hetflow.mapping.problem import evaluate
     from hetflow.model import resolve_model
+    from hetflow.model.subnet import subnet_key
     from hetflow.profile import profile_subnets
     from hetflow.runtime.api import run_plan
     from hetflow.runtime.baselines import measure_parallel, measure_single
@@ -120,10 +121,16 @@ def bench_model(model: str, platform, settings: BenchSettings,
     log(f"baseline: parallel copies on {', '.join(e.name for e in parallel)}")
     par = measure_parallel(graph, parallel, source, warmup=5, seconds=settings.baseline_seconds)
     rows.append(_row("parallel copies", "baseline", par))
+    factors: dict[str, float] = {}
     if settings.contention:
         factors = contention_factors(prof, problem, par)
         problem.apply_contention(factors)
         log("contention factors: " + ", ".join(f"{k} {v:.2f}" for k, v in factors.items()))
+    # what the predictions rest on, kept with the results (prediction errors are read here)
+    basis = {"contention_factors": factors,
+             "whole_model_alone_s": {e: st["median"] for e, st in prof.whole_model.items()
+                                     if e in problem.element_index},
+             "parallel_per_element_fps": par.notes.get("per_element_fps", {})}
 
     plans = {}
     jobs = [(strategy, strategy, {}) for strategy in settings.strategies]
@@ -147,6 +154,14 @@ def bench_model(model: str, platform, settings: BenchSettings,
             plan = make_plan(problem, plan.mapping, metrics, plan.strategy, platform.name,
                              plan.search, True)
         plans[label] = plan
+        whole = subnet_key(l.name for l in graph.layers)
+        stage_s = {f"{a}:{p.index}@{e}": problem.actor_time(p.layers, e)
+                   for a, ps in plan.app.phases.items() for p in ps for e in a.split("|")}
+        basis.setdefault("plan_stage_s", {})[label] = {
+            k: v for k, v in stage_s.items()}
+        basis.setdefault("whole_model_in_problem_s", {}).update(
+            {e: t for e, t in ((e, problem.subnet_times.get((e, whole))) for e in
+                               problem.element_index) if t is not None})
         log(f"running plan {label}: {', '.join(plan.app.phases)}")
         trace = Path(report_dir) / f"{graph.name}.{label}.trace.json" if report_dir else None
         r = run_plan(plan, graph, settings.frames, settings.warmup, check="first",
@@ -170,7 +185,8 @@ def bench_model(model: str, platform, settings: BenchSettings,
         row["vs_single"] = row["throughput"] / single_fps
         row["p99_vs_parallel"] = row["latency_p99"] / par.latency["p99"]
     return ModelBench(graph.name, platform.name, rows, prof_s,
-                      {"layers": len(graph.layers), "parallel_elements": [e.name for e in parallel]})
+                      {"layers": len(graph.layers), "parallel_elements": [e.name for e in parallel],
+                       "prediction_basis": basis})
 
 
 def _search(problem, platform_name: str, settings: BenchSettings, strategy: str | None,

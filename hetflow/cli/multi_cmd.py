@@ -57,10 +57,22 @@ def print_multi_report(report) -> None:
                   _ms(pred), f"{r.latency['max'] / pred:.2f}" if pred else "-",
                   str(r.notes["missed"]), f"{r.checked_frames} ok" if r.checked_frames else "-")
     console.print(t)
+    split = [r for r in report.apps if "exec_s" in r.notes]
+    if split:  # where the time of a long response went
+        t = Table(title="each response split: firings running / waiting (ms)")
+        for c in ("app", "run p50", "run p99", "run max", "wait p50", "wait p99", "wait max"):
+            t.add_column(c, justify="left" if c == "app" else "right")
+        for r in split:
+            ex, wa = r.notes["exec_s"], r.notes["wait_s"]
+            t.add_row(r.name, *(_ms(s[q]) for s in (ex, wa) for q in ("p50", "p99", "max")))
+        console.print(t)
     console.print("utilisation: " + ", ".join(f"{e} {u:.0%}"
                                                for e, u in sorted(report.utilisation.items()))
                   + f"; wall {report.wall_s:.1f} s ({report.engine}); mean dispatch delay: "
                   + ", ".join(f"{e} {d * 1e6:.0f} us" for e, d in sorted(report.dispatch_s.items())))
+    if report.realtime is False:
+        console.print("[yellow]--realtime: the OS refused SCHED_FIFO (needs root or "
+                      "CAP_SYS_NICE); the processes ran under the normal policy[/yellow]")
     late = {r.name: r.notes["late_releases"] for r in report.apps if r.notes["late_releases"]}
     if late:
         console.print("[yellow]frames released late (too many pending): "
@@ -149,6 +161,10 @@ def register(app: typer.Typer) -> None:
                                    help="processes (one per element), threads (one process), "
                                         "or auto: processes where every application runs on "
                                         "one element, else threads"),
+        realtime: bool = typer.Option(False, "--realtime",
+                                      help="process engine: run the element processes under "
+                                           "the SCHED_FIFO real-time policy (needs root or "
+                                           "CAP_SYS_NICE; the report says if it was refused)"),
         json_out: bool = typer.Option(False, "--json"),
     ) -> None:
         """Run every application of a multi-plan at its period; report response times."""
@@ -160,7 +176,8 @@ def register(app: typer.Typer) -> None:
             report = run_multiplan(mplan, None, frames, warmup, check,
                                    max_in_flight=max_in_flight, stall_timeout=stall_timeout,
                                    trace_path=trace, progress=lambda s: status.update(s),
-                                   switch_interval=switch_interval, engine=engine)
+                                   switch_interval=switch_interval, engine=engine,
+                                   realtime=realtime)
         if output:
             from .common import write_json
 

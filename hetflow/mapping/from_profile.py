@@ -68,5 +68,22 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
     # runtime dispatch per phase firing (queue hand-offs, Python): measured ~20-40 us here
     overhead = 30e-6 if call_overhead is None else call_overhead
     return Problem(graph, elements, times, profile.transfer_time, overhead, capacity_frames,
-                   configurations=usable,
+                   configurations=usable, subnet_times=measured_subnets(graph, profile, elements),
                    element_overhead={e.name: profile.call_overhead(e.name) for e in elements})
+
+
+def measured_subnets(graph: CnnGraph, profile, elements) -> dict[tuple[str, str], float]:
+    """{(element, subnet key): median s} of every sub-network the profile timed as one piece,
+    the whole model included: a stage that is one of them costs what was measured, not the sum
+    of its layers (on one CPU core the layer sum of mobilenet_v2 was 3x the whole model on the
+    GPU machine, which gave a data-parallel plan's GPU three times its share of frames)."""
+    from hetflow.model.subnet import subnet_key
+
+    names = {e.name for e in elements}
+    out = {(e, k): float(st["median"]) for e, per in profile.subnet_times.items() if e in names
+           for k, st in per.items()}
+    whole = subnet_key(l.name for l in graph.layers)
+    for e, st in profile.whole_model.items():
+        if e in names and st.get("median"):
+            out[(e, whole)] = float(st["median"])
+    return out

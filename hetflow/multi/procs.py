@@ -143,9 +143,10 @@ class _Element:
             fr.waiting[s] -= 1
             if fr.waiting[s] == 0:
                 self._push(a, k, s, now)
-        else:  # ("part", app, frame, end, outputs): another element finished its firings
-            _, _, _, end, outputs = msg
+        else:  # ("part", app, frame, end, exec, outputs): another element finished its firings
+            _, _, _, end, ran, outputs = msg
             fr.tensors.update(outputs)
+            fr.exec += ran
             fr.last_end = max(fr.last_end, end)
             fr.left -= 1
             if fr.left == 0:
@@ -168,6 +169,7 @@ class _Element:
         if self.events is not None:
             self.events.append((self.element, f"{a.name}:{f.actor}", f.phase, k, t0, t1))
         fr.tensors.update(out)
+        fr.exec += t1 - t0
         fr.last_end = max(fr.last_end, t1)
         fr.left -= 1
         local = self.local[ai]
@@ -198,12 +200,14 @@ class _Element:
         outputs = a.entry.plan.app.model_outputs
         if self.collects[a.index]:
             a.responses.append(fr.last_end - fr.release)
+            a.execs.append(fr.exec)
             a.done_at.append(fr.last_end)
             if keep:
                 a.kept[k] = {t: fr.tensors[t] for t in outputs}
         else:
             mine = {t: fr.tensors[t] for t in outputs if t in fr.tensors} if keep else {}
-            self.inboxes[self.collector[a.index]].put(("part", a.index, k, fr.last_end, mine))
+            self.inboxes[self.collector[a.index]].put(("part", a.index, k, fr.last_end, fr.exec,
+                                                           mine))
 
 
 def element_main(plan: dict, element: str, names: list[str], settings: dict, out, inboxes,
@@ -215,6 +219,7 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
     prepared = []
     try:
         from hetflow.backends import caller_cores_of, pin_current_thread
+        from hetflow.backends.affinity import realtime_process
         from hetflow.runtime.api import load_plan_model
         from hetflow.runtime.engine import frozen_heap, prepare
         from hetflow.runtime.inputs import random_source
@@ -249,8 +254,9 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
         split = any(len({f.actor for f in a.firings}) > 1 for a in apps)
         # frozen before the start: a full collection with torch loaded takes ~0.1 s, which
         # at the start made the first hundred frames late (measured on the GPU machine)
-        with frozen_heap():
-            out.put(("ready", element, None))
+        with frozen_heap(), contextlib.ExitStack() as during:
+            out.put(("ready", element, None))  # (its first put starts the queue's thread)
+            rt = during.enter_context(realtime_process()) if settings["realtime"] else False
             while not go.value:  # flags, not multiprocessing Events: a killed waiter would
                 time.sleep(0.001)  # hang an Event's set() (it waits for every sleeper)
             t0 = start.value
@@ -283,12 +289,14 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
                     else:
                         time.sleep(wait)
         out.put(("result", element, {
-            "apps": {a.name: {"responses": a.responses, "done_at": a.done_at,
+            "apps": {a.name: {"responses": a.responses, "execs": a.execs,
+                              "done_at": a.done_at,
                               "late_releases": a.late_releases,
                               "peak_in_flight": a.peak_in_flight, "kept": a.kept,
                               "collector": loop.collects[a.index]}
                      for a in apps},
-            "busy": loop.busy, "dispatch": loop.dispatch, "events": loop.events or []}))
+            "busy": loop.busy, "dispatch": loop.dispatch, "events": loop.events or [],
+            "realtime": rt}))
     except BaseException as e:  # report where it happened; the parent stops the others
         msg = str(e).splitlines()[0] if str(e) else ""
         out.put(("fault", element, f"element {element}, {what}: {type(e).__name__}: {msg}"))
@@ -305,7 +313,7 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
 
 def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_frames: int,
                   max_in_flight: int, stall_timeout: float, trace_path, progress, seed: int,
-                  on_started: Callable[[list], None] | None = None):
+                  realtime: bool = False, on_started: Callable[[list], None] | None = None):
     from .runtime import MultiRunReport, app_report
 
     placement = hosts(mp)
@@ -314,7 +322,8 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
     inboxes = {el: ctx.Queue() for el in placement}
     go, stop, start = ctx.RawValue("b", 0), ctx.RawValue("b", 0), ctx.RawValue("d", 0.0)
     settings = {"seed": seed, "warmup": warmup, "check_frames": check_frames,
-                "max_in_flight": max_in_flight, "trace": trace_path is not None}
+                "max_in_flight": max_in_flight, "trace": trace_path is not None,
+                "realtime": realtime}
     procs = {el: ctx.Process(target=element_main, name=f"hetflow-{el}", daemon=True,
                              args=(mp.to_dict(), el, names, settings, out, inboxes, go, start,
                                    stop))
@@ -416,7 +425,7 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
         reports.append(app_report(entry, i, d["responses"], d["done_at"],
                                   sum(p["late_releases"] for p in parts),
                                   max(p["peak_in_flight"] for p in parts), d["kept"], warmup,
-                                  complete, graphs[entry.name], seed))
+                                  complete, graphs[entry.name], seed, d["execs"]))
     util = {el: min(1.0, r["busy"] / wall) for el, r in results.items()} if wall > 0 else {}
     dispatch = {el: r["dispatch"][0] / r["dispatch"][1] for el, r in results.items()
                 if r["dispatch"][1]}
@@ -425,4 +434,5 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
         from hetflow.runtime.trace import write_trace
 
         write_trace(trace_path, events, min(ev[4] for ev in events))
-    return MultiRunReport(reports, util, wall, complete, dispatch, "processes")
+    rt = all(r.get("realtime") for r in results.values()) if realtime else None
+    return MultiRunReport(reports, util, wall, complete, dispatch, "processes", rt)

@@ -53,6 +53,7 @@ class _Frame:
     waiting: list[int]
     left: int
     last_end: float = 0.0  # (process engine) the latest end of its firings seen so far
+    exec: float = 0.0  # seconds its firings ran (the rest of its response is waiting)
 
 
 @dataclass
@@ -66,6 +67,7 @@ class _App:
     frames: dict[int, _Frame] = field(default_factory=dict)
     actor_done: dict[str, int] = field(default_factory=dict)  # actor -> last frame it finished
     responses: list[float] = field(default_factory=list)
+    execs: list[float] = field(default_factory=list)  # per frame, as responses
     done_at: list[float] = field(default_factory=list)
     late_releases: int = 0
     peak_in_flight: int = 0
@@ -128,11 +130,13 @@ class MultiRunReport:
     complete: bool = True
     dispatch_s: dict[str, float] = field(default_factory=dict)  # element -> mean start delay
     engine: str = "threads"
+    realtime: bool | None = None  # asked for: whether every element process got SCHED_FIFO
 
     def to_dict(self) -> dict:
         return {"apps": [a.to_dict() for a in self.apps], "utilisation": self.utilisation,
                 "wall_s": self.wall_s, "complete": self.complete,
-                "dispatch_s": self.dispatch_s, "engine": self.engine}
+                "dispatch_s": self.dispatch_s, "engine": self.engine,
+                "realtime": self.realtime}
 
 
 class _Engine:
@@ -195,6 +199,7 @@ class _Engine:
                 self._satisfy(app, k + 1, app.first_firing[f.actor])
         if fr.left == 0:
             app.responses.append(now - fr.release)
+            app.execs.append(fr.exec)
             app.done_at.append(now)
             if self.keep(app.index, k):
                 graph_outputs = app.entry.plan.app.model_outputs
@@ -240,6 +245,7 @@ class _Engine:
                     if self.events is not None:
                         self.events.append((el, f"{app.name}:{f.actor}", f.phase, k, t0, t1))
                     app.frames[k].tensors.update(out)
+                    app.frames[k].exec += t1 - t0
                     self._complete(app, k, i, t1)
         except BaseException as e:  # stop everything, naming where it happened
             msg = str(e).splitlines()[0] if str(e) else ""
@@ -310,10 +316,12 @@ class _Engine:
 
 def app_report(entry: AppEntry, index: int, responses: list[float], done_at: list[float],
                late_releases: int, peak_in_flight: int, kept: dict, warmup: int,
-               complete: bool, graph, seed: int) -> RunReport:
+               complete: bool, graph, seed: int, execs: list[float] | None = None) -> RunReport:
     """One application's report: response times of the frames after `warmup`, the deadlines
     they missed, and the reference check of the kept frames (inputs from the same seeded
-    source as the run)."""
+    source as the run). `execs`: per frame, the seconds its firings ran; the report splits
+    each response into that and waiting (late release, blocking, queueing), which says whether
+    a long response came from a slow firing or from the schedule."""
     from hetflow.runtime.check import check_outputs
     from hetflow.runtime.inputs import random_source
 
@@ -327,6 +335,10 @@ def app_report(entry: AppEntry, index: int, responses: list[float], done_at: lis
                          "missed": missed, "late_releases": late_releases,
                          "peak_in_flight": peak_in_flight})
     r.predicted.pop("tasks", None)
+    if execs is not None and len(execs) == len(responses):
+        ex = np.asarray(execs[warmup:], dtype=float)
+        r.notes["exec_s"] = latency_stats(ex)
+        r.notes["wait_s"] = latency_stats(np.asarray(resp, dtype=float) - ex)
     if kept:
         src = random_source(graph, seed + index)
         r.max_abs_error = check_outputs(graph, entry.plan.app, kept, src)
@@ -362,14 +374,16 @@ def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
                   max_in_flight: int = 4, stall_timeout: float = 30.0,
                   trace_path=None, progress: Callable[[str], None] | None = None,
                   seed: int = 0, switch_interval: float = 1e-4,
-                  engine: str = "auto") -> MultiRunReport:
+                  engine: str = "auto", realtime: bool = False) -> MultiRunReport:
     """Run every application of `mp` concurrently until each has completed `warmup + frames`
     frames; report per application the response times of the last `frames` (p50/p99/max), the
     deadlines missed among them, and the reference check of the first `check_frames`.
     `switch_interval`: the GIL switch interval during the run (0.1 ms: a worker whose firing is
     due waits at most that long for another thread's Python code; 0 keeps Python's 5 ms).
     `engine`: threads (one interpreter), processes (one per element, procs.py), or auto:
-    processes where every application runs on one element (as measured), else threads."""
+    processes where every application runs on one element (as measured), else threads.
+    `realtime` (process engine): the element processes run under SCHED_FIFO during the run,
+    where the OS allows it (the report says whether it did)."""
     from hetflow.backends import control_cores, pinned
     from hetflow.runtime.api import load_plan_model
     from hetflow.runtime.engine import frozen_heap
@@ -390,12 +404,14 @@ def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
 
     if engine == "auto":
         engine = "processes" if all(len(set(a.plan.elements)) == 1 for a in mp.apps) else "threads"
+    if realtime and engine == "threads":
+        raise InputError("--realtime needs the process engine (--engine processes)")
     if engine == "processes":
         hosts(mp)  # refuse an unsupported plan before loading anything
         graphs = graphs or {a.name: load_plan_model(a.plan) for a in mp.apps}
         n_check = check_frames if check == "first" else 0
         return run_processes(mp, graphs, frames, warmup, n_check, max_in_flight,
-                             stall_timeout, trace_path, progress, seed)
+                             stall_timeout, trace_path, progress, seed, realtime)
     graphs = graphs or {a.name: load_plan_model(a.plan) for a in mp.apps}
     elements = {}
     for a in mp.apps:
@@ -422,7 +438,8 @@ def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
         for pp in prepared.values():
             pp.close()
     reports = [app_report(a.entry, a.index, a.responses, a.done_at, a.late_releases,
-                          a.peak_in_flight, a.kept, warmup, complete, graphs[a.name], seed)
+                          a.peak_in_flight, a.kept, warmup, complete, graphs[a.name], seed,
+                          a.execs)
                for a in apps]
     util = {e: min(1.0, b / wall) for e, b in eng.busy.items()} if wall > 0 else {}
     if trace_path is not None and eng.events:

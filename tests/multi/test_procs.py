@@ -45,6 +45,35 @@ def test_each_app_on_its_own_process_meets_generous_periods_and_outputs_match(tm
         assert 0 < r.latency["p50"] <= r.latency["max"] <= r.notes["period_s"]
     assert set(report.utilisation) == {e.name for e in cpu_elements()}
     assert (tmp_path / "t.json").exists()
+    for r in report.apps:  # each response = its firings running + waiting, neither negative
+        ex, wa = r.notes["exec_s"], r.notes["wait_s"]
+        assert 0 < ex["p50"] <= ex["max"] <= r.latency["max"] + 1e-9
+        assert 0 <= wa["p50"] <= wa["max"]
+        assert ex["mean"] + wa["mean"] == pytest.approx(r.latency["mean"], rel=1e-6)
+        assert r.latency["max"] <= ex["max"] + wa["max"] + 1e-9
+    assert report.realtime is None  # not asked for
+
+
+def test_realtime_reports_whether_the_os_allowed_it(tmp_path, monkeypatch):
+    mp = tiny_problem(0.05, 0.06)
+    plan = on_files(one_element_each(mp), tmp_path)
+    report = run_multiplan(plan, graphs(mp), frames=10, warmup=1, engine="processes",
+                           realtime=True)
+    allowed = True
+    try:  # what this process may do, the spawned ones may too
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    except PermissionError:
+        allowed = False
+    assert report.realtime is allowed
+    assert all(r.frames >= 10 and r.checked_frames == 4 for r in report.apps)
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the parent never changed
+
+
+def test_realtime_needs_the_process_engine():
+    mp = tiny_problem()
+    with pytest.raises(InputError, match="--realtime needs the process engine"):
+        run_multiplan(one_element_each(mp), graphs(mp), engine="threads", realtime=True)
 
 
 def test_two_apps_sharing_one_element_are_served_by_priority(tmp_path):
