@@ -6,9 +6,8 @@ import pytest
 from hetflow.mapping.from_profile import measured_subnets
 from hetflow.mapping.mapping import Mapping
 from hetflow.mapping.problem import evaluate
+from hetflow.mapping.mapping import group_name, weighted_pattern
 from hetflow.model.subnet import subnet_key
-
-from conftest import make_elements, make_problem
 
 
 def on(problem, *elements):
@@ -18,8 +17,8 @@ def on(problem, *elements):
     return Mapping({l: elements[i // k] for i, l in enumerate(layers)})
 
 
-def test_contention_slows_a_mapping_over_several_elements_but_not_one_alone():
-    p = make_problem(8, make_elements(2, 1))
+def test_contention_slows_a_mapping_over_several_elements_but_not_one_alone(factory):
+    p = factory.problem(8, factory.elements(2, 1))
     alone, shared = on(p, "gpu0"), on(p, "cpu0", "gpu0")
     before = [evaluate(p, m).throughput for m in (alone, shared)]
     p.apply_contention({"cpu0": 2.0, "cpu1": 2.0, "gpu0": 1.5})
@@ -28,8 +27,8 @@ def test_contention_slows_a_mapping_over_several_elements_but_not_one_alone():
     assert p.alone.contention == {} and p.contention["gpu0"] == 1.5
 
 
-def test_a_stage_that_was_measured_whole_costs_what_was_measured():
-    p = make_problem(6, make_elements(2))
+def test_a_stage_that_was_measured_whole_costs_what_was_measured(factory):
+    p = factory.problem(6, factory.elements(2))
     layers = [l.name for l in p.graph.layers]
     prof = SimpleNamespace(
         subnet_times={"cpu0": {subnet_key(layers[:2]): {"median": 1e-4}},
@@ -49,3 +48,24 @@ def test_a_stage_that_was_measured_whole_costs_what_was_measured():
     p.apply_contention({"cpu1": 2.0})
     assert p.actor_time(layers, "cpu1") == pytest.approx(12e-3)
     assert p.alone.actor_time(layers, "cpu1") == pytest.approx(6e-3)
+
+
+def test_a_dynamic_group_takes_frames_as_fast_as_its_members_go(factory):
+    """Whole model on one GPU and many slow cores: with dynamic dispatch the group's rate is
+    the sum of its members' rates, however coarse the pattern; static dispatch is held to the
+    pattern's shares (each core gets at least one slot of it)."""
+    p = factory.problem(6, factory.elements(12, 1))
+    p.layer_times[:, p.element_index["gpu0"]] /= 20  # some 100x a core, as on the GPU machine
+    layers = [l.name for l in p.graph.layers]
+    names = [e.name for e in p.elements]
+    times = [p.actor_time(layers, e) + p.call_overhead for e in names]
+    actor = group_name(names)
+    pattern = weighted_pattern(times, max_len=len(names))  # as coarse as it gets
+    dynamic = Mapping({l: actor for l in layers}, dispatch={actor: pattern})
+    static = Mapping({l: actor for l in layers}, dispatch={actor: pattern},
+                     dispatch_mode="static")
+    ideal = sum(1 / t for t in times)
+    got = evaluate(p, dynamic)
+    assert got.throughput == pytest.approx(ideal, rel=1e-6)
+    assert all(u == pytest.approx(1.0) for u in got.utilisation.values())
+    assert evaluate(p, static).throughput < 0.9 * ideal
