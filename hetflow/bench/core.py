@@ -148,12 +148,11 @@ def bench_model(model: str, platform, settings: BenchSettings,
             groups = [(e, p.layers) for a, ps in plan.app.phases.items() for p in ps
                       for e in a.split("|")]
             profile_subnets(graph, platform, groups, profile=prof, repeats=settings.profile_repeats)
-            # new sub-networks only: one measured before (the whole model, by the profile) keeps
-            # its time, the base of the contention factor; a second sample of it on one core
-            # was up to 38% off the first on the GPU machine, and mixed bases skewed predictions
-            for e, st in prof.subnet_times.items():
-                for k, v in st.items():
-                    problem.subnet_times.setdefault((e, k), v["median"])
+            # the fresh measurement wins, the profile's whole-model time included: a profile
+            # taken earlier (or cached from a busier moment) can be far off; on the GPU machine
+            # the two samples of one core's whole model differed by up to 38% minutes apart
+            problem.subnet_times.update({(e, k): v["median"] for e, st in prof.subnet_times.items()
+                                         for k, v in st.items()})
             metrics = evaluate(problem, plan.mapping)
             plan = make_plan(problem, plan.mapping, metrics, plan.strategy, platform.name,
                              plan.search, True)
