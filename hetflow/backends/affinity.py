@@ -71,17 +71,18 @@ def realtime_process(priority: int = 10) -> Iterator[bool]:
         return
     tids = [int(t) for t in os.listdir("/proc/self/task")]
     done: list[int] = []
+    ended = 0
     try:
         for tid in tids:
             try:
                 os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(priority))
                 done.append(tid)
             except ProcessLookupError:  # a thread that ended meanwhile
-                pass
+                ended += 1
     except PermissionError:
         pass
     try:
-        yield bool(done) and len(done) >= len(tids) - 1
+        yield bool(done) and len(done) + ended == len(tids)
     finally:
         for tid in done:
             try:

@@ -160,8 +160,7 @@ def bench_model(model: str, platform, settings: BenchSettings,
         whole = subnet_key(l.name for l in graph.layers)
         stage_s = {f"{a}:{p.index}@{e}": problem.actor_time(p.layers, e)
                    for a, ps in plan.app.phases.items() for p in ps for e in a.split("|")}
-        basis.setdefault("plan_stage_s", {})[label] = {
-            k: v for k, v in stage_s.items()}
+        basis.setdefault("plan_stage_s", {})[label] = stage_s
         basis.setdefault("whole_model_in_problem_s", {}).update(
             {e: t for e, t in ((e, problem.subnet_times.get((e, whole))) for e in
                                problem.element_index) if t is not None})
