@@ -137,6 +137,7 @@ def bench_model(model: str, platform, settings: BenchSettings,
     if settings.balanced_latency_share is not None:
         cap = settings.balanced_latency_share * par.latency["p99"]
         jobs.append(("balanced", None, {"latency_cap": cap}))
+    whole = subnet_key(l.name for l in graph.layers)
     for label, strategy, options in jobs:
         log(f"searching: {label}")
         plan, result = _search(problem, platform.name, settings, strategy, options, log)
@@ -157,7 +158,6 @@ def bench_model(model: str, platform, settings: BenchSettings,
             plan = make_plan(problem, plan.mapping, metrics, plan.strategy, platform.name,
                              plan.search, True)
         plans[label] = plan
-        whole = subnet_key(l.name for l in graph.layers)
         stage_s = {f"{a}:{p.index}@{e}": problem.actor_time(p.layers, e)
                    for a, ps in plan.app.phases.items() for p in ps for e in a.split("|")}
         basis.setdefault("plan_stage_s", {})[label] = stage_s

@@ -54,7 +54,7 @@ def test_each_app_on_its_own_process_meets_generous_periods_and_outputs_match(tm
     assert report.realtime is None  # not asked for
 
 
-def test_realtime_reports_whether_the_os_allowed_it(tmp_path, monkeypatch):
+def test_realtime_reports_whether_the_os_allowed_it(tmp_path):
     mp = tiny_problem(0.05, 0.06)
     plan = on_files(one_element_each(mp), tmp_path)
     report = run_multiplan(plan, graphs(mp), frames=10, warmup=1, engine="processes",
@@ -128,17 +128,20 @@ def test_a_process_that_fails_to_load_names_its_element(tmp_path):
     assert time.perf_counter() - t0 < 60
 
 
-def test_a_killed_process_stops_the_run_naming_its_element(tmp_path):
+def endless_run(tmp_path, on_started):
+    """Two applications, each on its own process, asked for far more frames than a test waits
+    for: the run ends by what `on_started` (given the processes) arranges."""
     mp = tiny_problem(0.01, 0.012)
     plan = on_files(one_element_each(mp), tmp_path)
-    procs = []
+    return run_processes(plan, graphs(mp), frames=100000, warmup=0, check_frames=0,
+                         max_in_flight=2, stall_timeout=30, trace_path=None, progress=None,
+                         seed=0, on_started=on_started)
 
-    def kill_later(ps):
-        procs.extend(ps)
 
+def test_a_killed_process_stops_the_run_naming_its_element(tmp_path):
     import threading
 
-    killed_at = []
+    procs, killed_at = [], []
 
     def killer():
         while not procs:
@@ -149,9 +152,7 @@ def test_a_killed_process_stops_the_run_naming_its_element(tmp_path):
 
     threading.Thread(target=killer, daemon=True).start()
     with pytest.raises(RuntimeFault, match=r"element cpu\S+: its process died \(exit code -9\)"):
-        run_processes(plan, graphs(mp), frames=100000, warmup=0, check_frames=0,
-                      max_in_flight=2, stall_timeout=30, trace_path=None, progress=None, seed=0,
-                      on_started=kill_later)
+        endless_run(tmp_path, procs.extend)
     assert time.perf_counter() - killed_at[0] < 2.0  # the whole run stopped, no orphans
     for p in procs:
         assert not p.is_alive()
@@ -161,17 +162,13 @@ def test_ctrl_c_stops_every_process_and_reports_what_was_measured(tmp_path):
     import _thread
     import threading
 
-    mp = tiny_problem(0.01, 0.012)
-    plan = on_files(one_element_each(mp), tmp_path)
     procs = []
 
     def interrupt_later(ps):
         procs.extend(ps)
         threading.Timer(4.0, _thread.interrupt_main).start()  # as Ctrl-C does
 
-    report = run_processes(plan, graphs(mp), frames=100000, warmup=0, check_frames=0,
-                           max_in_flight=2, stall_timeout=30, trace_path=None, progress=None,
-                           seed=0, on_started=interrupt_later)
+    report = endless_run(tmp_path, interrupt_later)
     assert not report.complete
     assert all(0 < r.frames < 100000 for r in report.apps)
     assert not any(p.is_alive() for p in procs)
