@@ -126,42 +126,59 @@ def test_estimated_profile(graph):
         estimate_profile(graph, detect_platform())
 
 
-class _SlowDeviceRunner:
-    """An ORT runner dressed as a device runner: `replay` (the device work) costs 2 ms more
-    than the layer, and `run` (host copies in, replay, copies out) 1 ms more than that."""
+class _FakeClock:
+    """The profiler's clock, advanced only by the fake device: the test cannot depend on how
+    accurately a busy machine sleeps."""
 
-    def __init__(self, inner):
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class _SlowDeviceRunner:
+    """An ORT runner dressed as a device runner on a fake clock: `replay` (the device work)
+    costs 2 ms of call overhead plus `work` seconds, `run` (host copies in, replay, copies
+    out) 1 ms more than that."""
+
+    def __init__(self, inner, clock, work):
         self.inner, self.inputs, self.outputs = inner, inner.inputs, inner.outputs
-        self.caller_cores = inner.caller_cores
+        self.caller_cores, self.clock, self.work = inner.caller_cores, clock, work
 
     def run(self, feeds):
-        import time
-
         self._feeds = feeds
         out = self.inner.run(feeds)
-        time.sleep(0.003)
+        self.clock.now += 0.003 + self.work
         return out
 
     def replay(self):
-        import time
-
         self.inner.run(self._feeds)
-        time.sleep(0.002)
+        self.clock.now += 0.002 + self.work
 
     def close(self):
         self.inner.close()
 
 
 def test_device_runners_lose_their_call_overhead(graph, monkeypatch):
+    import time
+    from types import SimpleNamespace
+
     from hetflow.backends import Backend, get_backend, register_backend
     from hetflow.platform import Gpu
+
+    clock = _FakeClock()
+    monkeypatch.setattr("hetflow.profile.measure.time",
+                        SimpleNamespace(perf_counter=clock.perf_counter, sleep=time.sleep))
+    layer_work = 5e-4  # per layer; the one-ReLU calibration model does no work
 
     class SlowDevice(Backend):
         name, kinds = "slow-device-test", ("gpu",)
 
         def prepare(self, subnet, element, **opts):
             cpu0 = Platform("p", (CpuCluster("cpu", CORES[:1]),)).all_elements()[0]
-            return _SlowDeviceRunner(get_backend("cpu").prepare(subnet, cpu0))
+            work = 0.0 if subnet.name == "call-overhead" else layer_work * len(subnet.layers)
+            return _SlowDeviceRunner(get_backend("cpu").prepare(subnet, cpu0), clock, work)
 
     try:
         register_backend(SlowDevice.name, SlowDevice)
@@ -172,7 +189,9 @@ def test_device_runners_lose_their_call_overhead(graph, monkeypatch):
     monkeypatch.setattr("hetflow.platform.detect.check_devices_present", lambda p: None)
     prof = profile_model(graph, plat, elements=["gpu0"], comm=False, repeats=5, warmup=1,
                          progress=False)
-    assert prof.calibration["call_overhead_s"]["gpu0"] >= 0.002
-    assert all(st["median"] < 0.0015 for st in prof.layer_times["gpu0"].values())
+    assert prof.calibration["call_overhead_s"]["gpu0"] == pytest.approx(0.002)
+    for name, st in prof.layer_times["gpu0"].items():
+        assert st["median"] == pytest.approx(layer_work), name
     # the whole model as the runtime calls it: one call, copies included
-    assert prof.whole_model["gpu0"]["median"] >= 0.003
+    assert prof.whole_model["gpu0"]["median"] == pytest.approx(
+        0.003 + layer_work * len(graph.layers))
