@@ -15,18 +15,26 @@ from hetflow.runtime.report import RunReport
 @dataclass
 class BenchSettings:
     strategies: list[str] = field(default_factory=lambda: ["pipeline", "single"])
-    frames: int = 200
+    frames: int = 200  # per plan run, at least; more to fill `plan_seconds` at the predicted rate
     warmup: int = 20
+    plan_seconds: float = 2.0
     baseline_seconds: float = 3.0
     profile_repeats: int = 10
     capacity: int = 2
     seed: int = 0
     refine: bool = True  # re-time the chosen plans' stages as whole sub-networks
+    # ... and predict from the stages timed with all the plan's elements busy at once
+    under_load: bool = True
+    under_load_seconds: float = 1.0
     # also search a *balanced* plan: best throughput with predicted latency at most this share
     # of the parallel baseline's measured p99 (None: skip)
     balanced_latency_share: float | None = 0.5
     # scale profiled times by the slowdown each kind of element showed in the parallel baseline
     contention: bool = True
+    # measure, then choose: run the best `pilot_candidates` designs by prediction for about
+    # `pilot_seconds` each and keep the one that measured best (1: trust the prediction)
+    pilot_candidates: int = 3
+    pilot_seconds: float = 0.4
 
 
 @dataclass
@@ -138,12 +146,15 @@ def bench_model(model: str, platform, settings: BenchSettings,
         cap = settings.balanced_latency_share * par.latency["p99"]
         jobs.append(("balanced", None, {"latency_cap": cap}))
     whole = subnet_key(l.name for l in graph.layers)
+    pilots: dict[tuple, RunReport] = {}  # mapping key -> pilot run (shared by the plan kinds)
     for label, strategy, options in jobs:
         log(f"searching: {label}")
-        plan, result = _search(problem, platform.name, settings, strategy, options, log)
-        if plan is None:
+        candidates = _search(problem, platform.name, settings, strategy, options, log)
+        if not candidates:
             rows.append({"name": f"hetflow {label}", "kind": "plan", "infeasible": True})
             continue
+        plan, result, tried = _choose_by_pilot(candidates, graph, settings, options.get(
+            "latency_cap"), pilots, log)
         if settings.refine:
             # time the plan's phases as whole sub-networks and predict again with those times
             groups = [(e, p.layers) for a, ps in plan.app.phases.items() for p in ps
@@ -154,6 +165,13 @@ def bench_model(model: str, platform, settings: BenchSettings,
             # the two samples of one core's whole model differed by up to 38% minutes apart
             problem.subnet_times.update({(e, k): v["median"] for e, st in prof.subnet_times.items()
                                          for k, v in st.items()})
+            if settings.under_load:
+                from hetflow.profile.under_load import time_stages_together
+
+                work = [(problem.element(e), [p.layers for p in ps])
+                        for a, ps in plan.app.phases.items() for e in a.split("|")]
+                loaded = time_stages_together(graph, work, settings.under_load_seconds)
+                problem.loaded_times = {k: v["median"] for k, v in loaded.items()}
             metrics = evaluate(problem, plan.mapping)
             plan = make_plan(problem, plan.mapping, metrics, plan.strategy, platform.name,
                              plan.search, True)
@@ -161,16 +179,19 @@ def bench_model(model: str, platform, settings: BenchSettings,
         stage_s = {f"{a}:{p.index}@{e}": problem.actor_time(p.layers, e)
                    for a, ps in plan.app.phases.items() for p in ps for e in a.split("|")}
         basis.setdefault("plan_stage_s", {})[label] = stage_s
+        problem.loaded_times = {}  # this plan's load; the next search must not see it
         basis.setdefault("whole_model_in_problem_s", {}).update(
             {e: t for e, t in ((e, problem.subnet_times.get((e, whole))) for e in
                                problem.element_index) if t is not None})
         log(f"running plan {label}: {', '.join(plan.app.phases)}")
         trace = Path(report_dir) / f"{graph.name}.{label}.trace.json" if report_dir else None
-        r = run_plan(plan, graph, settings.frames, settings.warmup, check="first",
+        frames = frames_for(plan, settings.plan_seconds, settings.frames)
+        r = run_plan(plan, graph, frames, max(settings.warmup, frames // 10), check="first",
                      trace_path=trace)
         rows.append(_row(f"hetflow {label}", "plan", r, plan.predicted["throughput"],
                          plan.search.get("seconds"), plan))
         rows[-1]["strategy"] = plan.strategy
+        rows[-1]["pilots"] = tried
         rows[-1]["predicted_latency"] = plan.predicted["latency"]
         if report_dir is not None:
             plan.save(Path(report_dir) / f"{graph.name}.{label}.plan.json")
@@ -192,13 +213,15 @@ def bench_model(model: str, platform, settings: BenchSettings,
 
 
 def _search(problem, platform_name: str, settings: BenchSettings, strategy: str | None,
-            options: dict, log):
-    """One strategy, or (strategy None) the best plan over all the settings' strategies."""
+            options: dict, log) -> list[tuple[Any, Any]]:
+    """The best `settings.pilot_candidates` designs by predicted throughput, as (plan, search
+    result) pairs, of one strategy or (strategy None) of all the settings' strategies; each
+    strategy's own pick comes first among its designs."""
     from hetflow.errors import InfeasibleError
-    from hetflow.mapping.planner import search_plan
+    from hetflow.mapping.planner import make_plan, search_plan
     from hetflow.mapping.strategies.base import strategy_options
 
-    best, best_result = None, None
+    found = []  # (predicted throughput, order, plan, result)
     for name in [strategy] if strategy else settings.strategies:
         lacking = sorted(set(options) - strategy_options(name, options))
         if lacking and strategy is None:  # e.g. the balanced plan's latency cap
@@ -209,9 +232,58 @@ def _search(problem, platform_name: str, settings: BenchSettings, strategy: str 
         except InfeasibleError as e:
             log(f"{name}: {e}")
             continue
-        if best is None or plan.predicted["throughput"] > best.predicted["throughput"]:
-            best, best_result = plan, result
-    return best, best_result
+        found.append((plan.predicted["throughput"], len(found), plan, result))
+        cap = options.get("latency_cap")
+        others = sorted(((mp, m) for mp, m in result.front if mp.key() != plan.mapping.key()
+                         and (cap is None or m.latency <= cap)), key=lambda x: -x[1].throughput)
+        for mp, m in others[:max(0, settings.pilot_candidates - 1)]:
+            alt = make_plan(problem, mp, m, name, platform_name, plan.search, True)
+            found.append((m.throughput, len(found), alt, result))
+    found.sort(key=lambda x: (-x[0], x[1]))
+    out, seen = [], set()
+    for _, _, plan, result in found:
+        if plan.mapping.key() not in seen:
+            seen.add(plan.mapping.key())
+            out.append((plan, result))
+    return out[:max(1, settings.pilot_candidates)]
+
+
+def frames_for(plan, seconds: float, at_least: int, at_most: int = 20000) -> int:
+    """Frames for a run of about `seconds` at the plan's predicted rate: a fixed count is over
+    before a slow member's first frame comes back when a GPU beside it runs 2,000 frames/s."""
+    thr = plan.predicted.get("throughput") or 0.0
+    return int(min(at_most, max(at_least, thr * seconds if thr == thr else 0)))
+
+
+def _choose_by_pilot(candidates, graph, settings: BenchSettings, latency_cap: float | None,
+                     pilots: dict, log) -> tuple[Any, Any, list[dict]]:
+    """Measure, then choose: each candidate runs for about `settings.pilot_seconds` (once per
+    mapping per model); the highest measured throughput wins, among those whose measured p99
+    keeps `latency_cap` if any does (else the lowest p99). The winner is then measured afresh,
+    so its reported figures are not the best of several noisy samples. One candidate: no pilot."""
+    from hetflow.runtime.api import run_plan
+
+    if len(candidates) == 1:
+        return (*candidates[0], [])
+    tried = []
+    for plan, _ in candidates:
+        key = plan.mapping.key()
+        if key not in pilots:
+            log(f"pilot: {', '.join(plan.app.phases)} (predicted "
+                f"{plan.predicted['throughput']:.0f} fps)")
+            frames = frames_for(plan, settings.pilot_seconds, 60)
+            pilots[key] = run_plan(plan, graph, frames, max(10, frames // 10), check="none")
+        r = pilots[key]
+        tried.append({"stages": list(plan.app.phases), "strategy": plan.strategy,
+                      "predicted_throughput": plan.predicted["throughput"],
+                      "predicted_latency": plan.predicted["latency"],
+                      "pilot_throughput": r.throughput, "pilot_latency_p99": r.latency["p99"]})
+    ok = [i for i, t in enumerate(tried)
+          if latency_cap is None or t["pilot_latency_p99"] <= latency_cap]
+    pick = (max(ok, key=lambda i: tried[i]["pilot_throughput"]) if ok
+            else min(range(len(tried)), key=lambda i: tried[i]["pilot_latency_p99"]))
+    tried[pick]["chosen"] = True
+    return (*candidates[pick], tried)
 
 
 def contention_factors(prof, problem, parallel_report) -> dict[str, float]:

@@ -36,6 +36,9 @@ def register(app: typer.Typer) -> None:
         strategies: str = typer.Option("pipeline,single", "--strategies"),
         quick: bool = typer.Option(False, "--quick", help="fewer frames and repeats"),
         frames: Optional[int] = typer.Option(None, "--frames"),
+        pilots: int = typer.Option(3, "--pilots", min=1, help="run the best N designs by "
+                                   "prediction briefly and keep the one measured best (1: "
+                                   "trust the prediction)"),
         json_out: bool = typer.Option(False, "--json"),
         report: Optional[Path] = typer.Option(None, "--report", help="write JSON (+HTML) here"),
     ) -> None:
@@ -44,9 +47,11 @@ def register(app: typer.Typer) -> None:
         from hetflow.platform import resolve_platform
 
         plat = resolve_platform(platform, check_devices=True)
-        s = BenchSettings(strategies=[x.strip() for x in strategies.split(",") if x.strip()])
+        s = BenchSettings(strategies=[x.strip() for x in strategies.split(",") if x.strip()],
+                          pilot_candidates=pilots)
         if quick:
             s.frames, s.warmup, s.baseline_seconds, s.profile_repeats = 120, 20, 2.0, 5
+            s.plan_seconds = 1.0
         if frames:
             s.frames = frames
         results = []

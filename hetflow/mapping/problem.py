@@ -43,6 +43,10 @@ class Problem:
     # layer times costs the sum of its layers plus this once
     element_overhead: dict[str, float] = field(default_factory=dict)
     contention: dict[str, float] = field(default_factory=dict)  # see apply_contention
+    # {(element, subnet_key(layers)): s} of one plan's stages timed with all its elements busy
+    # at once (hetflow.profile.under_load): used as measured, without the contention factor,
+    # and only while that plan is evaluated (another plan loads the machine differently)
+    loaded_times: dict[tuple[str, str], float] = field(default_factory=dict)
 
     @cached_property
     def element_index(self) -> dict[str, int]:
@@ -107,10 +111,13 @@ class Problem:
     def actor_time(self, layers: list[str], actor: str) -> float:
         """Time of running `layers` on (one member of) `actor`."""
         el = group_members(actor)[0]
-        if self.subnet_times:
+        if self.loaded_times or self.subnet_times:
             from hetflow.model.subnet import subnet_key
 
-            t = self.subnet_times.get((el, subnet_key(layers)))
+            key = subnet_key(layers)
+            if (el, key) in self.loaded_times:
+                return self.loaded_times[(el, key)]
+            t = self.subnet_times.get((el, key))
             if t is not None:
                 return t * self.contention.get(el, 1.0)
         col = self.element_index[el]
@@ -193,7 +200,7 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
 def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> Metrics:
     from hetflow.dataflow.analysis import latency, throughput_mcr
 
-    if problem.contention and len(set(mapping.elements)) == 1:
+    if problem.contention and len(set(mapping.elements)) == 1 and not problem.loaded_times:
         problem = problem.alone
     app = build_app(problem, mapping)
     g = timed_graph(problem, app, mapping)

@@ -69,3 +69,22 @@ def test_a_dynamic_group_takes_frames_as_fast_as_its_members_go(factory):
     assert got.throughput == pytest.approx(ideal, rel=1e-6)
     assert all(u == pytest.approx(1.0) for u in got.utilisation.values())
     assert evaluate(p, static).throughput < 0.9 * ideal
+
+
+def test_stage_times_under_load_are_used_as_measured(factory):
+    """A plan's stages timed with all its elements busy replace the profile (and are not
+    scaled again by the contention factor), the one-element plan included."""
+    p = factory.problem(6, factory.elements(2, 1))
+    layers = [l.name for l in p.graph.layers]
+    p.apply_contention({"cpu0": 2.0, "cpu1": 2.0, "gpu0": 1.5})
+    head, tail = layers[:3], layers[3:]
+    m = Mapping({l: ("cpu0" if l in head else "gpu0") for l in layers})
+    p.loaded_times = {("cpu0", subnet_key(head)): 4e-3, ("gpu0", subnet_key(tail)): 1e-3}
+    assert p.actor_time(head, "cpu0") == 4e-3 and p.actor_time(tail, "gpu0") == 1e-3
+    # the bottleneck is the 4 ms head (plus the per-firing overhead); transfers are added
+    assert evaluate(p, m).throughput == pytest.approx(1 / (4e-3 + p.call_overhead), rel=0.05)
+    alone = Mapping({l: "gpu0" for l in layers})
+    p.loaded_times = {("gpu0", subnet_key(layers)): 2e-3}
+    assert evaluate(p, alone).throughput == pytest.approx(1 / (2e-3 + p.call_overhead))
+    p.loaded_times = {}
+    assert evaluate(p, alone).throughput != pytest.approx(1 / (2e-3 + p.call_overhead))

@@ -1,0 +1,97 @@
+"""Time a plan's stages with every element busy at once.
+
+A stage timed alone misses what its neighbours do to it: on the GPU machine the GPU stage of a
+GPU/CPU pipeline fired 0.99-1.35x slower in the run than alone (the CPU workers' Python, memory
+traffic), more than the whole-model copies of the parallel baseline showed. Here each element
+runs its own stages back to back in its own thread, pinned as the runtime pins it, all elements
+at once, on random inputs and without channels between them: the stage times of the plan's
+load, not of the plan's hand-offs (those stay in the model).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Sequence
+
+from hetflow.backends import backend_for, caller_cores_of, pin_current_thread
+from hetflow.errors import RuntimeFault
+from hetflow.model.subnet import extract_subnet
+
+from .measure import random_feeds, stats
+
+if TYPE_CHECKING:
+    from hetflow.model.graph import CnnGraph
+    from hetflow.platform.spec import ProcessingElement
+    from hetflow.profile.profile import Stats
+
+
+def time_stages_together(graph: "CnnGraph",
+                         work: Sequence[tuple["ProcessingElement", Sequence[Sequence[str]]]],
+                         seconds: float = 1.0, warmup: int = 2, min_samples: int = 3,
+                         max_seconds: float = 60.0) -> dict[tuple[str, str], "Stats"]:
+    """{(element name, subnet key): stats} for `work`, a list of (element, its stages in firing
+    order). Every element cycles through its stages for at least `seconds` after all have
+    warmed up, and until each stage has `min_samples` times (at most `max_seconds`)."""
+    runners = []  # per work item: [(subnet key, runner, feeds)]
+    try:
+        for element, stages in work:
+            mine = []
+            for layers in stages:
+                sub = extract_subnet(graph, list(layers), name=f"load@{element.name}")
+                mine.append((sub.key, backend_for(element).prepare(sub, element),
+                             random_feeds(graph, sub.inputs)))
+            runners.append(mine)
+        return _run_together(work, runners, seconds, warmup, min_samples, max_seconds)
+    finally:
+        for mine in runners:
+            for _, r, _ in mine:
+                getattr(r, "close", lambda: None)()
+
+
+def _run_together(work, runners, seconds, warmup, min_samples, max_seconds):
+    times = [[[] for _ in mine] for mine in runners]
+    errors: list[str] = []
+    barrier = threading.Barrier(len(work) + 1)
+    stop = threading.Event()
+
+    def worker(i: int) -> None:
+        element = work[i][0]
+        try:
+            pin_current_thread(caller_cores_of((r for _, r, _ in runners[i]), element))
+            for _ in range(warmup):
+                for _, r, feeds in runners[i]:
+                    r.run(feeds)
+        except BaseException as e:
+            errors.append(f"element {element.name}: {type(e).__name__}: {e}")
+        barrier.wait()
+        try:
+            while not stop.is_set() and not errors:
+                for j, (_, r, feeds) in enumerate(runners[i]):
+                    t0 = time.perf_counter()
+                    r.run(feeds)
+                    times[i][j].append(time.perf_counter() - t0)
+        except BaseException as e:
+            errors.append(f"element {element.name}: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(len(work))]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    while not errors:
+        time.sleep(0.02)
+        elapsed = time.perf_counter() - t0
+        enough = all(len(s) >= min_samples for per in times for s in per)
+        if (elapsed >= seconds and enough) or elapsed >= max_seconds:
+            break
+    stop.set()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeFault(f"timing stages under load: {errors[0]}")
+    out = {}
+    for (element, _), mine, per in zip(work, runners, times):
+        for (key, _, _), samples in zip(mine, per):
+            if samples:
+                out[(element.name, key)] = stats(samples)
+    return out
