@@ -215,13 +215,14 @@ def bench_model(model: str, platform, settings: BenchSettings,
 def _search(problem, platform_name: str, settings: BenchSettings, strategy: str | None,
             options: dict, log) -> list[tuple[Any, Any]]:
     """The best `settings.pilot_candidates` designs by predicted throughput, as (plan, search
-    result) pairs, of one strategy or (strategy None) of all the settings' strategies; each
-    strategy's own pick comes first among its designs."""
+    result) pairs, of one strategy or (strategy None) of all the settings' strategies, and
+    every strategy's own pick."""
     from hetflow.errors import InfeasibleError
     from hetflow.mapping.planner import make_plan, search_plan
     from hetflow.mapping.strategies.base import strategy_options
 
     found = []  # (predicted throughput, order, plan, result)
+    own_picks = []  # each strategy's own best design
     for name in [strategy] if strategy else settings.strategies:
         lacking = sorted(set(options) - strategy_options(name, options))
         if lacking and strategy is None:  # e.g. the balanced plan's latency cap
@@ -233,6 +234,7 @@ def _search(problem, platform_name: str, settings: BenchSettings, strategy: str 
             log(f"{name}: {e}")
             continue
         found.append((plan.predicted["throughput"], len(found), plan, result))
+        own_picks.append((plan, result))
         cap = options.get("latency_cap")
         others = sorted(((mp, m) for mp, m in result.front if mp.key() != plan.mapping.key()
                          and (cap is None or m.latency <= cap)), key=lambda x: -x[1].throughput)
@@ -242,10 +244,16 @@ def _search(problem, platform_name: str, settings: BenchSettings, strategy: str 
     found.sort(key=lambda x: (-x[0], x[1]))
     out, seen = [], set()
     for _, _, plan, result in found:
-        if plan.mapping.key() not in seen:
+        if plan.mapping.key() not in seen and len(out) < max(1, settings.pilot_candidates):
             seen.add(plan.mapping.key())
             out.append((plan, result))
-    return out[:max(1, settings.pilot_candidates)]
+    # every strategy's own pick is tried too: over-predicted designs of one strategy (pipelines
+    # on the GPU machine, 1.1-1.5x) must not crowd out another's
+    for plan, result in own_picks:
+        if plan.mapping.key() not in seen and settings.pilot_candidates > 1:
+            seen.add(plan.mapping.key())
+            out.append((plan, result))
+    return out
 
 
 def frames_for(plan, seconds: float, at_least: int, at_most: int = 20000) -> int:

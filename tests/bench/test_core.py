@@ -99,3 +99,44 @@ def test_bench_of_a_small_model_end_to_end(tmp_path, monkeypatch):
     assert (tmp_path / "rep" / f"{mb.model}.single.plan.json").exists()
     basis = mb.notes["prediction_basis"]
     assert set(basis["plan_stage_s"]) >= {"pipeline", "single"}
+
+
+def _problem():
+    import numpy as np
+
+    from hetflow.mapping.problem import Problem
+    from hetflow.model.synthetic import random_cnn_graph
+    from hetflow.platform.spec import ProcessingElement
+
+    graph = random_cnn_graph(8, 1)
+    els = [ProcessingElement(f"cpu{i}", "cpu", (i,)) for i in range(3)]
+    els.append(ProcessingElement("gpu0", "gpu", (3,), model="g"))
+    rng = np.random.default_rng(0)
+    times = rng.uniform(1e-3, 4e-3, (len(graph.layers), 1)) * np.array([[1, 1, 1, 0.1]])
+    return Problem(graph, els, times, lambda nbytes, a, b: 0.0 if a == b else 1e-4)
+
+
+def test_candidates_are_the_best_predicted_and_every_strategy_pick():
+    from hetflow.bench.core import _search
+
+    problem = _problem()
+    s = BenchSettings(strategies=["single", "pipeline"], pilot_candidates=2)
+    cands = _search(problem, "p", s, None, {}, lambda m: None)
+    preds = [p.predicted["throughput"] for p, _ in cands]
+    keys = [p.mapping.key() for p, _ in cands]
+    assert len(set(keys)) == len(keys) and 2 <= len(cands) <= 4
+    assert preds[:2] == sorted(preds[:2], reverse=True)
+    picks = []
+    for strategy in s.strategies:  # each strategy's own pick is among them
+        own = _search(problem, "p", BenchSettings(strategies=[strategy], pilot_candidates=1),
+                      None, {}, lambda m: None)
+        assert len(own) == 1 and own[0][0].mapping.key() in keys
+        picks.append(own[0][0].predicted["throughput"])
+    # one candidate: the best prediction over all strategies, as without pilots
+    best = _search(problem, "p", BenchSettings(strategies=["single", "pipeline"],
+                                               pilot_candidates=1), None, {}, lambda m: None)
+    assert len(best) == 1 and best[0][0].predicted["throughput"] == max(picks)
+    # a latency cap holds for every candidate
+    cap = sorted(p.predicted["latency"] for p, _ in cands)[0] * 1.01
+    for plan, _ in _search(problem, "p", s, None, {"latency_cap": cap}, lambda m: None):
+        assert plan.predicted["latency"] <= cap
