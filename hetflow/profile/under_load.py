@@ -9,12 +9,10 @@ load, not of the plan's hand-offs (those stay in the model).
 """
 from __future__ import annotations
 
-import threading
 import time
 from typing import TYPE_CHECKING, Sequence
 
 from hetflow.backends import backend_for, caller_cores_of, pin_current_thread
-from hetflow.errors import RuntimeFault
 from hetflow.model.subnet import extract_subnet
 
 from .measure import random_feeds, stats
@@ -49,46 +47,28 @@ def time_stages_together(graph: "CnnGraph",
 
 
 def _run_together(work, runners, seconds, warmup, min_samples, max_seconds):
+    from hetflow.backends.together import run_together
+
     times = [[[] for _ in mine] for mine in runners]
-    errors: list[str] = []
-    barrier = threading.Barrier(len(work) + 1)
-    stop = threading.Event()
 
-    def worker(i: int) -> None:
-        element = work[i][0]
-        try:
-            pin_current_thread(caller_cores_of((r for _, r, _ in runners[i]), element))
-            for _ in range(warmup):
-                for _, r, feeds in runners[i]:
-                    r.run(feeds)
-        except BaseException as e:
-            errors.append(f"element {element.name}: {type(e).__name__}: {e}")
-        barrier.wait()
-        try:
-            while not stop.is_set() and not errors:
-                for j, (_, r, feeds) in enumerate(runners[i]):
-                    t0 = time.perf_counter()
-                    r.run(feeds)
-                    times[i][j].append(time.perf_counter() - t0)
-        except BaseException as e:
-            errors.append(f"element {element.name}: {type(e).__name__}: {e}")
+    def prepare(i: int) -> None:
+        pin_current_thread(caller_cores_of((r for _, r, _ in runners[i]), work[i][0]))
+        for _ in range(warmup):
+            for _, r, feeds in runners[i]:
+                r.run(feeds)
 
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(len(work))]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    while not errors:
-        time.sleep(0.02)
-        elapsed = time.perf_counter() - t0
+    def step(i: int) -> bool:
+        for j, (_, r, feeds) in enumerate(runners[i]):
+            t0 = time.perf_counter()
+            r.run(feeds)
+            times[i][j].append(time.perf_counter() - t0)
+        return True
+
+    def done(elapsed: float) -> bool:
         enough = all(len(s) >= min_samples for per in times for s in per)
-        if (elapsed >= seconds and enough) or elapsed >= max_seconds:
-            break
-    stop.set()
-    for t in threads:
-        t.join()
-    if errors:
-        raise RuntimeFault(f"timing stages under load: {errors[0]}")
+        return (elapsed >= seconds and enough) or elapsed >= max_seconds
+
+    run_together("timing stages under load", [e.name for e, _ in work], prepare, step, done)
     out = {}
     for (element, _), mine, per in zip(work, runners, times):
         for (key, _, _), samples in zip(mine, per):

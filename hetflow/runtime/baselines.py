@@ -38,52 +38,35 @@ def measure_parallel(graph: CnnGraph, elements: list[ProcessingElement],
     """All copies run at once; throughput counts frames completed by all of them in the window
     after every copy finished its warm-up."""
     from hetflow.backends import pin_current_thread
+    from hetflow.backends.together import run_together
 
     runners = [_whole_model_runner(graph, e) for e in elements]
     next_frame = iter(range(10 ** 12))
     lock = threading.Lock()
-    barrier = threading.Barrier(len(elements) + 1)
-    stop = threading.Event()
     records: list[list[tuple[float, float]]] = [[] for _ in elements]
-    errors: list[str] = []
 
-    def worker(i: int) -> None:
-        try:
-            pin_current_thread(elements[i].cores)
-            for w in range(warmup):
-                runners[i].run(inputs(w))
-        except BaseException as e:
-            errors.append(f"element {elements[i].name}: {type(e).__name__}: {e}")
-        barrier.wait()
-        try:
-            while not stop.is_set() and not errors:
-                with lock:
-                    f = next(next_frame)
-                if f >= frames and seconds is None:
-                    break
-                t0 = time.perf_counter()
-                runners[i].run(inputs(f))
-                records[i].append((t0, time.perf_counter()))
-        except BaseException as e:
-            errors.append(f"element {elements[i].name}: {type(e).__name__}: {e}")
+    def prepare(i: int) -> None:
+        pin_current_thread(elements[i].cores)
+        for w in range(warmup):
+            runners[i].run(inputs(w))
 
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(len(elements))]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    t_start = time.perf_counter()
-    if seconds is not None:
-        time.sleep(seconds)
-        stop.set()
-    for t in threads:
-        t.join()
+    def step(i: int) -> bool:
+        with lock:
+            f = next(next_frame)
+        if f >= frames and seconds is None:
+            return False
+        t0 = time.perf_counter()
+        runners[i].run(inputs(f))
+        records[i].append((t0, time.perf_counter()))
+        return True
+
+    try:
+        t_start = run_together(f"{name} baseline", [e.name for e in elements], prepare, step,
+                               None if seconds is None else (lambda elapsed: elapsed >= seconds))
+    finally:
+        for r in runners:
+            getattr(r, "close", lambda: None)()
     t_end = max((r[-1][1] for r in records if r), default=time.perf_counter())
-    for r in runners:
-        getattr(r, "close", lambda: None)()
-    if errors:
-        from hetflow.errors import RuntimeFault
-
-        raise RuntimeFault(f"{name} baseline: {errors[0]}")
     done = sum(len(r) for r in records)
     lat = [e - s for r in records for s, e in r]
     util = {el.name: sum(e - s for s, e in r) / (t_end - t_start) for el, r in zip(elements, records)}

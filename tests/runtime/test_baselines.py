@@ -1,0 +1,54 @@
+import os
+
+import pytest
+
+from hetflow.errors import RuntimeFault
+from hetflow.model.synthetic import random_cnn_graph
+from hetflow.platform import CpuCluster, Platform
+from hetflow.runtime.baselines import measure_parallel, measure_single
+from hetflow.runtime.inputs import random_source
+
+CORES = tuple(sorted(os.sched_getaffinity(0)))
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return random_cnn_graph(8, seed=2, channels=8, size=16)
+
+
+def singles():
+    return [e for e in Platform("p", (CpuCluster("cpu", CORES[:2]),)).all_elements()
+            if len(e.cores) == 1]
+
+
+def test_parallel_copies_share_the_frames(graph):
+    els = singles()
+    r = measure_parallel(graph, els, random_source(graph), frames=60, warmup=2)
+    assert r.frames == 60 and r.throughput > 0
+    fps = r.notes["per_element_fps"]
+    assert set(fps) == {e.name for e in els} and sum(fps.values()) == pytest.approx(r.throughput)
+    assert 0 < r.latency["p50"] <= r.latency["p99"]
+
+
+def test_single_runs_for_the_seconds_asked(graph):
+    r = measure_single(graph, singles()[0], random_source(graph), warmup=2, seconds=0.2)
+    assert r.name == f"single:{singles()[0].name}" and r.frames > 0
+
+
+def test_a_failing_copy_names_its_element(graph, monkeypatch):
+    from hetflow.runtime import baselines
+
+    real = baselines._whole_model_runner
+
+    def runner(g, element):
+        r = real(g, element)
+        if element.name == singles()[-1].name:
+            def boom(feeds):
+                raise ValueError("injected")
+            r.run = boom
+        return r
+
+    monkeypatch.setattr(baselines, "_whole_model_runner", runner)
+    with pytest.raises(RuntimeFault, match=rf"parallel baseline: element {singles()[-1].name}: "
+                                           "ValueError: injected"):
+        measure_parallel(graph, singles(), random_source(graph), frames=20, warmup=1)
