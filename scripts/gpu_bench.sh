@@ -3,6 +3,10 @@
 # GPU + 16 CPU cores, plans against the baselines measured in the same run.
 # Usage (repository root on the GPU machine, .whl/ holding the onnx2torch wheel):
 #   bash scripts/gpu_bench.sh [MODEL ...]
+# Since the bench pilots three designs per plan kind (PILOTS=1: trust the prediction), the nine
+# CNNs take longer than one 10-minute device call: run them in two calls, e.g.
+#   bash scripts/gpu_bench.sh alexnet vgg19 googlenet tiny_yolo_v2 resnet18
+#   bash scripts/gpu_bench.sh densenet121 emotion_ferplus mobilenet_v2 squeezenet1_0
 # Writes $OUT/bench.log, $OUT/bench.json and $OUT/results.tgz (plans, traces, report).
 set -uo pipefail
 OUT=${OUT:-./out}
@@ -14,7 +18,7 @@ nvidia-smi -L
 python3 -m hetflow platform detect 2>&1 | tail -20
 REPORT=/tmp/hetflow-report
 mkdir -p $REPORT
-timeout ${BENCH_TIMEOUT:-540} python3 -m hetflow bench $MODELS --quick --strategies ${STRATEGIES:-single,pipeline} --report $REPORT 2>&1 | tee "$OUT/bench.log"
+timeout ${BENCH_TIMEOUT:-540} python3 -m hetflow bench $MODELS --quick --strategies ${STRATEGIES:-single,pipeline} --pilots ${PILOTS:-3} --report $REPORT 2>&1 | tee "$OUT/bench.log"
 rc=${PIPESTATUS[0]}
 cp $REPORT/bench.json "$OUT/bench.json" 2>/dev/null
 tar czf "$OUT/results.tgz" -C $REPORT . 2>/dev/null
