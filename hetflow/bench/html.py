@@ -425,6 +425,22 @@ def rows_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def pilots_table(pilots: list[dict]) -> str:
+    """The designs run briefly before this plan was chosen (measure, then choose)."""
+    out = ["<table class=small><thead><tr><th>design tried</th><th>strategy</th>"
+           "<th>predicted fps</th><th>pilot fps</th><th>pilot p99 ms</th><th></th></tr>"
+           "</thead><tbody>"]
+    for p in pilots:
+        out.append(f"<tr><td>{html.escape(', '.join(p.get('stages') or []))}</td>"
+                   f"<td>{html.escape(str(p.get('strategy', '')))}</td>"
+                   f"<td class=num>{_fmt(p.get('predicted_throughput'), '.1f')}</td>"
+                   f"<td class=num>{_fmt(p.get('pilot_throughput'), '.1f')}</td>"
+                   f"<td class=num>{_fmt(p.get('pilot_latency_p99'), '.2f', 1e3)}</td>"
+                   f"<td>{'chosen' if p.get('chosen') else ''}</td></tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
 def actor_colors(runs: list[PlanRun]) -> dict[str, str]:
     """One colour per actor, the same in every plan of a model."""
     from matplotlib import colormaps
@@ -460,7 +476,11 @@ def model_section(report_dir: Path, mb: dict, strategies: list[str]) -> str:
                            "Measured runs (solid) and the plans' predictions (hatched) for the "
                            "same plan. Latency: p50 solid, p99 light."))
     for run in runs:
-        out.append(f"<h3>plan <code>{html.escape(run.strategy)}</code></h3><div class=plots>")
+        out.append(f"<h3>plan <code>{html.escape(run.strategy)}</code></h3>")
+        if run.row is not None and run.row.get("pilots"):
+            out.append("<p>Chosen by measurement among the best designs by prediction:</p>"
+                       + pilots_table(run.row["pilots"]))
+        out.append("<div class=plots>")
         g, fallback = mapped_graph(run.plan)
         what = f"{len(g)} {'stages' if fallback else 'layers'}"
         out.append(_figure(graph_figure(g, colors, f"{name}, {run.strategy}: {what}"),

@@ -186,3 +186,21 @@ def test_every_image_renders_in_chromium(rendered, tmp_path):
     found = re.search(r"<p id=\"imgcheck\">(\d+)/(\d+)</p>", out.stdout)
     assert found, f"chromium printed no result (rc {out.returncode}): {out.stderr[-400:]}"
     assert found.groups() == (str(PLOTS), str(PLOTS))
+
+
+def test_the_designs_tried_before_choosing_are_listed(report_dir):
+    folder, data = report_dir
+    data = json.loads(json.dumps(data))
+    row = next(r for r in data["models"][0]["rows"] if r["name"] == "hetflow single")
+    row["pilots"] = [
+        {"stages": ["pe0"], "strategy": "single", "predicted_throughput": 1234.5,
+         "pilot_throughput": 1100.25, "pilot_latency_p99": 2.5e-3},
+        {"stages": ["pe0|pe1"], "strategy": "single", "predicted_throughput": 1200.0,
+         "pilot_throughput": 1150.75, "pilot_latency_p99": 3.25e-3, "chosen": True}]
+    (folder / "bench.json").write_text(json.dumps(data))
+    page = rebuild_report(folder).read_text()
+    single = page[page.index("plan <code>single</code>"):]
+    assert page.count("design tried") == 1 and "design tried" in single
+    assert re.search(r"<td>pe0\|pe1</td><td>single</td><td class=num>1200.0</td>"
+                     r"<td class=num>1150.8</td><td class=num>3.25</td><td>chosen</td>", single)
+    assert "<td>pe0</td><td>single</td><td class=num>1234.5</td>" in single
