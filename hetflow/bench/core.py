@@ -146,7 +146,8 @@ def bench_model(model: str, platform, settings: BenchSettings,
         cap = settings.balanced_latency_share * par.latency["p99"]
         jobs.append(("balanced", None, {"latency_cap": cap}))
     whole = subnet_key(l.name for l in graph.layers)
-    pilots: dict[tuple, RunReport] = {}  # mapping key -> pilot run (shared by the plan kinds)
+    # mapping key -> pilot run, or the error it ended with (shared by the plan kinds)
+    pilots: dict[tuple, RunReport | HetflowError] = {}
     for label, strategy, options in jobs:
         log(f"searching: {label}")
         candidates = _search(problem, platform.name, settings, strategy, options, log)
@@ -280,16 +281,26 @@ def _choose_by_pilot(candidates, graph, settings: BenchSettings, latency_cap: fl
             log(f"pilot: {', '.join(plan.app.phases)} (predicted "
                 f"{plan.predicted['throughput']:.0f} fps)")
             frames = frames_for(plan, settings.pilot_seconds, 60)
-            pilots[key] = run_plan(plan, graph, frames, max(10, frames // 10), check="none")
+            try:
+                pilots[key] = run_plan(plan, graph, frames, max(10, frames // 10), check="none")
+            except HetflowError as e:  # kept in the row; the other designs still compete
+                pilots[key] = e
+                log(f"pilot failed: {e}")
         r = pilots[key]
-        tried.append({"stages": list(plan.app.phases), "strategy": plan.strategy,
-                      "predicted_throughput": plan.predicted["throughput"],
-                      "predicted_latency": plan.predicted["latency"],
-                      "pilot_throughput": r.throughput, "pilot_latency_p99": r.latency["p99"]})
-    ok = [i for i, t in enumerate(tried)
-          if latency_cap is None or t["pilot_latency_p99"] <= latency_cap]
+        t = {"stages": list(plan.app.phases), "strategy": plan.strategy,
+             "predicted_throughput": plan.predicted["throughput"],
+             "predicted_latency": plan.predicted["latency"]}
+        if isinstance(r, HetflowError):
+            t["pilot_error"] = str(r)
+        else:
+            t.update(pilot_throughput=r.throughput, pilot_latency_p99=r.latency["p99"])
+        tried.append(t)
+    ran = [i for i, t in enumerate(tried) if "pilot_error" not in t]
+    if not ran:
+        raise pilots[candidates[0][0].mapping.key()]
+    ok = [i for i in ran if latency_cap is None or tried[i]["pilot_latency_p99"] <= latency_cap]
     pick = (max(ok, key=lambda i: tried[i]["pilot_throughput"]) if ok
-            else min(range(len(tried)), key=lambda i: tried[i]["pilot_latency_p99"]))
+            else min(ran, key=lambda i: tried[i]["pilot_latency_p99"]))
     tried[pick]["chosen"] = True
     return (*candidates[pick], tried)
 

@@ -436,7 +436,8 @@ def pilots_table(pilots: list[dict]) -> str:
                    f"<td class=num>{_fmt(p.get('predicted_throughput'), '.1f')}</td>"
                    f"<td class=num>{_fmt(p.get('pilot_throughput'), '.1f')}</td>"
                    f"<td class=num>{_fmt(p.get('pilot_latency_p99'), '.2f', 1e3)}</td>"
-                   f"<td>{'chosen' if p.get('chosen') else ''}</td></tr>")
+                   f"<td>{'chosen' if p.get('chosen') else html.escape(p.get('pilot_error', ''))}"
+                   "</td></tr>")
     out.append("</tbody></table>")
     return "\n".join(out)
 

@@ -140,3 +140,25 @@ def test_candidates_are_the_best_predicted_and_every_strategy_pick():
     cap = sorted(p.predicted["latency"] for p, _ in cands)[0] * 1.01
     for plan, _ in _search(problem, "p", s, None, {"latency_cap": cap}, lambda m: None):
         assert plan.predicted["latency"] <= cap
+
+
+def test_a_design_that_fails_its_pilot_is_listed_and_the_others_compete(monkeypatch):
+    from hetflow.errors import RuntimeFault
+
+    measured = {"a": (900.0, 0.02), "c": (1000.0, 0.01)}
+
+    def run_plan(plan, graph, frames, warmup, check="first", **_):
+        name = next(iter(plan.app.phases))
+        if name not in measured:
+            raise RuntimeFault(f"element {name}: died")
+        fps, p99 = measured[name]
+        return RunReport("plan", frames, warmup, fps, {"p50": p99 / 2, "p99": p99})
+
+    monkeypatch.setattr("hetflow.runtime.api.run_plan", run_plan)
+    cands = [(_Plan(n, 1000.0), None) for n in "abc"]
+    plan, _, tried = _choose_by_pilot(cands, None, BenchSettings(), None, {}, lambda s: None)
+    assert next(iter(plan.app.phases)) == "c"
+    assert tried[1]["pilot_error"] == "element b: died" and "pilot_throughput" not in tried[1]
+    with pytest.raises(RuntimeFault, match="element b: died"):
+        _choose_by_pilot([(_Plan("b", 1.0), None), (_Plan("z", 1.0), None)], None,
+                         BenchSettings(), None, {}, lambda s: None)
