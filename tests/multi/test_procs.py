@@ -153,7 +153,7 @@ def test_a_killed_process_stops_the_run_naming_its_element(tmp_path):
     threading.Thread(target=killer, daemon=True).start()
     with pytest.raises(RuntimeFault, match=r"element cpu\S+: its process died \(exit code -9\)"):
         endless_run(tmp_path, procs.extend)
-    assert time.perf_counter() - killed_at[0] < 10.0  # the whole run stopped, no orphans
+    assert time.perf_counter() - killed_at[0] < 2.0  # the whole run stopped, no orphans
     for p in procs:
         assert not p.is_alive()
 

@@ -86,7 +86,7 @@ def test_worker_fault_stops_run_and_names_element_stage_layer(plan_for):
     with pytest.raises(RuntimeFault, match=r"element pe1, stage pe1 phase 0 \(layers .+\.\..+\): "
                                            r"ValueError: injected failure"):
         run_prepared(pp, random_source(graph), 10**6)  # hours of frames, were it not stopped
-    assert time.perf_counter() - t0 < 20.0
+    assert time.perf_counter() - t0 < 2.0  # the issue: a fault stops the run within 2 s
 
 
 class Hang:
