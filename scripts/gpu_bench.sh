@@ -7,6 +7,7 @@
 # CNNs take longer than one 10-minute device call: run them in two calls, e.g.
 #   bash scripts/gpu_bench.sh alexnet vgg19 googlenet tiny_yolo_v2 resnet18
 #   bash scripts/gpu_bench.sh densenet121 emotion_ferplus mobilenet_v2 squeezenet1_0
+# and read both halves as one table: python scripts/results_table.py A/bench.json B/bench.json
 # Writes $OUT/bench.log, $OUT/bench.json and $OUT/results.tgz (plans, traces, report).
 set -uo pipefail
 OUT=${OUT:-./out}

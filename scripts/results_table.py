@@ -1,12 +1,22 @@
-"""Markdown tables of a `hetflow bench --report DIR` run:
-python scripts/results_table.py DIR/bench.json [--summary]
-(--summary: one row per model against issue 5's targets)"""
+"""Markdown tables of `hetflow bench --report DIR` runs:
+python scripts/results_table.py DIR/bench.json [MORE/bench.json ...] [--summary]
+(several files: their models in one table, e.g. the two halves of the GPU bench;
+--summary: one row per model against issue 5's targets)"""
+import argparse
 import json
-import sys
 
 
-def main(path: str) -> None:
-    d = json.load(open(path))
+def load(paths: list[str]) -> dict:
+    merged = {"models": [], "failed": {}}
+    for path in paths:
+        d = json.load(open(path))
+        merged["models"] += d["models"]
+        merged["failed"].update(d.get("failed", {}))
+    return merged
+
+
+def main(paths: list[str]) -> None:
+    d = load(paths)
     print("| model | run | frames/s | p50 ms | p99 ms | x parallel | x peak single | p99 / parallel p99 | predicted fps | pred/meas |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for m in d["models"]:
@@ -24,8 +34,8 @@ def main(path: str) -> None:
         print(f"| {name} | failed: {why} | | | | | | | | |")
 
 
-def summary(path: str, share: float = 0.5, floor: float = 0.9) -> None:
-    d = json.load(open(path))
+def summary(paths: list[str], share: float = 0.5, floor: float = 0.9) -> None:
+    d = load(paths)
     print("| model | best plan x parallel | best plan x peak single | best plan with p99 <= "
           f"{share} x parallel's (x parallel >= {floor}) | predicted vs measured fps |")
     print("| --- | --- | --- | --- | --- |")
@@ -50,7 +60,8 @@ def summary(path: str, share: float = 0.5, floor: float = 0.9) -> None:
 
 
 if __name__ == "__main__":
-    if "--summary" in sys.argv:
-        summary(next(a for a in sys.argv[1:] if a != "--summary"))
-    else:
-        main(sys.argv[1])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="+", help="bench.json files")
+    ap.add_argument("--summary", action="store_true", help="one row per model")
+    args = ap.parse_args()
+    (summary if args.summary else main)(args.files)
