@@ -103,7 +103,8 @@ def bench_model(model: str, platform, settings: BenchSettings,
                 log: Callable[[str], None] = lambda s: None, report_dir: Path | None = None
                 ) -> ModelBench:
     from hetflow.mapping.from_profile import problem_from_profile
-    from hetflow.mapping.planner import make_plan
+    from hetflow.errors import InfeasibleError
+    from hetflow.mapping.planner import make_plan, search_candidates
     from hetflow.mapping.problem import evaluate
     from hetflow.model import resolve_model
     from hetflow.model.subnet import subnet_key
@@ -111,6 +112,7 @@ def bench_model(model: str, platform, settings: BenchSettings,
     from hetflow.runtime.api import run_plan
     from hetflow.runtime.baselines import measure_parallel, measure_single
     from hetflow.runtime.inputs import random_source
+    from hetflow.runtime.pilot import choose_by_pilot, frames_for
 
     graph = resolve_model(model, fuse=True)
     prof, prof_s = get_profile(graph, platform, settings.profile_repeats, log)
@@ -150,12 +152,19 @@ def bench_model(model: str, platform, settings: BenchSettings,
     pilots: dict[tuple, RunReport | HetflowError] = {}
     for label, strategy, options in jobs:
         log(f"searching: {label}")
-        candidates = _search(problem, platform.name, settings, strategy, options, log)
+        try:
+            candidates = search_candidates(problem, [strategy] if strategy else
+                                           settings.strategies, platform.name,
+                                           settings.pilot_candidates, settings.seed, True,
+                                           options, log, skip_unfit=strategy is None)
+        except InfeasibleError as e:
+            log(f"{label}: {e}")
+            candidates = []
         if not candidates:
             rows.append({"name": f"hetflow {label}", "kind": "plan", "infeasible": True})
             continue
-        plan, result, tried = _choose_by_pilot(candidates, graph, settings, options.get(
-            "latency_cap"), pilots, log)
+        plan, result, tried = choose_by_pilot(candidates, graph, settings.pilot_seconds,
+                                              options.get("latency_cap"), pilots, log)
         if settings.refine:
             # time the plan's phases as whole sub-networks and predict again with those times
             groups = [(e, p.layers) for a, ps in plan.app.phases.items() for p in ps
@@ -211,98 +220,6 @@ def bench_model(model: str, platform, settings: BenchSettings,
     return ModelBench(graph.name, platform.name, rows, prof_s,
                       {"layers": len(graph.layers), "parallel_elements": [e.name for e in parallel],
                        "prediction_basis": basis})
-
-
-def _search(problem, platform_name: str, settings: BenchSettings, strategy: str | None,
-            options: dict, log) -> list[tuple[Any, Any]]:
-    """The best `settings.pilot_candidates` designs by predicted throughput, as (plan, search
-    result) pairs, of one strategy or (strategy None) of all the settings' strategies, and
-    every strategy's own pick."""
-    from hetflow.errors import InfeasibleError
-    from hetflow.mapping.planner import make_plan, search_plan
-    from hetflow.mapping.strategies.base import strategy_options
-
-    found = []  # (predicted throughput, order, plan, result)
-    own_picks = []  # each strategy's own best design
-    for name in [strategy] if strategy else settings.strategies:
-        lacking = sorted(set(options) - strategy_options(name, options))
-        if lacking and strategy is None:  # e.g. the balanced plan's latency cap
-            log(f"{name}: takes no {', '.join(lacking)} option; not used for this plan")
-            continue
-        try:
-            plan, result = search_plan(problem, name, platform_name, settings.seed, True, **options)
-        except InfeasibleError as e:
-            log(f"{name}: {e}")
-            continue
-        found.append((plan.predicted["throughput"], len(found), plan, result))
-        own_picks.append((plan, result))
-        cap = options.get("latency_cap")
-        others = sorted(((mp, m) for mp, m in result.front if mp.key() != plan.mapping.key()
-                         and (cap is None or m.latency <= cap)), key=lambda x: -x[1].throughput)
-        for mp, m in others[:max(0, settings.pilot_candidates - 1)]:
-            alt = make_plan(problem, mp, m, name, platform_name, plan.search, True)
-            found.append((m.throughput, len(found), alt, result))
-    found.sort(key=lambda x: (-x[0], x[1]))
-    out, seen = [], set()
-    for _, _, plan, result in found:
-        if plan.mapping.key() not in seen and len(out) < max(1, settings.pilot_candidates):
-            seen.add(plan.mapping.key())
-            out.append((plan, result))
-    # every strategy's own pick is tried too: over-predicted designs of one strategy (pipelines
-    # on the GPU machine, 1.1-1.5x) must not crowd out another's
-    for plan, result in own_picks:
-        if plan.mapping.key() not in seen and settings.pilot_candidates > 1:
-            seen.add(plan.mapping.key())
-            out.append((plan, result))
-    return out
-
-
-def frames_for(plan, seconds: float, at_least: int, at_most: int = 20000) -> int:
-    """Frames for a run of about `seconds` at the plan's predicted rate: a fixed count is over
-    before a slow member's first frame comes back when a GPU beside it runs 2,000 frames/s."""
-    thr = plan.predicted.get("throughput") or 0.0
-    return int(min(at_most, max(at_least, thr * seconds if thr == thr else 0)))
-
-
-def _choose_by_pilot(candidates, graph, settings: BenchSettings, latency_cap: float | None,
-                     pilots: dict, log) -> tuple[Any, Any, list[dict]]:
-    """Measure, then choose: each candidate runs for about `settings.pilot_seconds` (once per
-    mapping per model); the highest measured throughput wins, among those whose measured p99
-    keeps `latency_cap` if any does (else the lowest p99). The winner is then measured afresh,
-    so its reported figures are not the best of several noisy samples. One candidate: no pilot."""
-    from hetflow.runtime.api import run_plan
-
-    if len(candidates) == 1:
-        return (*candidates[0], [])
-    tried = []
-    for plan, _ in candidates:
-        key = plan.mapping.key()
-        if key not in pilots:
-            log(f"pilot: {', '.join(plan.app.phases)} (predicted "
-                f"{plan.predicted['throughput']:.0f} fps)")
-            frames = frames_for(plan, settings.pilot_seconds, 60)
-            try:
-                pilots[key] = run_plan(plan, graph, frames, max(10, frames // 10), check="none")
-            except HetflowError as e:  # kept in the row; the other designs still compete
-                pilots[key] = e
-                log(f"pilot failed: {e}")
-        r = pilots[key]
-        t = {"stages": list(plan.app.phases), "strategy": plan.strategy,
-             "predicted_throughput": plan.predicted["throughput"],
-             "predicted_latency": plan.predicted["latency"]}
-        if isinstance(r, HetflowError):
-            t["pilot_error"] = str(r)
-        else:
-            t.update(pilot_throughput=r.throughput, pilot_latency_p99=r.latency["p99"])
-        tried.append(t)
-    ran = [i for i, t in enumerate(tried) if "pilot_error" not in t]
-    if not ran:
-        raise pilots[candidates[0][0].mapping.key()]
-    ok = [i for i in ran if latency_cap is None or tried[i]["pilot_latency_p99"] <= latency_cap]
-    pick = (max(ok, key=lambda i: tried[i]["pilot_throughput"]) if ok
-            else min(ran, key=lambda i: tried[i]["pilot_latency_p99"]))
-    tried[pick]["chosen"] = True
-    return (*candidates[pick], tried)
 
 
 def contention_factors(prof, problem, parallel_report) -> dict[str, float]:

@@ -26,23 +26,11 @@ def print_bench(mb) -> None:
                   f"{r['search_seconds']:.2f}" if r["search_seconds"] is not None else "-",
                   f"{r['checked_frames']} ok" if r["checked_frames"] else "-")
     console.print(t)
+    from hetflow.runtime.pilot import pilot_summary
+
     for r in mb.rows:
         if r.get("pilots"):
             console.print(f"{r['name']}: " + pilot_summary(r["pilots"]), highlight=False)
-
-
-def pilot_summary(pilots: list[dict]) -> str:
-    """One line: the design chosen by its pilot run, and the others tried."""
-    def one(p: dict) -> str:
-        got = (f"error: {p['pilot_error']}" if "pilot_error" in p else
-               f"{p['pilot_throughput']:.1f} fps, p99 {p['pilot_latency_p99'] * 1e3:.1f} ms")
-        return (f"{' + '.join(p['stages'])} (predicted {p['predicted_throughput']:.1f} fps, "
-                f"pilot {got})")
-
-    chosen = [p for p in pilots if p.get("chosen")]
-    others = [p for p in pilots if not p.get("chosen")]
-    return ("chose " + "; ".join(one(p) for p in chosen)
-            + (" over " + "; ".join(one(p) for p in others) if others else ""))
 
 
 def register(app: typer.Typer) -> None:

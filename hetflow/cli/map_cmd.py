@@ -81,6 +81,9 @@ def register(app: typer.Typer) -> None:
                                                         "fitness=throughput (repeatable)"),
         latency_cap_ms: Optional[float] = typer.Option(None, "--latency-cap-ms",
                                                        help="best throughput within this latency"),
+        pilots: int = typer.Option(1, "--pilots", min=1,
+                                   help="run the best N designs by prediction briefly on this "
+                                        "machine and keep the one measured best"),
     ) -> None:
         """Search a mapping of the model's layers onto the platform's elements; write a plan."""
         from hetflow.errors import InputError
@@ -92,7 +95,22 @@ def register(app: typer.Typer) -> None:
         if latency_cap_ms is not None:
             opts["latency_cap"] = latency_cap_ms / 1e3
         graph, plat, problem, fuse = load_problem(model, profile, platform, capacity, input_shape)
-        plan, result = search_plan(problem, strategy, plat.name, seed, fuse, **opts)
+        if pilots > 1:
+            from hetflow.mapping.planner import search_candidates
+            from hetflow.runtime.pilot import choose_by_pilot, pilot_summary
+
+            from .common import err_console
+
+            candidates = search_candidates(problem, [strategy], plat.name, pilots, seed, fuse,
+                                           opts)
+            with err_console.status("pilot runs") as status:
+                plan, result, tried = choose_by_pilot(candidates, graph, 0.4,
+                                                      opts.get("latency_cap"), log=status.update)
+            plan.search["pilots"] = tried
+            if tried and not json_out:
+                console.print(pilot_summary(tried), highlight=False)
+        else:
+            plan, result = search_plan(problem, strategy, plat.name, seed, fuse, **opts)
         if output:
             plan.save(output)
         if pareto:

@@ -34,6 +34,59 @@ def search_plan(problem: Problem, strategy: str, platform_name: str, seed: int =
     return plan, result
 
 
+def search_candidates(problem: Problem, strategies: list[str], platform_name: str,
+                      count: int = 3, seed: int = 0, fuse: bool = False,
+                      options: dict | None = None, log=lambda msg: None,
+                      skip_unfit: bool | None = None) -> list[tuple[Plan, SearchResult]]:
+    """The best `count` designs by predicted throughput over `strategies` (each strategy's
+    front; with a `latency_cap` option, only designs predicted within it), and every strategy's
+    own pick, as (plan, search result) pairs, best prediction first. With several strategies, one
+    that does not take an option is skipped (said in `log`); one that finds nothing feasible
+    too (`skip_unfit`, default: with several strategies; else the error is raised). `count` 1:
+    the best prediction over all strategies, as `search_plan` would give."""
+    from hetflow.errors import InfeasibleError
+
+    from .strategies.base import strategy_options
+
+    options = options or {}
+    skip_unfit = len(strategies) > 1 if skip_unfit is None else skip_unfit
+    found = []  # (predicted throughput, order, plan, result)
+    own_picks = []  # each strategy's own best design
+    for name in strategies:
+        lacking = sorted(set(options) - strategy_options(name, options))
+        if lacking and skip_unfit:  # e.g. the balanced plan's latency cap
+            log(f"{name}: takes no {', '.join(lacking)} option; not used for this plan")
+            continue
+        try:
+            plan, result = search_plan(problem, name, platform_name, seed, fuse, **options)
+        except InfeasibleError as e:
+            if not skip_unfit:
+                raise
+            log(f"{name}: {e}")
+            continue
+        found.append((plan.predicted["throughput"], len(found), plan, result))
+        own_picks.append((plan, result))
+        cap = options.get("latency_cap")
+        others = sorted(((mp, m) for mp, m in result.front if mp.key() != plan.mapping.key()
+                         and (cap is None or m.latency <= cap)), key=lambda x: -x[1].throughput)
+        for mp, m in others[:max(0, count - 1)]:
+            alt = make_plan(problem, mp, m, name, platform_name, dict(plan.search), fuse)
+            found.append((m.throughput, len(found), alt, result))
+    found.sort(key=lambda x: (-x[0], x[1]))
+    out, seen = [], set()
+    for _, _, plan, result in found:
+        if plan.mapping.key() not in seen and len(out) < max(1, count):
+            seen.add(plan.mapping.key())
+            out.append((plan, result))
+    # every strategy's own pick is tried too: over-predicted designs of one strategy (pipelines
+    # on the GPU machine, 1.1-1.5x) must not crowd out another's
+    for plan, result in own_picks:
+        if plan.mapping.key() not in seen and count > 1:
+            seen.add(plan.mapping.key())
+            out.append((plan, result))
+    return out
+
+
 def describe_stages(plan: Plan, problem: Problem | None = None) -> list[dict]:
     rows = []
     stage_times = plan.predicted.get("stage_times", {})

@@ -1,0 +1,84 @@
+"""Measure, then choose: run candidate plans briefly on this machine and keep the best measured.
+
+A model good to 10% still ranks designs wrongly when they are within 10% of each other, and a
+systematic error in one kind of design (GPU/CPU pipelines were predicted 1.1-1.5x high on the
+GPU machine) makes a search prefer that kind. `hetflow bench` and `hetflow map --pilots N` run
+the best few designs by prediction for a moment each and keep the one that measured best.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from hetflow.errors import HetflowError
+from hetflow.mapping.plan import Plan
+from hetflow.model.graph import CnnGraph
+
+from .report import RunReport
+
+
+def frames_for(plan: Plan, seconds: float, at_least: int, at_most: int = 20000) -> int:
+    """Frames for a run of about `seconds` at the plan's predicted rate: a fixed count is over
+    before a slow member's first frame comes back when a GPU beside it runs 2,000 frames/s."""
+    thr = plan.predicted.get("throughput") or 0.0
+    return int(min(at_most, max(at_least, thr * seconds if thr == thr else 0)))
+
+
+def choose_by_pilot(candidates: list[tuple[Plan, Any]], graph: CnnGraph | None,
+                    seconds: float = 0.4, latency_cap: float | None = None,
+                    pilots: dict[tuple, RunReport | HetflowError] | None = None,
+                    log: Callable[[str], None] = lambda msg: None
+                    ) -> tuple[Plan, Any, list[dict]]:
+    """Run each candidate for about `seconds` (once per mapping: `pilots` caches the runs by
+    mapping key) and return (plan, its search result, what was tried): the highest measured
+    throughput wins, among those whose measured p99 keeps `latency_cap` if any does (else the
+    lowest p99). A design that fails its pilot is listed with its error; the others still
+    compete. Report the winner from a fresh run, not from its pilot: the best of several noisy
+    samples is biased high. One candidate: nothing is run."""
+    from .api import run_plan
+
+    if len(candidates) == 1:
+        return (*candidates[0], [])
+    pilots = {} if pilots is None else pilots
+    tried = []
+    for plan, _ in candidates:
+        key = plan.mapping.key()
+        if key not in pilots:
+            log(f"pilot: {', '.join(plan.app.phases)} (predicted "
+                f"{plan.predicted['throughput']:.0f} fps)")
+            frames = frames_for(plan, seconds, 60)
+            try:
+                pilots[key] = run_plan(plan, graph, frames, max(10, frames // 10), check="none")
+            except HetflowError as e:
+                pilots[key] = e
+                log(f"pilot failed: {e}")
+        r = pilots[key]
+        t = {"stages": list(plan.app.phases), "strategy": plan.strategy,
+             "predicted_throughput": plan.predicted["throughput"],
+             "predicted_latency": plan.predicted["latency"]}
+        if isinstance(r, HetflowError):
+            t["pilot_error"] = str(r)
+        else:
+            t.update(pilot_throughput=r.throughput, pilot_latency_p99=r.latency["p99"])
+        tried.append(t)
+    ran = [i for i, t in enumerate(tried) if "pilot_error" not in t]
+    if not ran:
+        raise pilots[candidates[0][0].mapping.key()]
+    ok = [i for i in ran if latency_cap is None or tried[i]["pilot_latency_p99"] <= latency_cap]
+    pick = (max(ok, key=lambda i: tried[i]["pilot_throughput"]) if ok
+            else min(ran, key=lambda i: tried[i]["pilot_latency_p99"]))
+    tried[pick]["chosen"] = True
+    return (*candidates[pick], tried)
+
+
+def pilot_summary(tried: list[dict]) -> str:
+    """One line: the design chosen by its pilot run, and the others tried."""
+    def one(p: dict) -> str:
+        got = (f"error: {p['pilot_error']}" if "pilot_error" in p else
+               f"{p['pilot_throughput']:.1f} fps, p99 {p['pilot_latency_p99'] * 1e3:.1f} ms")
+        return (f"{' + '.join(p['stages'])} (predicted {p['predicted_throughput']:.1f} fps, "
+                f"pilot {got})")
+
+    chosen = [p for p in tried if p.get("chosen")]
+    others = [p for p in tried if not p.get("chosen")]
+    return ("chose " + "; ".join(one(p) for p in chosen)
+            + (" over " + "; ".join(one(p) for p in others) if others else ""))

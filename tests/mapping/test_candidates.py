@@ -1,0 +1,53 @@
+from hetflow.mapping.planner import search_candidates
+
+
+def _problem():
+    import numpy as np
+
+    from hetflow.mapping.problem import Problem
+    from hetflow.model.synthetic import random_cnn_graph
+    from hetflow.platform.spec import ProcessingElement
+
+    graph = random_cnn_graph(8, 1)
+    els = [ProcessingElement(f"cpu{i}", "cpu", (i,)) for i in range(3)]
+    els.append(ProcessingElement("gpu0", "gpu", (3,), model="g"))
+    rng = np.random.default_rng(0)
+    times = rng.uniform(1e-3, 4e-3, (len(graph.layers), 1)) * np.array([[1, 1, 1, 0.1]])
+    return Problem(graph, els, times, lambda nbytes, a, b: 0.0 if a == b else 1e-4)
+
+
+def test_candidates_are_the_best_predicted_and_every_strategy_pick():
+    problem = _problem()
+    both = ["single", "pipeline"]
+    cands = search_candidates(problem, both, "p", 2)
+    preds = [p.predicted["throughput"] for p, _ in cands]
+    keys = [p.mapping.key() for p, _ in cands]
+    assert len(set(keys)) == len(keys) and 2 <= len(cands) <= 4
+    assert preds[:2] == sorted(preds[:2], reverse=True)
+    picks = []
+    for strategy in both:  # each strategy's own pick is among them
+        own = search_candidates(problem, [strategy], "p", 1)
+        assert len(own) == 1 and own[0][0].mapping.key() in keys
+        picks.append(own[0][0].predicted["throughput"])
+    # one candidate: the best prediction over all strategies, as without pilots
+    best = search_candidates(problem, both, "p", 1)
+    assert len(best) == 1 and best[0][0].predicted["throughput"] == max(picks)
+    # a latency cap holds for every candidate
+    cap = sorted(p.predicted["latency"] for p, _ in cands)[0] * 1.01
+    for plan, _ in search_candidates(problem, both, "p", 2, options={"latency_cap": cap}):
+        assert plan.predicted["latency"] <= cap
+
+
+def test_one_strategy_says_why_it_found_nothing():
+    import pytest
+
+    from hetflow.errors import InfeasibleError
+
+    problem = _problem()
+    with pytest.raises(InfeasibleError, match="latency cap"):
+        search_candidates(problem, ["single"], "p", 3, options={"latency_cap": 1e-9})
+    said = []
+    assert search_candidates(problem, ["single", "pipeline"], "p", 3,
+                             options={"latency_cap": 1e-9}, log=said.append) == []
+    assert len(said) == 2 and all("latency cap" in s for s in said)
+

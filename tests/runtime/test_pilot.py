@@ -1,0 +1,101 @@
+import pytest
+
+from hetflow.mapping.mapping import Mapping
+from hetflow.runtime.pilot import choose_by_pilot, frames_for, pilot_summary
+from hetflow.runtime.report import RunReport
+
+
+class _Plan:
+    def __init__(self, name, predicted):
+        self.mapping = Mapping({"l0": name})
+        self.app = type("App", (), {"phases": {name: []}})()
+        self.strategy = "single"
+        self.predicted = {"throughput": predicted, "latency": 1e-3}
+
+
+def _fake_runs(monkeypatch, measured):
+    """run_plan replaced: each plan 'measures' (fps, p99) from `measured`; calls counted."""
+    calls = []
+
+    def run_plan(plan, graph, frames, warmup, check="first", **_):
+        name = next(iter(plan.app.phases))
+        calls.append((name, frames))
+        fps, p99 = measured[name]
+        return RunReport("plan", frames, warmup, fps, {"p50": p99 / 2, "p99": p99})
+
+    monkeypatch.setattr("hetflow.runtime.api.run_plan", run_plan)
+    return calls
+
+
+def test_the_measured_best_wins_not_the_predicted_best(monkeypatch):
+    calls = _fake_runs(monkeypatch, {"a": (900.0, 0.02), "b": (1100.0, 0.05), "c": (1000.0, 0.01)})
+    cands = [(_Plan(n, p), None) for n, p in (("a", 2000.0), ("b", 1500.0), ("c", 1200.0))]
+    plan, _, tried = choose_by_pilot(cands, None)
+    assert next(iter(plan.app.phases)) == "b"
+    assert [t.get("chosen", False) for t in tried] == [False, True, False]
+    assert [t["pilot_throughput"] for t in tried] == [900.0, 1100.0, 1000.0]
+    # about pilot_seconds at the predicted rate, at least 60 frames
+    assert [f for _, f in calls] == [800, 600, 480]
+
+
+def test_a_latency_cap_is_kept_on_the_measured_p99(monkeypatch):
+    _fake_runs(monkeypatch, {"a": (900.0, 0.02), "b": (1100.0, 0.05), "c": (1000.0, 0.01)})
+    cands = [(_Plan(n, 1000.0), None) for n in "abc"]
+    plan, _, _ = choose_by_pilot(cands, None, latency_cap=0.03)
+    assert next(iter(plan.app.phases)) == "c"
+    # no candidate keeps the cap: the one closest to it
+    plan, _, _ = choose_by_pilot(cands, None, latency_cap=0.001)
+    assert next(iter(plan.app.phases)) == "c"
+
+
+def test_each_mapping_is_piloted_once_per_model(monkeypatch):
+    calls = _fake_runs(monkeypatch, {"a": (900.0, 0.02), "b": (1100.0, 0.05)})
+    pilots = {}
+    for _ in range(2):
+        choose_by_pilot([(_Plan("a", 1.0), None), (_Plan("b", 1.0), None)], None,
+                        pilots=pilots)
+    assert sorted(n for n, _ in calls) == ["a", "b"]
+    # one candidate: nothing to choose, nothing run
+    plan, _, tried = choose_by_pilot([(_Plan("z", 1.0), None)], None, pilots=pilots)
+    assert tried == [] and len(calls) == 2
+
+
+def test_frames_for_a_run_follow_the_predicted_rate():
+    assert frames_for(_Plan("a", 3000.0), 1.0, 120) == 3000
+    assert frames_for(_Plan("a", 50.0), 1.0, 120) == 120
+    assert frames_for(_Plan("a", float("nan")), 1.0, 120) == 120
+    assert frames_for(_Plan("a", 1e9), 1.0, 120) == 20000
+
+
+def test_a_design_that_fails_its_pilot_is_listed_and_the_others_compete(monkeypatch):
+    from hetflow.errors import RuntimeFault
+
+    measured = {"a": (900.0, 0.02), "c": (1000.0, 0.01)}
+
+    def run_plan(plan, graph, frames, warmup, check="first", **_):
+        name = next(iter(plan.app.phases))
+        if name not in measured:
+            raise RuntimeFault(f"element {name}: died")
+        fps, p99 = measured[name]
+        return RunReport("plan", frames, warmup, fps, {"p50": p99 / 2, "p99": p99})
+
+    monkeypatch.setattr("hetflow.runtime.api.run_plan", run_plan)
+    cands = [(_Plan(n, 1000.0), None) for n in "abc"]
+    plan, _, tried = choose_by_pilot(cands, None)
+    assert next(iter(plan.app.phases)) == "c"
+    assert tried[1]["pilot_error"] == "element b: died" and "pilot_throughput" not in tried[1]
+    with pytest.raises(RuntimeFault, match="element b: died"):
+        choose_by_pilot([(_Plan("b", 1.0), None), (_Plan("z", 1.0), None)], None)
+
+
+
+def test_the_summary_names_the_choice_and_the_rest():
+    tried = [{"stages": ["a", "b"], "predicted_throughput": 10.0, "pilot_throughput": 9.0,
+              "pilot_latency_p99": 0.2},
+             {"stages": ["c"], "predicted_throughput": 8.0, "pilot_error": "boom", "chosen": False},
+             {"stages": ["d|e"], "predicted_throughput": 7.0, "pilot_throughput": 9.5,
+              "pilot_latency_p99": 0.1, "chosen": True}]
+    assert pilot_summary(tried) == (
+        "chose d|e (predicted 7.0 fps, pilot 9.5 fps, p99 100.0 ms) over a + b (predicted 10.0 "
+        "fps, pilot 9.0 fps, p99 200.0 ms); c (predicted 8.0 fps, pilot error: boom)")
+
