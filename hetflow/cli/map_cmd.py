@@ -68,7 +68,7 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Argument(..., help="ONNX file or zoo model name"),
         profile: Path = typer.Option(..., "--profile", help="profile JSON (hetflow profile)"),
         strategy: str = typer.Option("pipeline", "--strategy", "-s"),
-        platform: Optional[str] = typer.Option(None, "--platform",
+        platform: Optional[str] = typer.Option(None, "--platform", "-p",
                                                help="platform YAML, bundled name, or auto"),
         seed: int = typer.Option(0, "--seed"),
         output: Optional[Path] = typer.Option(None, "-o", "--output", help="plan JSON to write"),

@@ -90,7 +90,7 @@ def register(app: typer.Typer) -> None:
                                               "profile=FILE, name=NAME"),
         profile_dir: Optional[Path] = typer.Option(None, "--profile-dir",
                                                    help="folder of <model>.*.profile.json"),
-        platform: Optional[str] = typer.Option(None, "--platform",
+        platform: Optional[str] = typer.Option(None, "--platform", "-p",
                                                help="platform YAML, bundled name, or auto"),
         output: Optional[Path] = typer.Option(None, "-o", "--output", help="multi-plan JSON"),
         algorithm: str = typer.Option("nsga2", "--algorithm", "-a", help="nsga2 or spea2"),

@@ -10,7 +10,7 @@ import platform as _pyplatform
 from pathlib import Path
 
 from hetflow.errors import InputError
-from hetflow.platform.spec import CpuCluster, Gpu, Platform
+from hetflow.platform.spec import CpuCluster, Gpu, Platform, format_cores
 
 SYS_CPU = Path("/sys/devices/system/cpu")
 
@@ -102,6 +102,18 @@ def detect_platform(name: str | None = None) -> Platform:
     return Platform(name=name or _pyplatform.node() or "local", clusters=clusters, gpus=gpus,
                     description=f"detected by hetflow on {_pyplatform.node()}",
                     source="auto")
+
+
+def check_cores_present(elements, what: str) -> None:
+    """InputError naming the element if it uses a core this process cannot run on (a plan made
+    for another machine: its runners would fail deep inside ONNX Runtime's thread pinning)."""
+    usable = set(usable_cores())
+    for e in elements:
+        missing = [c for c in e.cores if c not in usable]
+        if missing:
+            raise InputError(f"{what}: element {e.name} uses core {missing[0]}, which is not "
+                             f"available on this machine (usable: {format_cores(usable)}); "
+                             "map the model for this machine's platform")
 
 
 def check_devices_present(platform: Platform) -> None:

@@ -52,6 +52,9 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
         raise InputError(f"--check {check!r}: use first, all or none")
     if frames < 2:
         raise InputError("--frames must be at least 2")
+    from hetflow.platform.detect import check_cores_present
+
+    check_cores_present(plan.elements.values(), f"plan for {plan.model_name} on {plan.platform_name}")
     graph = graph or load_plan_model(plan)
     source, _ = make_source(graph, input_spec)
     keep = {"first": lambda f: f < check_frames, "all": lambda f: True,

@@ -142,3 +142,17 @@ def test_mismatch_names_stage(plan_for, monkeypatch):
     monkeypatch.setattr(engine, "prepare", bad_prepare)
     with pytest.raises(RuntimeFault, match=r"frame 0: output .* differs from the reference .* stage pe0"):
         run_plan(plan, graph, frames=4, warmup=0)
+
+
+def test_a_plan_for_cores_this_machine_lacks_is_refused_naming_the_element(plan_for):
+    from dataclasses import replace
+
+    from hetflow.errors import InputError
+
+    graph = GRAPHS[(16, 2)]
+    names = [l.name for l in graph.layers]
+    plan = plan_for(graph, {l: ("pe0" if i < 8 else "pe1") for i, l in enumerate(names)})
+    plan.elements["pe1"] = replace(plan.elements["pe1"], cores=(4095,))
+    with pytest.raises(InputError, match=r"plan for \S+ on test: element pe1 uses core 4095, "
+                                         r"which is not available on this machine"):
+        run_plan(plan, graph, frames=10)
