@@ -400,6 +400,10 @@ def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
     if engine not in ("auto", "threads", "processes"):
         raise InputError(f"--engine {engine!r}: use auto, threads or processes")
     mp.validate()
+    from hetflow.platform.detect import check_cores_present
+
+    for a in mp.apps:
+        check_cores_present(a.plan.elements.values(), f"application {a.name}")
     from .procs import hosts, run_processes
 
     if engine == "auto":

@@ -114,6 +114,12 @@ def test_bad_run_options():
         run_multiplan(plan, graphs(mp), max_in_flight=0)
     with pytest.raises(InputError, match="--switch-interval 1.0"):
         run_multiplan(plan, graphs(mp), switch_interval=1.0)
+    from dataclasses import replace
+
+    for app in plan.apps:  # a multi-plan made for a bigger machine
+        app.plan.elements[e0] = replace(app.plan.elements[e0], cores=(4095,))
+    with pytest.raises(InputError, match=rf"application a: element {e0} uses core 4095"):
+        run_multiplan(plan, graphs(mp))
 
 
 def test_the_run_shortens_the_gil_switch_interval_and_restores_it(monkeypatch):
