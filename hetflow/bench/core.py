@@ -25,7 +25,7 @@ class BenchSettings:
     refine: bool = True  # re-time the chosen plans' stages as whole sub-networks
     # ... and predict from the stages timed with all the plan's elements busy at once
     under_load: bool = True
-    under_load_seconds: float = 1.0
+    under_load_seconds: float = 2.0
     # also search a *balanced* plan: best throughput with predicted latency at most this share
     # of the parallel baseline's measured p99 (None: skip)
     balanced_latency_share: float | None = 0.5

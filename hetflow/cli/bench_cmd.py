@@ -56,7 +56,7 @@ def register(app: typer.Typer) -> None:
                           pilot_candidates=pilots)
         if quick:
             s.frames, s.warmup, s.baseline_seconds, s.profile_repeats = 120, 20, 2.0, 5
-            s.plan_seconds = 1.0
+            s.plan_seconds = s.under_load_seconds = 1.0
         if frames:
             s.frames = frames
         results = []

@@ -88,3 +88,14 @@ def test_stage_times_under_load_are_used_as_measured(factory):
     assert evaluate(p, alone).throughput == pytest.approx(1 / (2e-3 + p.call_overhead))
     p.loaded_times = {}
     assert evaluate(p, alone).throughput != pytest.approx(1 / (2e-3 + p.call_overhead))
+
+
+def test_a_uniform_group_under_load_costs_its_members_mean(factory):
+    p = factory.problem(4, factory.elements(2))
+    layers = [l.name for l in p.graph.layers]
+    key = subnet_key(layers)
+    p.loaded_times = {("cpu0", key): 4e-3, ("cpu1", key): 6e-3}
+    assert p.actor_time(layers, "cpu0|cpu1") == pytest.approx(5e-3)
+    assert p.actor_time(layers, "cpu1") == 6e-3  # asked per member: that member's
+    m = Mapping({l: "cpu0|cpu1" for l in layers})
+    assert evaluate(p, m).throughput == pytest.approx(2 / (5e-3 + p.call_overhead))
