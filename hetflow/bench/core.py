@@ -104,6 +104,7 @@ def bench_model(model: str, platform, settings: BenchSettings,
                 ) -> ModelBench:
     from hetflow.mapping.from_profile import problem_from_profile
     from hetflow.errors import InfeasibleError
+    from hetflow.mapping.mapping import group_members
     from hetflow.mapping.planner import make_plan, search_candidates
     from hetflow.mapping.problem import evaluate
     from hetflow.model import resolve_model
@@ -165,10 +166,11 @@ def bench_model(model: str, platform, settings: BenchSettings,
             continue
         plan, result, tried = choose_by_pilot(candidates, graph, settings.pilot_seconds,
                                               options.get("latency_cap"), pilots, log)
+        # (element, its phases) of every member of every actor of the plan
+        placed = [(e, ps) for a, ps in plan.app.phases.items() for e in group_members(a)]
         if settings.refine:
             # time the plan's phases as whole sub-networks and predict again with those times
-            groups = [(e, p.layers) for a, ps in plan.app.phases.items() for p in ps
-                      for e in a.split("|")]
+            groups = [(e, p.layers) for e, ps in placed for p in ps]
             profile_subnets(graph, platform, groups, profile=prof, repeats=settings.profile_repeats)
             # the fresh measurement wins, the profile's whole-model time included: a profile
             # taken earlier (or cached from a busier moment) can be far off; on the GPU machine
@@ -178,16 +180,15 @@ def bench_model(model: str, platform, settings: BenchSettings,
             if settings.under_load:
                 from hetflow.profile.under_load import time_stages_together
 
-                work = [(problem.element(e), [p.layers for p in ps])
-                        for a, ps in plan.app.phases.items() for e in a.split("|")]
+                work = [(problem.element(e), [p.layers for p in ps]) for e, ps in placed]
                 loaded = time_stages_together(graph, work, settings.under_load_seconds)
                 problem.loaded_times = {k: v["median"] for k, v in loaded.items()}
             metrics = evaluate(problem, plan.mapping)
             plan = make_plan(problem, plan.mapping, metrics, plan.strategy, platform.name,
                              plan.search, True)
         plans[label] = plan
-        stage_s = {f"{a}:{p.index}@{e}": problem.actor_time(p.layers, e)
-                   for a, ps in plan.app.phases.items() for p in ps for e in a.split("|")}
+        stage_s = {f"{p.actor}:{p.index}@{e}": problem.actor_time(p.layers, e)
+                   for e, ps in placed for p in ps}
         basis.setdefault("plan_stage_s", {})[label] = stage_s
         problem.loaded_times = {}  # this plan's load; the next search must not see it
         basis.setdefault("whole_model_in_problem_s", {}).update(

@@ -104,8 +104,9 @@ def register(app: typer.Typer) -> None:
             candidates = search_candidates(problem, [strategy], plat.name, pilots, seed, fuse,
                                            opts)
             with err_console.status("pilot runs") as status:
-                plan, result, tried = choose_by_pilot(candidates, graph, 0.4,
-                                                      opts.get("latency_cap"), log=status.update)
+                plan, result, tried = choose_by_pilot(candidates, graph,
+                                                      latency_cap=opts.get("latency_cap"),
+                                                      log=status.update)
             plan.search["pilots"] = tried
             if tried and not json_out:
                 console.print(pilot_summary(tried), highlight=False)

@@ -3,10 +3,10 @@
 A stage timed alone misses what its neighbours do to it: on the GPU machine the GPU stage of a
 GPU/CPU pipeline fired 0.99-1.35x slower in the run than its time alone scaled by the slowdown
 the parallel baseline's whole-model copies showed (the CPU workers' Python, memory traffic are
-not the same load). Here each element
-runs its own stages back to back in its own thread, pinned as the runtime pins it, all elements
-at once, on random inputs and without channels between them: the stage times of the plan's
-load, not of the plan's hand-offs (those stay in the model).
+not the same load). Here each element runs its own stages back to back in its own thread,
+pinned as the runtime pins it, all elements at once, on random inputs and without channels
+between them: the stage times of the plan's load, not of the plan's hand-offs (those stay in
+the model).
 """
 from __future__ import annotations
 
