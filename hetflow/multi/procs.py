@@ -90,6 +90,13 @@ class _Element:
     def _push(self, a, k: int, i: int, when: float) -> None:
         heapq.heappush(self.ready, (a.entry.priority, k, i, a.index, when))
 
+    def _satisfy(self, a, k: int, i: int, when: float) -> None:
+        """One input of firing i of frame k is there; ready it once all are."""
+        fr = a.frames[k]
+        fr.waiting[i] -= 1
+        if fr.waiting[i] == 0:
+            self._push(a, k, i, when)
+
     def release_due(self, t0: float, now: float) -> None:
         from .runtime import _Frame
 
@@ -140,9 +147,7 @@ class _Element:
         if msg[0] == "dep":  # ("dep", app, frame, firing, tensors)
             _, _, _, s, tensors = msg
             fr.tensors.update(tensors)
-            fr.waiting[s] -= 1
-            if fr.waiting[s] == 0:
-                self._push(a, k, s, now)
+            self._satisfy(a, k, s, now)
         else:  # ("part", app, frame, end, exec, outputs): another element finished its firings
             _, _, _, end, ran, outputs = msg
             fr.tensors.update(outputs)
@@ -175,20 +180,14 @@ class _Element:
         local = self.local[ai]
         for s in f.succs:
             if s in local:
-                fr.waiting[s] -= 1
-                if fr.waiting[s] == 0:
-                    self._push(a, k, s, t1)
+                self._satisfy(a, k, s, t1)
             else:
                 needs = {t: out[t] for t in a.firings[s].inputs if t in out}
                 self.inboxes[a.firings[s].actor].put(("dep", ai, k, s, needs))
         if f.last_of_actor:
             a.actor_done[f.actor] = k
-            nxt = a.frames.get(k + 1)
-            first = a.first_firing[f.actor]
-            if nxt is not None:
-                nxt.waiting[first] -= 1
-                if nxt.waiting[first] == 0:
-                    self._push(a, k + 1, first, t1)
+            if k + 1 in a.frames:
+                self._satisfy(a, k + 1, a.first_firing[f.actor], t1)
         if fr.left == 0:
             self._done_here(a, k)
         return f"application {a.name}, stage {f.actor} phase {f.phase}, frame {k}"
