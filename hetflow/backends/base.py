@@ -51,3 +51,9 @@ class Backend(ABC):
     @abstractmethod
     def prepare(self, subnet: "Subnet", element: "ProcessingElement", **opts: Any) -> Runner:
         """Build what is needed to run `subnet` on `element` (sessions, weights on device)."""
+
+    def prepare_lanes(self, subnet: "Subnet", element: "ProcessingElement", lanes: int,
+                      **opts: Any) -> list[Runner]:
+        """`lanes` runners of `subnet` on `element` that may run at the same time, one frame
+        each (GPU lanes). A backend whose runners can share weights overrides this."""
+        return [self.prepare(subnet, element, **opts) for _ in range(lanes)]

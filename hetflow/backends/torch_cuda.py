@@ -15,6 +15,11 @@
   block goes back to the cache and a later run reuses it. That costs no host copy and, in steady
   state, no pinned allocation. Rotating a fixed set of buffers would instead break silently when
   a caller holds more arrays than the ring has slots.
+- Lanes (`prepare_lanes`): k runners of one sub-network that share one copy of the weights on
+  the device; each has its own stream, CUDA graph, static device buffers and pinned host
+  buffers, so k threads can each keep a frame in flight. A run waits for its stream on a
+  blocking CUDA event (the thread sleeps instead of spinning a core that a CPU stage may need);
+  `sync="spin"` waits with `stream.synchronize()` instead (the CUDA default, which may spin).
 - fp32 only. TF32 is turned off so results match the CPU reference closely, and cudnn.benchmark
   on (both are process-wide torch settings).
 - torch and onnx2torch are imported inside functions: this module imports without them (CI has
@@ -188,9 +193,12 @@ class TorchCudaRunner:
     """One sub-network on one GPU; see the module docstring for buffers and streams."""
 
     def __init__(self, subnet: "Subnet", element: "ProcessingElement", module,
-                 device_index: int, cuda_graph: bool = True, warmup: int = 3):
+                 device_index: int, cuda_graph: bool = True, warmup: int = 3,
+                 sync: str = "block"):
         import torch
 
+        if sync not in ("block", "spin"):
+            raise BackendError(f"{NAME}: sync={sync!r}: use 'block' or 'spin'")
         self.subnet = subnet
         self.element = element
         self.inputs = list(subnet.inputs)
@@ -203,7 +211,8 @@ class TorchCudaRunner:
         _border_shapes(subnet, self.outputs, "output")
         with torch.cuda.device(self._device):
             self._stream = torch.cuda.Stream()
-            self._module = module.to(self._device)
+            self._done = torch.cuda.Event(blocking=True) if sync == "block" else None
+            self._module = module.to(self._device)  # no copy when already there (lanes)
             self._host_in = [torch.zeros(s, dtype=torch.float32, pin_memory=True) for s in shapes]
             self._host_in_np = [h.numpy() for h in self._host_in]
             self._dev_in = [torch.zeros(s, dtype=torch.float32, device=self._device)
@@ -292,10 +301,14 @@ class TorchCudaRunner:
         with self._torch.cuda.device(self._device), self._torch.cuda.stream(self._stream):
             self._compute()
         if sync:
-            self._stream.synchronize()
+            self.synchronize()
 
     def synchronize(self) -> None:
-        self._stream.synchronize()
+        if self._done is None:
+            self._stream.synchronize()
+            return
+        self._done.record(self._stream)
+        self._done.synchronize()
 
     def _compute(self) -> list:
         if self._graph is not None:
@@ -317,7 +330,7 @@ class TorchCudaRunner:
                 host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
                 host.copy_(out, non_blocking=True)
                 results.append(host)
-        self._stream.synchronize()
+        self.synchronize()
         return {name: host.numpy() for name, host in zip(self.outputs, results)}
 
     def _stage_input(self, name: str, feeds: Mapping[str, np.ndarray], dst: np.ndarray) -> None:
@@ -348,9 +361,17 @@ class TorchCudaBackend(Backend):
         return reason is None, reason or ""
 
     def prepare(self, subnet: "Subnet", element: "ProcessingElement", *, cuda_graph: bool = True,
-                warmup: int = 3, **_ignored: Any) -> TorchCudaRunner:
+                warmup: int = 3, sync: str = "block", **_ignored: Any) -> TorchCudaRunner:
         """`cuda_graph`: capture the forward as a CUDA graph (False: eager).
-        `warmup`: eager runs before capture (cuDNN autotuning)."""
+        `warmup`: eager runs before capture (cuDNN autotuning). `sync`: see the module notes."""
+        return self.prepare_lanes(subnet, element, 1, cuda_graph=cuda_graph, warmup=warmup,
+                                  sync=sync)[0]
+
+    def prepare_lanes(self, subnet: "Subnet", element: "ProcessingElement", lanes: int, *,
+                      cuda_graph: bool = True, warmup: int = 3, sync: str = "block",
+                      **_ignored: Any) -> list[TorchCudaRunner]:
+        """`lanes` runners over one copy of the weights (see the module notes). A lane count
+        that the device memory cannot hold is a BackendError naming the element."""
         reason = _missing_reason()
         if reason is not None:
             raise BackendError(f"{NAME} cannot run {subnet.name} on {element.name}: {reason}")
@@ -365,7 +386,23 @@ class TorchCudaBackend(Backend):
                                f"this machine has {torch.cuda.device_count()}")
         configure_torch()
         module = to_torch_module(subnet.model, subnet.name)
-        return TorchCudaRunner(subnet, element, module, index, cuda_graph, warmup)
+        runners: list[TorchCudaRunner] = []
+        try:
+            for lane in range(max(1, lanes)):
+                try:
+                    runners.append(TorchCudaRunner(subnet, element, module, index, cuda_graph,
+                                                   warmup, sync))
+                except torch.cuda.OutOfMemoryError:
+                    free, total = torch.cuda.mem_get_info(index)
+                    raise BackendError(
+                        f"{NAME}: element {element.name!r} cannot hold {lanes} lanes of "
+                        f"{subnet.name}: device memory ran out at lane {lane + 1} "
+                        f"({free / 2**30:.1f} of {total / 2**30:.1f} GiB free)") from None
+        except BaseException:
+            for r in runners:
+                r.close()
+            raise
+        return runners
 
 
 # ---- timing ------------------------------------------------------------------------------

@@ -63,8 +63,11 @@ def get_profile(graph, platform, repeats: int, log: Callable[[str], None]):
         try:
             prof = Profile.load(path)
             prof.check_matches(graph, platform)
-            log(f"reusing profile {path}")
-            return prof, 0.0
+            gpus = [e.name for e in platform.all_elements() if e.kind == "gpu"
+                    and e.name in prof.layer_times]
+            if all(g in prof.gpu_lanes for g in gpus):  # else made before lanes were measured
+                log(f"reusing profile {path}")
+                return prof, 0.0
         except HetflowError:
             pass
     from hetflow.mapping.from_profile import searched_elements
@@ -96,7 +99,9 @@ def _row(name: str, kind: str, r: RunReport, predicted: float | None = None,
             "predicted_throughput": predicted, "search_seconds": search_s,
             "checked_frames": r.checked_frames, "max_abs_error": r.max_abs_error,
             "utilisation": r.utilisation,
-            "stages": [a for a in plan.app.phases] if plan is not None else None}
+            "stages": [a for a in plan.app.phases] if plan is not None else None,
+            "lanes": ({e: k for e, k in plan.mapping.lanes.items() if k > 1} if plan is not None
+                      else r.notes.get("lanes", {}))}
 
 
 def bench_model(model: str, platform, settings: BenchSettings,
@@ -122,16 +127,34 @@ def bench_model(model: str, platform, settings: BenchSettings,
     rows = []
 
     singles, parallel = baseline_elements(platform)
-    single_reports = []
+    # a GPU runs at the lane count its profile found best (alone for the single element, beside
+    # busy CPU copies for the parallel baseline); the one-lane figures stay as reference rows
+    solo_lanes = {e.name: problem.best_lanes(e.name, busy=False) for e in singles
+                  if e.name in problem.lane_slowdown}
+    par_lanes = {e.name: problem.best_lanes(e.name, busy=True) for e in parallel
+                 if e.name in problem.lane_slowdown}
+    single_reports, reference = [], []
     for e in singles:
-        log(f"baseline: whole model on {e.name}")
-        single_reports.append(measure_single(graph, e, source, warmup=5,
-                                             seconds=settings.baseline_seconds))
+        for k in sorted({1, solo_lanes.get(e.name, 1)}):
+            log(f"baseline: whole model on {e.name}" + (f", {k} lanes" if k > 1 else ""))
+            r = measure_single(graph, e, source, warmup=5, seconds=settings.baseline_seconds,
+                               lanes=k)
+            (single_reports if k == solo_lanes.get(e.name, 1) else reference).append(r)
     best_single = max(single_reports, key=lambda r: r.throughput)
     rows.append(_row(f"peak single ({best_single.name.split(':', 1)[1]})", "baseline", best_single))
-    log(f"baseline: parallel copies on {', '.join(e.name for e in parallel)}")
-    par = measure_parallel(graph, parallel, source, warmup=5, seconds=settings.baseline_seconds)
-    rows.append(_row("parallel copies", "baseline", par))
+    rows += [_row(f"reference: single {r.name.split(':', 1)[1]}, 1 lane", "reference", r)
+             for r in reference]
+    log(f"baseline: parallel copies on {', '.join(e.name for e in parallel)}"
+        + "".join(f", {e} x{k} lanes" for e, k in par_lanes.items() if k > 1))
+    par = measure_parallel(graph, parallel, source, warmup=5, seconds=settings.baseline_seconds,
+                           lanes=par_lanes)
+    rows.append(_row("parallel copies" + "".join(f" ({e} x{k} lanes)" for e, k in
+                                                 par_lanes.items() if k > 1), "baseline", par))
+    if any(k > 1 for k in par_lanes.values()):
+        log("reference: parallel copies with one lane per GPU")
+        par1 = measure_parallel(graph, parallel, source, warmup=5,
+                                seconds=settings.baseline_seconds, name="parallel, 1 lane")
+        rows.append(_row("reference: parallel copies, 1 lane per GPU", "reference", par1))
     factors: dict[str, float] = {}
     if settings.contention:
         factors = contention_factors(prof, problem, par)
@@ -139,6 +162,10 @@ def bench_model(model: str, platform, settings: BenchSettings,
         log("contention factors: " + ", ".join(f"{k} {v:.2f}" for k, v in factors.items()))
     # what the predictions rest on, kept with the results (prediction errors are read here)
     basis = {"contention_factors": factors,
+             "lane_slowdown": {e: {str(k): v for k, v in c.items()}
+                               for e, c in problem.lane_slowdown.items()},
+             "lane_slowdown_busy": {e: {str(k): v for k, v in c.items()}
+                                    for e, c in problem.lane_slowdown_busy.items()},
              "whole_model_alone_s": {e: st["median"] for e, st in prof.whole_model.items()
                                      if e in problem.element_index},
              "parallel_per_element_fps": par.notes.get("per_element_fps", {})}
@@ -168,6 +195,7 @@ def bench_model(model: str, platform, settings: BenchSettings,
                                               options.get("latency_cap"), pilots, log)
         # (element, its phases) of every member of every actor of the plan
         placed = [(e, ps) for a, ps in plan.app.phases.items() for e in group_members(a)]
+        a_priori = dict(plan.predicted)  # from the profile, before this plan's stages ran
         if settings.refine:
             # time the plan's phases as whole sub-networks and predict again with those times
             groups = [(e, p.layers) for e, ps in placed for p in ps]
@@ -182,7 +210,9 @@ def bench_model(model: str, platform, settings: BenchSettings,
 
                 work = [(problem.element(e), [p.layers for p in ps]) for e, ps in placed]
                 loaded = time_stages_together(graph, work, settings.under_load_seconds)
-                problem.loaded_times = {k: v["median"] for k, v in loaded.items()}
+                # one lane was timed; a GPU with several keeps its curve measured under load
+                problem.loaded_times = {k: v["median"] for k, v in loaded.items()
+                                        if plan.mapping.lanes_of(k[0]) == 1}
             metrics = evaluate(problem, plan.mapping)
             plan = make_plan(problem, plan.mapping, metrics, plan.strategy, platform.name,
                              plan.search, True)
@@ -199,11 +229,14 @@ def bench_model(model: str, platform, settings: BenchSettings,
         frames = frames_for(plan, settings.plan_seconds, settings.frames)
         r = run_plan(plan, graph, frames, max(settings.warmup, frames // 10), check="first",
                      trace_path=trace)
-        rows.append(_row(f"hetflow {label}", "plan", r, plan.predicted["throughput"],
+        rows.append(_row(f"hetflow {label}", "plan", r, a_priori["throughput"],
                          plan.search.get("seconds"), plan))
         rows[-1]["strategy"] = plan.strategy
         rows[-1]["pilots"] = tried
-        rows[-1]["predicted_latency"] = plan.predicted["latency"]
+        rows[-1]["predicted_latency"] = a_priori["latency"]
+        if settings.refine:  # after timing this plan's own stages: not a prediction
+            rows[-1]["refined_throughput"] = plan.predicted["throughput"]
+            rows[-1]["refined_latency"] = plan.predicted["latency"]
         if report_dir is not None:
             plan.save(Path(report_dir) / f"{graph.name}.{label}.plan.json")
             if result is not None and len(result.front) > 1:
@@ -231,9 +264,12 @@ def contention_factors(prof, problem, parallel_report) -> dict[str, float]:
 
     per_kind: dict[str, list[float]] = {}
     for el, fps in parallel_report.notes.get("per_element_fps", {}).items():
+        if el in problem.lane_slowdown_busy:
+            continue  # its lane curve measured beside busy copies carries its slowdown
         alone = prof.whole_model.get(el, {}).get("median")
         if fps > 0 and alone:
             kind = prof.elements.get(el, {}).get("kind", "cpu")
             per_kind.setdefault(kind, []).append((1.0 / fps) / alone)
     factor = {k: max(1.0, statistics.median(v)) for k, v in per_kind.items()}
-    return {e.name: factor.get(e.kind, 1.0) for e in problem.elements}
+    return {e.name: 1.0 if e.name in problem.lane_slowdown_busy else factor.get(e.kind, 1.0)
+            for e in problem.elements}

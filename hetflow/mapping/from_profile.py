@@ -50,7 +50,9 @@ def searched_elements(platform) -> list:
 
 
 def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: int = 2,
-                         call_overhead: float | None = None) -> Problem:
+                         call_overhead: float | None = None, lanes: bool = True) -> Problem:
+    """`lanes`: give GPU elements the lane curves the profile measured (False: one frame at a
+    time on every GPU, as the multi-CNN runtimes run them)."""
     profile.check_matches(graph, platform)
     configs = select_configurations(platform)
     elements, seen = [], set()
@@ -73,9 +75,22 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
     times = np.array([[profile.layer_time(l.name, e.name) for e in elements] for l in graph.layers])
     # runtime dispatch per phase firing (queue hand-offs, Python): measured ~20-40 us here
     overhead = 30e-6 if call_overhead is None else call_overhead
-    return Problem(graph, elements, times, profile.transfer_time, overhead, capacity_frames,
-                   configurations=usable, subnet_times=measured_subnets(graph, profile, elements),
-                   element_overhead={e.name: profile.call_overhead(e.name) for e in elements})
+    problem = Problem(graph, elements, times, profile.transfer_time, overhead, capacity_frames,
+                      configurations=usable,
+                      subnet_times=measured_subnets(graph, profile, elements),
+                      element_overhead={e.name: profile.call_overhead(e.name) for e in elements})
+    if lanes:
+        from hetflow.profile.lanes import slowdown_curves
+
+        for e in elements:
+            table = profile.gpu_lanes.get(e.name)
+            if e.kind == "gpu" and table and "1" in table:
+                problem.lane_slowdown[e.name], busy = slowdown_curves(table)
+                if busy:
+                    problem.lane_slowdown_busy[e.name] = busy
+                if "memory" in table:
+                    problem.lane_limit[e.name] = int(table["memory"]["max_lanes"])
+    return problem
 
 
 def measured_subnets(graph: CnnGraph, profile, elements) -> dict[tuple[str, str], float]:

@@ -32,6 +32,10 @@ class Mapping:
     # member is free; the patterns then only give the analysis its shares) or "static" (by the
     # patterns, a pure CSDF distributor)
     dispatch_mode: str = "dynamic"
+    lanes: dict[str, int] = field(default_factory=dict)  # GPU element -> frames in flight (1)
+
+    def lanes_of(self, element: str) -> int:
+        return self.lanes.get(element, 1)
 
     def pattern(self, actor: str) -> list[int]:
         """Member index per frame, cyclically; round-robin unless a pattern was given."""
@@ -50,17 +54,20 @@ class Mapping:
         is the default (the single strategy made such twins, and the bench piloted both)."""
         groups = sorted(a for a in self.actors if len(group_members(a)) > 1)
         return (tuple(sorted(self.assignment.items())), self.policy, self.dispatch_mode,
-                tuple((a, tuple(self.pattern(a))) for a in groups))
+                tuple((a, tuple(self.pattern(a))) for a in groups),
+                tuple(sorted((e, k) for e, k in self.lanes.items() if k != 1)))
 
     def to_dict(self) -> dict[str, Any]:
         return {"assignment": self.assignment, "policy": self.policy, "meta": self.meta,
-                "dispatch": self.dispatch, "dispatch_mode": self.dispatch_mode}
+                "dispatch": self.dispatch, "dispatch_mode": self.dispatch_mode,
+                "lanes": self.lanes}
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "Mapping":
         return Mapping(dict(d["assignment"]), d.get("policy", "maximal"), d.get("meta", {}),
                        {k: [int(x) for x in v] for k, v in d.get("dispatch", {}).items()},
-                       d.get("dispatch_mode", "dynamic"))
+                       d.get("dispatch_mode", "dynamic"),
+                       {k: int(v) for k, v in d.get("lanes", {}).items()})
 
 
 def weighted_pattern(times: list[float], max_len: int = 64) -> list[int]:

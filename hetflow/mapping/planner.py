@@ -11,7 +11,14 @@ from .strategies.base import SearchResult, check_options, get_strategy
 
 
 def make_plan(problem: Problem, mapping: Mapping, metrics: Metrics, strategy: str,
-              platform_name: str, search: dict | None = None, fuse: bool = False) -> Plan:
+              platform_name: str, search: dict | None = None, fuse: bool = False,
+              latency_cap: float | None = None) -> Plan:
+    """The plan of `mapping`; GPU elements get explicit lane counts (`fit_lanes`)."""
+    from .lanes import check_lanes, fit_lanes
+
+    mapping, fitted = fit_lanes(problem, mapping, latency_cap)
+    metrics = fitted or metrics
+    check_lanes(problem, mapping)
     g = problem.graph
     app = build_app(problem, mapping)
     elements = {e: problem.element(e) for a in app.phases for e in group_members(a)}
@@ -30,7 +37,7 @@ def search_plan(problem: Problem, strategy: str, platform_name: str, seed: int =
                      {"seed": seed, "seconds": round(seconds, 3), "evaluations": result.evaluations,
                       "space_size": result.space_size, **{k: v for k, v in result.notes.items()
                                                           if isinstance(v, (int, float, str))}},
-                     fuse)
+                     fuse, options.get("latency_cap"))
     return plan, result
 
 
@@ -70,7 +77,7 @@ def search_candidates(problem: Problem, strategies: list[str], platform_name: st
         others = sorted(((mp, m) for mp, m in result.front if mp.key() != plan.mapping.key()
                          and (cap is None or m.latency <= cap)), key=lambda x: -x[1].throughput)
         for mp, m in others[:max(0, count - 1)]:
-            alt = make_plan(problem, mp, m, name, platform_name, dict(plan.search), fuse)
+            alt = make_plan(problem, mp, m, name, platform_name, dict(plan.search), fuse, cap)
             found.append((m.throughput, len(found), alt, result))
     found.sort(key=lambda x: (-x[0], x[1]))
     out, seen = [], set()

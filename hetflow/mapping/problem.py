@@ -47,6 +47,60 @@ class Problem:
     # at once (hetflow.profile.under_load): used as measured, without the contention factor,
     # and only while that plan is evaluated (another plan loads the machine differently)
     loaded_times: dict[tuple[str, str], float] = field(default_factory=dict)
+    # GPU lanes (see mapping.py): element -> {k: firing time at k lanes / firing time at 1 lane},
+    # measured on the whole model with the other elements idle, and with single-thread CPU
+    # copies busy on the other cores (that curve also carries the GPU's slowdown under load)
+    lane_slowdown: dict[str, dict[int, float]] = field(default_factory=dict)
+    lane_slowdown_busy: dict[str, dict[int, float]] = field(default_factory=dict)
+    lane_limit: dict[str, int] = field(default_factory=dict)  # most lanes device memory holds
+
+    # ---- lanes ----
+    def lane_counts(self, element: str) -> list[int]:
+        """The lane counts measured on `element` ([1] for an element without lanes)."""
+        return sorted(self.lane_slowdown.get(element, {1: 1.0}))
+
+    def slowdown(self, element: str, lanes: int, busy: bool) -> float:
+        """Firing time at `lanes` lanes over the firing time at one, from the measured curve:
+        linear between measured counts; past the largest, no more throughput than there."""
+        curve = (self.lane_slowdown_busy if busy else {}).get(element) or \
+            self.lane_slowdown.get(element)
+        if not curve or lanes <= 1 and 1 in curve:
+            return curve.get(1, 1.0) if curve else 1.0
+        ks = sorted(curve)
+        if lanes in curve:
+            return curve[lanes]
+        if lanes > ks[-1]:
+            return curve[ks[-1]] * lanes / ks[-1]
+        lo = max(k for k in ks if k < lanes)
+        hi = min(k for k in ks if k > lanes)
+        return curve[lo] + (curve[hi] - curve[lo]) * (lanes - lo) / (hi - lo)
+
+    def best_lanes(self, element: str, busy: bool = True) -> int:
+        """The measured lane count with the highest throughput (k / slowdown); the fewest on a
+        tie within 1% (fewer frames in flight, shorter latency)."""
+        ks = [k for k in self.lane_counts(element)
+              if k <= self.lane_limit.get(element, 1 << 30)] or [1]
+        rate = {k: k / self.slowdown(element, k, busy) for k in ks}
+        top = max(rate.values())
+        return min(k for k in ks if rate[k] >= 0.99 * top)
+
+    def lanes_in(self, mapping: Mapping, element: str) -> int:
+        """Lanes of `element` in `mapping`: as the mapping says, else the best measured count."""
+        if element in mapping.lanes:
+            return mapping.lanes[element]
+        return self.best_lanes(element, busy=len(set(mapping.elements)) > 1)
+
+    @cached_property
+    def frame_layer_times(self) -> np.ndarray:
+        """Layer times as a share of each element's capacity per frame: a GPU at its best lane
+        count k runs k frames at once, each firing slowed by its measured factor, so a layer
+        costs it t * slowdown(k) / k. Load-balance searches rank designs with these."""
+        out = np.array(self.layer_times, float, copy=True)
+        for e, col in self.element_index.items():
+            if e in self.lane_slowdown:
+                k = self.best_lanes(e)
+                out[:, col] *= self.slowdown(e, k, busy=True) / k
+        return out
 
     @cached_property
     def element_index(self) -> dict[str, int]:
@@ -75,6 +129,7 @@ class Problem:
         once: shared caches, memory bandwidth, the GIL), as Kang et al. scale by DVFS ratios."""
         self.contention = dict(factors)
         self.__dict__.pop("alone", None)
+        self.__dict__.pop("frame_layer_times", None)
         for name, f in factors.items():
             if name in self.element_index:
                 self.layer_times[:, self.element_index[name]] *= f
@@ -139,6 +194,7 @@ class Metrics:
     peak_memory: dict[str, int]  # element -> bytes of weights + FIFO buffers
     stage_times: dict[str, float]  # actor -> busy time per frame (sum of its phases)
     critical: list[str] = field(default_factory=list)
+    lanes: dict[str, int] = field(default_factory=dict)  # GPU element -> lanes analysed
 
     def to_dict(self):
         return dict(self.__dict__)
@@ -173,31 +229,53 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
     plans was 0.76-1.28 of measured (median 0.89), where the pattern bound had been low for all nine
     CNNs (a 64-slot pattern gives each of 15 slow cores at least 1/64 of the frames, more than
     they can take beside a GPU 70x faster).
+
+    A GPU member with k lanes counts as k members (concurrency k) whose firing takes its
+    one-lane time times the measured slowdown at k lanes; in a group of unlike members its rate
+    is k / that time.
     """
     mapping = mapping or Mapping(app.assignment)
     uniform = {a: _is_uniform(problem, mapping, a) for a in app.phases}
+    busy = len(set(mapping.elements)) > 1
+    lanes = {e: problem.lanes_in(mapping, e) for e in mapping.elements}
+
+    def firing(layers, who):  # an element, or a uniform group (its members' mean)
+        t = problem.actor_time(layers, who)
+        e = group_members(who)[0]
+        if lanes.get(e, 1) > 1 or e in problem.lane_slowdown_busy:
+            t *= problem.slowdown(e, lanes.get(e, 1), busy)
+        return t + problem.call_overhead
 
     def phase_time(p):
         members = group_members(p.actor)
         if uniform[p.actor] or len(members) == 1:
-            return problem.actor_time(p.layers, p.actor) + problem.call_overhead
-        times = [problem.actor_time(p.layers, e) + problem.call_overhead for e in members]
+            return firing(p.layers, p.actor)
+        times = [firing(p.layers, e) for e in members]
         pat = mapping.pattern(p.actor)
         if for_latency:
             return max(t for m, t in enumerate(times) if m in pat)
         if mapping.dispatch_mode == "dynamic":
-            return 1.0 / sum(1.0 / t for t in times)
-        return max(pat.count(m) * t for m, t in enumerate(times)) / len(pat)
+            return 1.0 / sum(lanes.get(e, 1) / t for e, t in zip(members, times))
+        return max(pat.count(m) * t / lanes.get(members[m], 1)
+                   for m, t in enumerate(times)) / len(pat)
 
     def transfer(c):
         return problem.transfer(c.nbytes, group_members(c.src)[0], group_members(c.dst)[0])
 
-    conc = {a: len(group_members(a)) if (uniform[a] or for_latency) else 1 for a in app.phases}
+    def concurrency(a):
+        members = group_members(a)
+        if len(members) == 1 or uniform[a] or for_latency:
+            return sum(lanes.get(e, 1) for e in members)
+        return 1
+
+    conc = {a: concurrency(a) for a in app.phases}
     cap = problem.capacity_frames if capacity_frames is None else capacity_frames
     if not for_latency:
-        # a weighted group's FIFOs hold a pattern period of frames (see the runtime)
+        # a weighted group's FIFOs hold a pattern period of frames, a laned actor's FIFOs a
+        # window per lane (see the runtime)
         return app.to_graph(phase_time, transfer, {c.name: cap * max(
-            len(mapping.pattern(c.src)), len(mapping.pattern(c.dst))) for c in app.channels}, conc)
+            len(mapping.pattern(c.src)), len(mapping.pattern(c.dst)), conc[c.src], conc[c.dst])
+            for c in app.channels}, conc)
     return app.to_graph(phase_time, transfer, cap, conc)
 
 
@@ -212,11 +290,16 @@ def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> M
     thr = res.throughput
     stage = {a: sum(problem.actor_time(p.layers, a) + problem.call_overhead for p in ps)
              for a, ps in app.phases.items()}
+    loaded = len(set(mapping.elements)) > 1
+    lanes = {e: problem.lanes_in(mapping, e) for e in mapping.elements
+             if e in problem.lane_slowdown or e in mapping.lanes}
     util = {}
     for a in app.phases:
         members = group_members(a)
-        busy = [sum(problem.actor_time(p.layers, e) + problem.call_overhead
-                    for p in app.phases[a]) for e in members]
+        # an element's busy time per frame; k lanes share one device, each firing slowed
+        busy = [sum(problem.actor_time(p.layers, e) * problem.slowdown(e, lanes.get(e, 1), loaded)
+                    / lanes.get(e, 1) + problem.call_overhead for p in app.phases[a])
+                for e in members]
         pat = mapping.pattern(a)
         shares = [pat.count(m) / len(pat) for m in range(len(members))]
         if mapping.dispatch_mode == "dynamic" and not _is_uniform(problem, mapping, a):
@@ -239,4 +322,4 @@ def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> M
     if with_latency:
         lr = latency(timed_graph(problem, app, mapping, for_latency=True))
         lat, lat_iso = lr.steady, lr.isolated
-    return Metrics(thr, lat, lat_iso, util, energy, mem, stage, list(res.critical))
+    return Metrics(thr, lat, lat_iso, util, energy, mem, stage, list(res.critical), lanes)

@@ -219,7 +219,7 @@ def load_app(spec: AppSpec, platform, profile_dir: Path | None = None,
     prof = Profile.load(path)
     fuse = bool(prof.meta.get("fused", False))
     graph = resolve_model(spec.model, None, fuse)
-    problem = problem_from_profile(graph, prof, platform)
+    problem = problem_from_profile(graph, prof, platform, lanes=False)  # one frame at a time
     factors = calibrate_to_whole(problem, prof, time_stat) if calibrate else {}
     return AppProblem(spec, graph, problem, fuse, str(path), factors)
 

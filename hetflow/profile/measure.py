@@ -298,9 +298,10 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
                   comm: bool = True, comm_sizes: Sequence[int] = commbench.DEFAULT_SIZES,
                   comm_repeats: int = 5, dvfs_calibration: bool = False,
                   backend_opts: Mapping[str, Any] | None = None,
-                  skip_unavailable: bool = False) -> Profile:
+                  skip_unavailable: bool = False, lanes: bool = True) -> Profile:
     """Measure every layer of `graph` on `elements` (default: every element of every
     configuration of `platform`), the whole model on each, and the communication links.
+    `lanes`: time the whole model on each GPU element at several lane counts (profile/lanes.py).
 
     Elements whose backend is missing here are skipped (listed in `profile.meta['skipped']`)
     when `elements` is None (or `skip_unavailable`), and an error when named.
@@ -349,6 +350,8 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
                 prof.whole_model[e.name] = dict(whole)
                 prof.elements[e.name] = _element_info(e, rep.name)
                 prof.cpu_freq_mhz[e.name] = freq
+        if lanes:
+            _measure_lanes(prof, graph, platform, measurable, bar)
         if comm:
             _measure_comm(prof, measurable, comm_sizes, comm_repeats, bar)
     _derived_accelerators(prof, graph, platform, wanted)
@@ -362,6 +365,26 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
         prof.meta.setdefault("skipped", {}).update(skipped)
     prof.meta["seconds"] = round(time.perf_counter() - started, 2)
     return prof
+
+
+def _measure_lanes(prof: Profile, graph: "CnnGraph", platform: "Platform",
+                   elements: list[ProcessingElement], bar: _Progress) -> None:
+    """The lane table of every GPU element; the busy runs keep single-thread copies on every
+    core that no GPU drives (what the data-parallel baseline runs beside the GPU)."""
+    from hetflow.platform.configs import resolve_config
+
+    from .lanes import measure_lanes
+
+    gpus = [e for e in elements if e.kind == "gpu"]
+    if not gpus:
+        return
+    finest = resolve_config(platform, {cl.name: [1] * len(platform.free_cores(cl))
+                                       for cl in platform.clusters})
+    busy = [e for e in finest.elements if e.kind == "cpu" and e.backend != "none"]
+    for g in gpus:
+        task = bar.task(f"{g.name} lanes")
+        prof.gpu_lanes[g.name] = measure_lanes(graph, g, busy)
+        task.advance()
 
 
 def _measure_comm(prof: Profile, elements: list[ProcessingElement], sizes: Sequence[int],

@@ -54,7 +54,10 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
         raise InputError("--frames must be at least 2")
     from hetflow.platform.detect import check_cores_present
 
+    from hetflow.mapping.lanes import check_plan_lanes
+
     check_cores_present(plan.elements.values(), f"plan for {plan.model_name} on {plan.platform_name}")
+    check_plan_lanes(plan.mapping, plan.elements)
     graph = graph or load_plan_model(plan)
     source, _ = make_source(graph, input_spec)
     keep = {"first": lambda f: f < check_frames, "all": lambda f: True,

@@ -4,6 +4,9 @@
 - *parallel* (Pipe-All's baseline): independent whole-model copies on every element at once,
   each pulling the next frame as soon as it is free; one copy per element (GPU copies driven by
   their core, single-thread CPU sessions on the other cores).
+A GPU may run several copies at once (`lanes`: k CUDA graphs on k streams over one copy of the
+weights), as a GPU server's instance groups do: the parallel baseline a GPU user deploys runs
+the GPU at its best lane count beside the CPU copies.
 Latency of a frame is its compute time (a copy never waits on another).
 """
 from __future__ import annotations
@@ -19,34 +22,48 @@ from hetflow.platform.spec import ProcessingElement
 from .report import RunReport, latency_stats
 
 
-def _whole_model_runner(graph: CnnGraph, element: ProcessingElement):
+def _whole_model_runners(graph: CnnGraph, element: ProcessingElement, lanes: int = 1) -> list:
     from hetflow.backends import backend_for
     from hetflow.model.subnet import extract_subnet
 
     sub = extract_subnet(graph, [l.name for l in graph.layers], name=f"whole@{element.name}")
-    return backend_for(element).prepare(sub, element)
+    backend = backend_for(element)
+    return backend.prepare_lanes(sub, element, lanes) if lanes > 1 else [backend.prepare(sub, element)]
 
 
 def measure_single(graph: CnnGraph, element: ProcessingElement, inputs: Callable[[int], dict],
-                   frames: int = 200, warmup: int = 10, seconds: float | None = None) -> RunReport:
-    return measure_parallel(graph, [element], inputs, frames, warmup, seconds, name=f"single:{element.name}")
+                   frames: int = 200, warmup: int = 10, seconds: float | None = None,
+                   lanes: int = 1) -> RunReport:
+    label = f"single:{element.name}" + (f" x{lanes} lanes" if lanes > 1 else "")
+    return measure_parallel(graph, [element], inputs, frames, warmup, seconds, name=label,
+                            lanes={element.name: lanes})
 
 
 def measure_parallel(graph: CnnGraph, elements: list[ProcessingElement],
                      inputs: Callable[[int], dict], frames: int = 200, warmup: int = 10,
-                     seconds: float | None = None, name: str = "parallel") -> RunReport:
+                     seconds: float | None = None, name: str = "parallel",
+                     lanes: dict[str, int] | None = None) -> RunReport:
     """All copies run at once; throughput counts frames completed by all of them in the window
-    after every copy finished its warm-up."""
+    after every copy finished its warm-up. `lanes`: copies per element (GPU lanes), default 1."""
     from hetflow.backends import pin_current_thread
     from hetflow.backends.together import run_together
 
-    runners = [_whole_model_runner(graph, e) for e in elements]
+    lanes = lanes or {}
+    workers: list[tuple[ProcessingElement, object]] = []  # (element, runner), a lane each
+    try:
+        for e in elements:
+            workers += [(e, r) for r in _whole_model_runners(graph, e, lanes.get(e.name, 1))]
+    except BaseException:
+        for _, r in workers:
+            getattr(r, "close", lambda: None)()
+        raise
+    runners = [r for _, r in workers]
     next_frame = iter(range(10 ** 12))
     lock = threading.Lock()
-    records: list[list[tuple[float, float]]] = [[] for _ in elements]
+    records: list[list[tuple[float, float]]] = [[] for _ in workers]
 
     def prepare(i: int) -> None:
-        pin_current_thread(elements[i].cores)
+        pin_current_thread(workers[i][0].cores)
         for w in range(warmup):
             runners[i].run(inputs(w))
 
@@ -61,16 +78,21 @@ def measure_parallel(graph: CnnGraph, elements: list[ProcessingElement],
         return True
 
     try:
-        t_start = run_together(f"{name} baseline", [e.name for e in elements], prepare, step,
+        t_start = run_together(f"{name} baseline", [e.name for e, _ in workers], prepare, step,
                                None if seconds is None else (lambda elapsed: elapsed >= seconds))
     finally:
         for r in runners:
             getattr(r, "close", lambda: None)()
     t_end = max((r[-1][1] for r in records if r), default=time.perf_counter())
+    wall = t_end - t_start
     done = sum(len(r) for r in records)
     lat = [e - s for r in records for s, e in r]
-    util = {el.name: sum(e - s for s, e in r) / (t_end - t_start) for el, r in zip(elements, records)}
-    return RunReport(name, done, warmup, done / (t_end - t_start), latency_stats(lat), util,
-                     notes={"elements": [e.name for e in elements],
-                            "per_element_fps": {el.name: len(r) / (t_end - t_start)
-                                                for el, r in zip(elements, records)}})
+    util: dict[str, float] = {}
+    fps: dict[str, float] = {}
+    for (el, _), r in zip(workers, records):
+        k = lanes.get(el.name, 1)
+        util[el.name] = util.get(el.name, 0.0) + sum(e - s for s, e in r) / wall / k
+        fps[el.name] = fps.get(el.name, 0.0) + len(r) / wall
+    return RunReport(name, done, warmup, done / wall, latency_stats(lat), util,
+                     notes={"elements": [e.name for e in elements], "per_element_fps": fps,
+                            "lanes": {e: k for e, k in lanes.items() if k > 1}})

@@ -2,7 +2,9 @@
 
 One worker thread per processing element, pinned to its caller core (ONNX Runtime's pool
 threads have the element's other cores); an actor replicated on k elements has k workers,
-member i taking frames f with f % k == i. Each worker fires its actor's phases in
+member i taking frames f with f % k == i. A GPU element with k lanes has k workers too, one per
+lane (its own CUDA graph and stream), each taking the element's next frame: k frames in flight
+on one device, released in order like a replica group's. Each worker fires its actor's phases in
 their cyclic order (Algorithm 2's order, so the application cannot deadlock), reading a phase's
 inputs from bounded FIFO channels, from the frame source or from tensors an earlier phase of the
 same frame left in the worker's local memory. Channel FIFOs exist per (channel, source member,
@@ -155,27 +157,33 @@ class FrameChannel:
 class _Dispatch:
     """Which frames a member of an actor takes: by the actor's static pattern, or dynamically
     (the next frame goes to whichever member asks first: idle members never wait on busy ones,
-    so members of different or varying speed all stay busy)."""
+    so members of different or varying speed all stay busy). The lanes of one member share
+    its frames, each lane taking the member's next one."""
 
     def __init__(self, pattern: list[int] | None, frames: int):
         self.pattern, self.frames = pattern, frames
         self.next = 0
         self.lock = threading.Lock()
+        self._static: dict[int, Any] = {}  # member -> iterator over its frames
+
+    def _frames_of(self, j: int):
+        mine = [off for off, m in enumerate(self.pattern) if m == j]
+        for base in range(0, self.frames, len(self.pattern)):
+            for off in mine:
+                if base + off < self.frames:
+                    yield base + off
+
+    def take(self, j: int) -> int | None:
+        """Member j's next frame, or None when it has none left."""
+        with self.lock:
+            if self.pattern:
+                return next(self._static.setdefault(j, self._frames_of(j)), None)
+            f = self.next
+            self.next += 1
+        return f if f < self.frames else None
 
     def frames_of(self, j: int):
-        if self.pattern:
-            mine = [off for off, m in enumerate(self.pattern) if m == j]
-            for base in range(0, self.frames, len(self.pattern)):
-                for off in mine:
-                    if base + off < self.frames:
-                        yield base + off
-            return
-        while True:
-            with self.lock:
-                f = self.next
-                self.next += 1
-            if f >= self.frames:
-                return
+        while (f := self.take(j)) is not None:
             yield f
 
 
@@ -185,10 +193,15 @@ class PreparedPlan:
 
     plan: Plan
     graph: CnnGraph
-    runners: dict[tuple[str, int], Any]  # (element, phase index) -> Runner
+    runners: dict[tuple[str, int], Any]  # (element, phase index) -> Runner (its first lane)
+    more_lanes: dict[tuple[str, int], list[Any]] = field(default_factory=dict)  # lanes 2..k
+
+    def runner(self, element: str, phase: int, lane: int = 0) -> Any:
+        return self.runners[(element, phase)] if lane == 0 else \
+            self.more_lanes[(element, phase)][lane - 1]
 
     def close(self) -> None:
-        for r in self.runners.values():
+        for r in [*self.runners.values(), *(x for rs in self.more_lanes.values() for x in rs)]:
             close = getattr(r, "close", None)
             if close:
                 close()
@@ -200,17 +213,27 @@ def prepare(plan: Plan, graph: CnnGraph, progress: Callable[[str], None] | None 
     from hetflow.backends import backend_for
     from hetflow.model.subnet import extract_subnet
 
-    runners = {}
-    for actor, phases in plan.app.phases.items():
-        members = [el for el in group_members(actor) if only is None or el in only]
-        for ph in phases if members else ():
-            sub = extract_subnet(graph, ph.layers, name=f"{actor}#{ph.index}")
-            for el in members:
-                element = plan.elements[el]
-                if progress:
-                    progress(f"preparing {actor} phase {ph.index} on {el}")
-                runners[(el, ph.index)] = backend_for(element).prepare(sub, element)
-    return PreparedPlan(plan, graph, runners)
+    runners, more = {}, {}
+    pp = PreparedPlan(plan, graph, runners, more)
+    try:
+        for actor, phases in plan.app.phases.items():
+            members = [el for el in group_members(actor) if only is None or el in only]
+            for ph in phases if members else ():
+                sub = extract_subnet(graph, ph.layers, name=f"{actor}#{ph.index}")
+                for el in members:
+                    element = plan.elements[el]
+                    k = plan.mapping.lanes_of(el)
+                    if progress:
+                        progress(f"preparing {actor} phase {ph.index} on {el}"
+                                 + (f" ({k} lanes)" if k > 1 else ""))
+                    backend = backend_for(element)
+                    lanes = (backend.prepare_lanes(sub, element, k) if k > 1
+                             else [backend.prepare(sub, element)])
+                    runners[(el, ph.index)], more[(el, ph.index)] = lanes[0], lanes[1:]
+    except BaseException:
+        pp.close()
+        raise
+    return pp
 
 
 def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]], frames: int,
@@ -225,15 +248,17 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     control = control_cores(plan.elements.values())
     cap = max(1, plan.capacity_frames)
     members = {a: group_members(a) for a in app.phases}
+    lanes = {el: plan.mapping.lanes_of(el) for ms in members.values() for el in ms}
     static = plan.mapping.dispatch_mode == "static"
     dispatch = {a: _Dispatch(plan.mapping.pattern(a) if static else None, frames)
                 for a in app.phases}
 
     def window(*actors: str) -> int:
-        # room for `cap` frames per pattern slot: while a slow member works on one frame, the
-        # fast ones complete the rest of a pattern period, and outputs leave in order, so a
-        # smaller window would stall the fast members behind the slow one (head-of-line)
-        return cap * max(max(len(plan.mapping.pattern(a)), len(members[a])) for a in actors)
+        # room for `cap` frames per pattern slot or worker: while a slow member works on one
+        # frame, the fast ones complete the rest of a pattern period, and outputs leave in
+        # order, so a smaller window would stall the fast members behind the slow one
+        return cap * max(max(len(plan.mapping.pattern(a)), sum(lanes[e] for e in members[a]))
+                         for a in actors)
 
     shared = _Shared()
     chans = {c.name: FrameChannel(c.name, window(c.src, c.dst)) for c in app.channels}
@@ -247,15 +272,16 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     send = {(a, p.index): [c for c in app.channels if c.src == a and c.src_phase == p.index]
             for a, ps in app.phases.items() for p in ps}
 
-    def worker(actor: str, j: int) -> None:
+    def worker(actor: str, j: int, lane: int) -> None:
         el = members[actor][j]
         element = plan.elements[el]
         phases = app.phases[actor]
+        runner = {p.index: pp.runner(el, p.index, lane) for p in phases}
+        track = f"{el}/lane{lane}" if lanes[el] > 1 else el
         ph = None
         try:
-            pin_current_thread(caller_cores_of((pp.runners[(el, p.index)] for p in phases),
-                                               element))
-            shared.busy[el] = 0.0
+            pin_current_thread(caller_cores_of(runner.values(), element))
+            shared.busy.setdefault(el, 0.0)
             for f in dispatch[actor].frames_of(j):
                 ph = None
                 local: dict[str, np.ndarray] = {}
@@ -268,11 +294,11 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                     feeds = {t: local[t] for t in ph.inputs}
                     t0 = time.perf_counter()
                     shared.first_start.setdefault(f, t0)
-                    out = pp.runners[(el, ph.index)].run(feeds)
+                    out = runner[ph.index].run(feeds)
                     t1 = time.perf_counter()
-                    shared.busy[el] += t1 - t0
+                    shared.busy[el] += (t1 - t0) / lanes[el]
                     if trace:
-                        shared.events.append((el, actor, ph.index, f, t0, t1))
+                        shared.events.append((track, actor, ph.index, f, t0, t1))
                     local.update(out)
                     for c in send[(actor, ph.index)]:
                         chans[c.name].put(f, local[c.tensor], shared, el,
@@ -285,6 +311,8 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         except BaseException as e:  # any failure stops the whole run, naming where it happened
             where = (f"stage {actor} phase {ph.index} (layers {ph.layers[0]}..{ph.layers[-1]})"
                      if ph is not None else f"stage {actor}")
+            if lanes[el] > 1:
+                where = f"lane {lane}, {where}"
             shared.fault.append(_Fault(f"element {el}, {where}: {type(e).__name__}: "
                                        f"{str(e).splitlines()[0] if str(e) else ''}"))
             shared.stop.set()
@@ -303,8 +331,9 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
             shared.fault.append(_Fault(f"frame source: {type(e).__name__}: {e}"))
             shared.stop.set()
 
-    threads = [threading.Thread(target=worker, args=(a, j), name=f"hetflow-{m}", daemon=True)
-               for a, ms in members.items() for j, m in enumerate(ms)]
+    threads = [threading.Thread(target=worker, args=(a, j, lane), name=f"hetflow-{m}-{lane}",
+                                daemon=True)
+               for a, ms in members.items() for j, m in enumerate(ms) for lane in range(lanes[m])]
     threads.append(threading.Thread(target=feeder, name="hetflow-source", daemon=True))
     done_at: list[float] = []
     latencies: list[float] = []

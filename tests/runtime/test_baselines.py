@@ -38,17 +38,17 @@ def test_single_runs_for_the_seconds_asked(graph):
 def test_a_failing_copy_names_its_element(graph, monkeypatch):
     from hetflow.runtime import baselines
 
-    real = baselines._whole_model_runner
+    real = baselines._whole_model_runners
 
-    def runner(g, element):
-        r = real(g, element)
+    def runners(g, element, lanes=1):
+        rs = real(g, element, lanes)
         if element.name == singles()[-1].name:
             def boom(feeds):
                 raise ValueError("injected")
-            r.run = boom
-        return r
+            rs[0].run = boom
+        return rs
 
-    monkeypatch.setattr(baselines, "_whole_model_runner", runner)
+    monkeypatch.setattr(baselines, "_whole_model_runners", runners)
     with pytest.raises(RuntimeFault, match=rf"parallel baseline: element {singles()[-1].name}: "
                                            "ValueError: injected"):
         measure_parallel(graph, singles(), random_source(graph), frames=20, warmup=1)

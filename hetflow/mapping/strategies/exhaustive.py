@@ -131,7 +131,7 @@ def search(problem: Problem, seed: int = 0, contiguous: bool = False, max_stages
         raise InputError(f"strategy 'exhaustive' handles at most {MAX_LAYERS} layers and "
                          f"{MAX_ELEMENTS} elements; this problem has {n} layers and {m} elements "
                          "(use 'pipeline', 'ga' or 'ilp')")
-    times = np.asarray(problem.layer_times, float)
+    times = np.asarray(problem.frame_layer_times, float)
     sets = [a for config in configurations(problem) for a in actor_sets(problem, config)]
     # measured sub-network times may beat the sum of their layers: no valid bound then
     prune = not problem.subnet_times

@@ -76,8 +76,9 @@ def search(problem: Problem, seed: int = 0, max_stages: int = 3, top: int = 12,
     t0 = time.perf_counter()
     layers = [l.name for l in problem.graph.layers]
     n = len(layers)
+    # a GPU's columns are per-frame shares of it at its best lane count
     prefix = np.vstack([np.zeros(problem.layer_times.shape[1]),
-                        np.cumsum(problem.layer_times, axis=0)])
+                        np.cumsum(problem.frame_layer_times, axis=0)])
     designs = []  # (bottleneck, config, seq, cuts)
     space = 0
     for config in configurations(problem):

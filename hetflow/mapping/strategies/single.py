@@ -27,7 +27,9 @@ def search(problem: Problem, seed: int = 0, replicate: bool = True, weighted: bo
         for g in replica_groups(problem, config, None if replicate else 1):
             add(whole_model_on(problem, group_name(g)))
         if weighted and len(config) > 1:
-            times = [problem.actor_time(whole, e) + problem.call_overhead for e in config]
+            # a member's time per frame; a GPU at its best lane count runs several at once
+            times = [(problem.actor_time(whole, e) * problem.slowdown(e, k, True) + problem.call_overhead) / k
+                     for e in config for k in [problem.best_lanes(e)]]
             actor = group_name(config)
             m = whole_model_on(problem, actor)
             m.dispatch = {actor: weighted_pattern(times)}

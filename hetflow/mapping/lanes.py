@@ -1,0 +1,69 @@
+"""Lane counts of GPU elements in a mapping (see mapping.py): strategies search mappings with
+every GPU at its best measured lane count; a plan then takes the fewest lanes that keep its
+predicted throughput (more lanes add frames in flight, hence latency, and device memory)."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Mapping as Mapping_
+
+from hetflow.errors import InputError
+from hetflow.platform.spec import ProcessingElement
+
+from .mapping import Mapping
+from .problem import Metrics, Problem, evaluate
+
+
+def check_plan_lanes(mapping: Mapping, elements: Mapping_[str, ProcessingElement]) -> None:
+    """InputError naming the element for lanes on an element that is not a GPU, a lane count
+    below 1, or lanes on an element the mapping does not use."""
+    used = set(mapping.elements)
+    for e, k in mapping.lanes.items():
+        if e not in used or e not in elements:
+            raise InputError(f"lanes are given for element {e!r}, which the mapping does not use")
+        if elements[e].kind != "gpu":
+            raise InputError(f"element {e!r} is a {elements[e].kind} element: only GPU elements "
+                             f"run lanes (asked for {k})")
+        if not isinstance(k, int) or k < 1:
+            raise InputError(f"element {e!r}: lanes must be a whole number >= 1 (got {k!r})")
+
+
+def check_lanes(problem: Problem, mapping: Mapping) -> None:
+    """`check_plan_lanes`, and no more lanes than the GPU's memory holds (as profiled)."""
+    check_plan_lanes(mapping, {e: problem.element(e) for e in mapping.elements})
+    for e, k in mapping.lanes.items():
+        limit = problem.lane_limit.get(e)
+        if limit is not None and k > limit:
+            raise InputError(f"element {e!r}: {k} lanes do not fit its device memory (at most "
+                             f"{limit}, measured by the profile)")
+
+
+def fit_lanes(problem: Problem, mapping: Mapping, latency_cap: float | None = None,
+              tolerance: float = 0.01) -> tuple[Mapping, Metrics | None]:
+    """`mapping` with a lane count for each GPU element that has a measured lane curve and none
+    set: the fewest lanes predicted within `tolerance` of the best throughput (with a
+    `latency_cap`, the highest throughput among the counts predicted within the cap). Returns
+    the mapping and its metrics (None when nothing was chosen)."""
+    free = [e for e in dict.fromkeys(mapping.elements)
+            if e in problem.lane_slowdown and e not in mapping.lanes]
+    if not free:
+        return mapping, None
+    chosen = dict(mapping.lanes)
+    metrics = None
+    for e in free:  # one GPU at a time, the others at their best count
+        scored = []
+        for k in problem.lane_counts(e):
+            if k > problem.lane_limit.get(e, 1 << 30):
+                continue
+            m = replace(mapping, lanes={**chosen, e: k})
+            scored.append((k, evaluate(problem, m)))
+        top = max(r.throughput for _, r in scored)
+        fits = [(k, r) for k, r in scored if latency_cap is None or r.latency <= latency_cap]
+        if latency_cap is not None and fits:
+            best = max(r.throughput for _, r in fits)
+            k, metrics = min(((k, r) for k, r in fits if r.throughput >= (1 - tolerance) * best),
+                             key=lambda x: x[0])
+        else:
+            k, metrics = min(((k, r) for k, r in scored if r.throughput >= (1 - tolerance) * top),
+                             key=lambda x: x[0])
+        chosen[e] = k
+    return replace(mapping, lanes=chosen), metrics

@@ -1,0 +1,124 @@
+"""GPU lanes in the profile: the whole model on one GPU element with k frames in flight.
+
+For each lane count k, k lanes (runners over one copy of the weights, see
+`Backend.prepare_lanes`) each run frames back to back in their own thread for a while; the time
+of one firing and the element's frames per second are recorded, once with the other elements
+idle and once with single-thread whole-model copies busy on the other cores (the load a
+data-parallel or pipelined plan puts beside the GPU). The contention curve t(k) is then data:
+the cost model reads firing-time ratios from it. Device memory per lane is recorded, and the
+most lanes the free device memory holds.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Sequence
+
+from hetflow.backends import backend_for, pin_current_thread
+from hetflow.backends.together import run_together
+from hetflow.model.subnet import extract_subnet
+
+from .measure import random_feeds, stats
+
+if TYPE_CHECKING:
+    from hetflow.model.graph import CnnGraph
+    from hetflow.platform.spec import ProcessingElement
+
+LANE_COUNTS = (1, 2, 4, 8)
+
+
+def _device_memory(element: "ProcessingElement") -> tuple[int, int] | None:
+    """(bytes reserved by this process, bytes free) on a CUDA element; None elsewhere."""
+    if element.kind != "gpu":
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+    idx = element.device_index or 0
+    torch.cuda.synchronize(idx)
+    return torch.cuda.memory_reserved(idx), torch.cuda.mem_get_info(idx)[0]
+
+
+def _time_lanes(what: str, lanes: list, element: "ProcessingElement", feeds: dict,
+                busy: list, busy_feeds: dict, seconds: float, warmup: int) -> dict[str, Any]:
+    """Firing-time stats and frames/s of `lanes` run together, beside `busy` runners."""
+    times: list[list[float]] = [[] for _ in lanes]
+    caller = element.cores[:1]
+
+    def prepare(i: int) -> None:
+        if i < len(lanes):
+            pin_current_thread(caller)
+            for _ in range(warmup):
+                lanes[i].run(feeds)
+        else:
+            r = busy[i - len(lanes)]
+            pin_current_thread(r.caller_cores)
+            r.run(busy_feeds)
+
+    def step(i: int) -> bool:
+        if i < len(lanes):
+            t0 = time.perf_counter()
+            lanes[i].run(feeds)
+            times[i].append(time.perf_counter() - t0)
+        else:
+            busy[i - len(lanes)].run(busy_feeds)
+        return True
+
+    names = [f"{element.name}/lane{i}" for i in range(len(lanes))]
+    names += [f"busy copy {i}" for i in range(len(busy))]
+    t0 = run_together(what, names, prepare, step, lambda elapsed: elapsed >= seconds)
+    elapsed = time.perf_counter() - t0
+    flat = [t for ts in times for t in ts]
+    return {"firing": stats(flat), "fps": len(flat) / elapsed}
+
+
+def measure_lanes(graph: "CnnGraph", element: "ProcessingElement",
+                  busy_elements: Sequence["ProcessingElement"] = (),
+                  counts: Sequence[int] = LANE_COUNTS, seconds: float = 1.0,
+                  warmup: int = 3) -> dict[str, dict[str, Any]]:
+    """{str(k): {"alone": firing stats, "alone_fps", "busy": firing stats, "busy_fps"}} of the
+    whole model on `element` at each lane count, plus {"memory": {"per_lane_bytes",
+    "free_bytes", "max_lanes"}} where the device reports its memory."""
+    whole = [l.name for l in graph.layers]
+    sub = extract_subnet(graph, whole, name=f"{graph.name}[lanes]")
+    backend = backend_for(element)
+    feeds = random_feeds(graph, sub.inputs)
+    out: dict[str, dict[str, Any]] = {}
+    before = _device_memory(element)
+    first = backend.prepare_lanes(sub, element, 1)
+    lanes = list(first)
+    busy: list = []
+    try:
+        one = _device_memory(element)
+        lanes += backend.prepare_lanes(sub, element, max(counts) - 1) if max(counts) > 1 else []
+        after = _device_memory(element)
+        if before and one and after and max(counts) > 1:
+            per_lane = max(1, (after[0] - one[0]) // (max(counts) - 1))
+            out["memory"] = {"per_lane_bytes": per_lane, "first_lane_bytes": one[0] - before[0],
+                             "free_bytes": after[1],
+                             "max_lanes": max(counts) + int(0.9 * after[1] // per_lane)}
+        for k in counts:
+            out[str(k)] = {}
+            r = _time_lanes(f"{element.name} with {k} lanes", lanes[:k], element, feeds, [], {},
+                            seconds, warmup)
+            out[str(k)].update(alone=r["firing"], alone_fps=r["fps"])
+        if busy_elements:
+            busy = [backend_for(e).prepare(sub, e) for e in busy_elements]
+            for k in counts:
+                r = _time_lanes(f"{element.name} with {k} lanes beside busy copies", lanes[:k],
+                                element, feeds, busy, feeds, seconds, 1)
+                out[str(k)].update(busy=r["firing"], busy_fps=r["fps"])
+    finally:
+        for r in [*lanes, *busy]:
+            getattr(r, "close", lambda: None)()
+    return out
+
+
+def slowdown_curves(table: dict[str, dict[str, Any]]) -> tuple[dict[int, float], dict[int, float]]:
+    """({k: alone firing / alone firing at 1}, {k: busy firing / alone firing at 1}) of one
+    element's lane table (medians)."""
+    t1 = table["1"]["alone"]["median"]
+    alone = {int(k): v["alone"]["median"] / t1 for k, v in table.items() if k.isdigit()}
+    busy = {int(k): v["busy"]["median"] / t1 for k, v in table.items()
+            if k.isdigit() and "busy" in v}
+    return alone, busy

@@ -1,0 +1,123 @@
+"""GPU lanes in the cost model: a GPU element with k lanes is an actor with concurrency k whose
+firing takes its one-lane time times the measured slowdown at k; plans take the fewest lanes
+that keep the best predicted throughput; lanes on a CPU element or beyond the device memory are
+refused naming the element."""
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from hetflow.errors import InputError
+from hetflow.mapping.lanes import check_lanes, fit_lanes
+from hetflow.mapping.mapping import Mapping
+from hetflow.mapping.planner import search_plan
+from hetflow.mapping.problem import evaluate
+
+CURVE = {1: 1.0, 2: 1.25, 4: 1.8, 8: 3.6}  # k/s(k): 1, 1.6, 2.22, 2.22 -> best 4 (fewest)
+
+
+def gpu_problem(factory, n_cpu=2, **curves):
+    p = factory.problem(6, factory.elements(n_cpu, 1), call_overhead=0.0)
+    p.lane_slowdown["gpu0"] = dict(curves.get("alone", CURVE))
+    if "busy" in curves:
+        p.lane_slowdown_busy["gpu0"] = dict(curves["busy"])
+    return p
+
+
+def whole(p, actor):
+    return Mapping({l.name: actor for l in p.graph.layers})
+
+
+def test_slowdown_interpolates_and_caps_the_rate_past_the_last_measured_count(factory):
+    p = gpu_problem(factory)
+    assert p.slowdown("gpu0", 4, busy=False) == 1.8
+    assert p.slowdown("gpu0", 3, busy=False) == pytest.approx((1.25 + 1.8) / 2)
+    # 16 lanes: no more frames per second than 8 gave
+    assert 16 / p.slowdown("gpu0", 16, busy=False) == pytest.approx(8 / 3.6)
+    assert p.slowdown("cpu0", 1, busy=True) == 1.0
+    assert p.best_lanes("gpu0") == 4
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+def test_gpu_only_throughput_is_k_over_the_slowed_firing(factory, k):
+    p = gpu_problem(factory)
+    layers = [l.name for l in p.graph.layers]
+    t1 = p.actor_time(layers, "gpu0")
+    m = whole(p, "gpu0")
+    m.lanes = {"gpu0": k}
+    assert evaluate(p, m).throughput == pytest.approx(k / (t1 * CURVE[k]), rel=1e-6)
+    assert evaluate(p, m).lanes == {"gpu0": k}
+
+
+def test_a_mapping_without_lanes_is_analysed_at_the_best_count(factory):
+    p = gpu_problem(factory)
+    m = whole(p, "gpu0")
+    best = max((evaluate(p, Mapping(m.assignment, lanes={"gpu0": k})).throughput for k in CURVE))
+    assert evaluate(p, m).throughput == pytest.approx(best)
+
+
+def test_the_busy_curve_is_used_when_other_elements_work_too(factory):
+    busy = {1: 1.5, 2: 2.0, 4: 3.0, 8: 6.0}
+    p = gpu_problem(factory, alone=CURVE, busy=busy)
+    layers = [l.name for l in p.graph.layers]
+    # a weighted group of the GPU (4 lanes) and two CPU cores, dynamic dispatch: rates add
+    m = Mapping({l: "gpu0|cpu0|cpu1" for l in layers}, lanes={"gpu0": 4})
+    t_gpu = p.actor_time(layers, "gpu0") * busy[4]
+    rates = 4 / t_gpu + sum(1 / p.actor_time(layers, c) for c in ("cpu0", "cpu1"))
+    assert evaluate(p, m).throughput == pytest.approx(rates, rel=1e-6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 500), a=st.floats(1.0, 2.0), b=st.floats(1.0, 2.0), c=st.floats(1.0, 2.5))
+def test_fit_lanes_takes_the_fewest_lanes_within_tolerance_of_the_best(factory, seed, a, b, c):
+    curve = {1: 1.0, 2: a, 4: a * b, 8: a * b * c}
+    p = factory.problem(5, factory.elements(1, 1), seed=seed)
+    p.lane_slowdown["gpu0"] = curve
+    m = whole(p, "gpu0")
+    fitted, metrics = fit_lanes(p, m)
+    k = fitted.lanes["gpu0"]
+    rates = {j: evaluate(p, Mapping(m.assignment, lanes={"gpu0": j})).throughput for j in curve}
+    top = max(rates.values())
+    assert rates[k] >= 0.99 * top
+    assert all(rates[j] < 0.99 * top for j in curve if j < k)
+    assert metrics.throughput == pytest.approx(rates[k])
+
+
+def test_fit_lanes_with_a_latency_cap_keeps_within_it(factory):
+    p = gpu_problem(factory)
+    m = whole(p, "gpu0")
+    lat = {k: evaluate(p, Mapping(m.assignment, lanes={"gpu0": k})).latency for k in CURVE}
+    cap = (lat[2] + lat[4]) / 2
+    fitted, metrics = fit_lanes(p, m, latency_cap=cap)
+    assert fitted.lanes["gpu0"] == 2 and metrics.latency <= cap
+
+
+def test_every_searched_plan_states_its_lanes(factory):
+    p = gpu_problem(factory)
+    for strategy in ("single", "pipeline", "greedy"):
+        plan, _ = search_plan(p, strategy, "test")
+        for e in plan.mapping.elements:
+            if e == "gpu0":
+                assert plan.mapping.lanes.get("gpu0") in CURVE
+        assert plan.predicted["throughput"] == pytest.approx(
+            evaluate(p, plan.mapping).throughput)
+
+
+def test_lanes_on_a_cpu_element_or_past_memory_are_refused_naming_the_element(factory):
+    p = gpu_problem(factory)
+    m = whole(p, "cpu0")
+    m.lanes = {"cpu0": 2}
+    with pytest.raises(InputError, match="'cpu0' is a cpu element: only GPU elements run lanes"):
+        check_lanes(p, m)
+    p.lane_limit["gpu0"] = 4
+    m = whole(p, "gpu0")
+    m.lanes = {"gpu0": 8}
+    with pytest.raises(InputError, match=r"'gpu0': 8 lanes do not fit its device memory \(at most 4"):
+        check_lanes(p, m)
+    assert p.best_lanes("gpu0") <= 4
+
+
+def test_lanes_survive_the_plan_file_and_change_the_mapping_key():
+    m = Mapping({"a": "gpu0"}, lanes={"gpu0": 4})
+    back = Mapping.from_dict(m.to_dict())
+    assert back.lanes == {"gpu0": 4} and back.key() == m.key()
+    assert Mapping({"a": "gpu0"}).key() == Mapping({"a": "gpu0"}, lanes={"gpu0": 1}).key()
+    assert Mapping({"a": "gpu0"}).key() != m.key()
