@@ -1,0 +1,31 @@
+"""The lane table of a GPU element: firing times and frames/s at each lane count, alone and
+beside busy CPU copies, turned into the slowdown curves the cost model reads."""
+import os
+
+import pytest
+
+import fake_gpu
+from hetflow.model.synthetic import random_cnn_graph
+from hetflow.platform.spec import ProcessingElement
+from hetflow.profile.lanes import measure_lanes, slowdown_curves
+
+
+def test_lane_table_has_every_count_alone_and_busy_and_curves_follow():
+    cores = sorted(os.sched_getaffinity(0))
+    graph = random_cnn_graph(8, 3)
+    gpu = fake_gpu.gpu("gpu0", cores[0])
+    busy = [ProcessingElement("cpu1", "cpu", (cores[-1],))]
+    fake_gpu.reset(slow=0.004)
+    try:
+        table = measure_lanes(graph, gpu, busy, counts=(1, 2, 4), seconds=0.3, warmup=1)
+    finally:
+        fake_gpu.reset()
+    assert set(table) == {"1", "2", "4"}  # no device memory on a stand-in GPU
+    for k in ("1", "2", "4"):
+        assert table[k]["alone"]["n"] > 0 and table[k]["busy"]["n"] > 0
+        assert table[k]["alone_fps"] > 0 and table[k]["busy_fps"] > 0
+    # sleeping lanes overlap: four of them run well over twice the frames of one
+    assert table["4"]["alone_fps"] > 2 * table["1"]["alone_fps"]
+    alone, busy_curve = slowdown_curves(table)
+    assert alone[1] == 1.0 and set(alone) == set(busy_curve) == {1, 2, 4}
+    assert alone[4] == pytest.approx(table["4"]["alone"]["median"] / table["1"]["alone"]["median"])

@@ -1,0 +1,90 @@
+"""GPU lanes in the runtime: a GPU stage with k lanes keeps up to k frames in flight, outputs
+still equal the reference frame by frame and in order; the baselines run lanes too; a plan
+asking for lanes on a CPU element is refused naming it. A stand-in GPU backend (tests/fake_gpu)
+runs the lanes on the CPU so this runs without CUDA."""
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import fake_gpu
+from hetflow.dataflow.csdf import cnn_to_csdf
+from hetflow.errors import InputError
+from hetflow.mapping.mapping import Mapping, group_members
+from hetflow.mapping.plan import Plan
+from hetflow.model.synthetic import random_cnn_graph
+from hetflow.platform.spec import ProcessingElement
+from hetflow.runtime.api import run_plan
+from hetflow.runtime.baselines import measure_parallel, measure_single
+from hetflow.runtime.inputs import random_source
+
+CORES = sorted(os.sched_getaffinity(0))
+GRAPHS = {s: random_cnn_graph(10, s) for s in range(4)}
+
+
+def laned_plan(graph, assignment, lanes, capacity=2, dispatch_mode="dynamic"):
+    app = cnn_to_csdf(graph, assignment, "paper")
+    pool = {"gpu0": fake_gpu.gpu("gpu0", CORES[0])}
+    for i in range(3):
+        pool[f"cpu{i}"] = ProcessingElement(f"cpu{i}", "cpu", (CORES[(i + 1) % len(CORES)],))
+    elements = {e: pool[e] for a in app.phases for e in group_members(a)}
+    mapping = Mapping(assignment, "paper", lanes=lanes, dispatch_mode=dispatch_mode)
+    return Plan(graph.name, graph.model_hash, "", "test", mapping, app, elements, capacity,
+                {"throughput": 0.0}, "test")
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.sampled_from(sorted(GRAPHS)), data=st.data(), lanes=st.integers(1, 4),
+       capacity=st.integers(1, 3), mode=st.sampled_from(["dynamic", "static"]))
+def test_laned_pipelines_equal_the_reference_in_order(seed, data, lanes, capacity, mode):
+    graph = GRAPHS[seed]
+    pool = data.draw(st.sampled_from([["gpu0"], ["gpu0", "cpu0"], ["cpu0", "gpu0", "cpu1"],
+                                      ["gpu0|cpu0", "cpu1"]]))
+    assignment = {l.name: data.draw(st.sampled_from(pool)) for l in graph.layers}
+    plan = laned_plan(graph, assignment, {"gpu0": lanes}, capacity, mode)
+    fake_gpu.reset()
+    report = run_plan(plan, graph, frames=17, warmup=2, check="all")
+    assert report.frames == 17 and report.checked_frames == 17
+    assert report.max_abs_error < 1e-4
+
+
+def test_k_lanes_keep_k_frames_in_flight():
+    graph = GRAPHS[0]
+    plan = laned_plan(graph, {l.name: "gpu0" for l in graph.layers}, {"gpu0": 4})
+    fake_gpu.reset(slow=0.01)
+    try:
+        report = run_plan(plan, graph, frames=40, warmup=4, check="all")
+        most = fake_gpu.IN_FLIGHT["max"]
+    finally:
+        fake_gpu.reset()
+    assert report.checked_frames == 40 and report.max_abs_error < 1e-4
+    assert most == 4
+
+
+def test_a_plan_with_lanes_on_a_cpu_element_is_refused_naming_it():
+    graph = GRAPHS[1]
+    plan = laned_plan(graph, {l.name: "cpu0" for l in graph.layers}, {"cpu0": 2})
+    with pytest.raises(InputError, match="'cpu0' is a cpu element: only GPU elements run lanes"):
+        run_plan(plan, graph, frames=4)
+    plan = laned_plan(graph, {l.name: "gpu0" for l in graph.layers}, {"gpu0": 0})
+    with pytest.raises(InputError, match="'gpu0': lanes must be a whole number >= 1"):
+        run_plan(plan, graph, frames=4)
+
+
+def test_baselines_run_the_gpu_at_its_lanes():
+    graph = GRAPHS[2]
+    g = fake_gpu.gpu("gpu0", CORES[0])
+    fake_gpu.reset(slow=0.005)
+    try:
+        one = measure_single(graph, g, random_source(graph), frames=30, warmup=1)
+        assert fake_gpu.IN_FLIGHT["max"] == 1
+        four = measure_single(graph, g, random_source(graph), frames=30, warmup=1, lanes=4)
+        assert fake_gpu.IN_FLIGHT["max"] == 4
+        cpu = ProcessingElement("cpu1", "cpu", (CORES[-1],))
+        par = measure_parallel(graph, [g, cpu], random_source(graph), frames=30, warmup=1,
+                               lanes={"gpu0": 3})
+    finally:
+        fake_gpu.reset()
+    assert one.name == "single:gpu0" and four.name == "single:gpu0 x4 lanes"
+    assert four.notes["lanes"] == {"gpu0": 4}
+    assert set(par.notes["per_element_fps"]) == {"gpu0", "cpu1"} and par.frames >= 30
