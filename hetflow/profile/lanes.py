@@ -41,8 +41,10 @@ def _device_memory(element: "ProcessingElement") -> tuple[int, int] | None:
 
 def _time_lanes(what: str, lanes: list, element: "ProcessingElement", feeds: dict,
                 busy: list, busy_feeds: dict, seconds: float, warmup: int) -> dict[str, Any]:
-    """Firing-time stats and frames/s of `lanes` run together, beside `busy` runners."""
+    """Firing-time stats and frames/s of `lanes` run together, beside `busy` runners (and the
+    busy runners' frames/s)."""
     times: list[list[float]] = [[] for _ in lanes]
+    busy_runs = [0] * len(busy)
     caller = element.cores[:1]
 
     def prepare(i: int) -> None:
@@ -62,6 +64,7 @@ def _time_lanes(what: str, lanes: list, element: "ProcessingElement", feeds: dic
             times[i].append(time.perf_counter() - t0)
         else:
             busy[i - len(lanes)].run(busy_feeds)
+            busy_runs[i - len(lanes)] += 1
         return True
 
     names = [f"{element.name}/lane{i}" for i in range(len(lanes))]
@@ -69,7 +72,8 @@ def _time_lanes(what: str, lanes: list, element: "ProcessingElement", feeds: dic
     t0 = run_together(what, names, prepare, step, lambda elapsed: elapsed >= seconds)
     elapsed = time.perf_counter() - t0
     flat = [t for ts in times for t in ts]
-    return {"firing": stats(flat), "fps": len(flat) / elapsed}
+    return {"firing": stats(flat), "fps": len(flat) / elapsed,
+            "others_fps": sum(busy_runs) / elapsed}
 
 
 def measure_lanes(graph: "CnnGraph", element: "ProcessingElement",

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# GPU lanes on the GPU machine: how lanes are driven (block vs spin, alone and beside busy CPU
+# copies), then `hetflow bench` of MODELS (default resnet18) with lanes, quick settings.
+# Usage (repository root on the GPU machine, .whl/ holding the onnx2torch wheel):
+#   bash scripts/gpu_lanes_check.sh [MODEL ...]      (SYNC_MODELS: models of the sync A/B)
+set -uo pipefail
+OUT=${OUT:-./out}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 3
+export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HETFLOW_CACHE=/tmp/hfcache
+nvidia-smi -L
+if [ -n "${SYNC_MODELS:-resnet18}" ]; then
+  timeout 200 python3 scripts/gpu_lanes_sync.py ${SYNC_MODELS:-resnet18} 2>&1 | tee "$OUT/sync.log"
+fi
+REPORT=/tmp/hetflow-report
+mkdir -p $REPORT
+timeout ${BENCH_TIMEOUT:-380} python3 -m hetflow bench ${*:-resnet18} --quick --strategies ${STRATEGIES:-single,pipeline} --pilots ${PILOTS:-3} --report $REPORT 2>&1 | tee "$OUT/bench.log"
+rc=${PIPESTATUS[0]}
+cp $REPORT/bench.json "$OUT/bench.json" 2>/dev/null
+tar czf "$OUT/results.tgz" -C $REPORT . 2>/dev/null
+echo "bench rc=$rc"
+exit $rc
