@@ -80,7 +80,7 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
                       subnet_times=measured_subnets(graph, profile, elements),
                       element_overhead={e.name: profile.call_overhead(e.name) for e in elements})
     if lanes:
-        from hetflow.profile.lanes import slowdown_curves
+        from hetflow.profile.lanes import host_seconds, slowdown_curves
 
         for e in elements:
             table = profile.gpu_lanes.get(e.name)
@@ -88,6 +88,8 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
                 problem.lane_slowdown[e.name], busy = slowdown_curves(table)
                 if busy:
                     problem.lane_slowdown_busy[e.name] = busy
+                if host_seconds(table):
+                    problem.host_time[e.name] = host_seconds(table)
                 if "memory" in table:
                     problem.lane_limit[e.name] = int(table["memory"]["max_lanes"])
     return problem

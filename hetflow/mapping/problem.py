@@ -53,6 +53,9 @@ class Problem:
     lane_slowdown: dict[str, dict[int, float]] = field(default_factory=dict)
     lane_slowdown_busy: dict[str, dict[int, float]] = field(default_factory=dict)
     lane_limit: dict[str, int] = field(default_factory=dict)  # most lanes device memory holds
+    # CPU time a GPU's driving thread spends per firing (copies, launch, wait): its lanes share
+    # its driving cores, so k lanes fire no faster than k * (this + call_overhead) / cores
+    host_time: dict[str, float] = field(default_factory=dict)
 
     # ---- lanes ----
     def lane_counts(self, element: str) -> list[int]:
@@ -242,8 +245,13 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
     def firing(layers, who):  # an element, or a uniform group (its members' mean)
         t = problem.actor_time(layers, who)
         e = group_members(who)[0]
-        if lanes.get(e, 1) > 1 or e in problem.lane_slowdown_busy:
-            t *= problem.slowdown(e, lanes.get(e, 1), busy)
+        k = lanes.get(e, 1)
+        if k > 1 or e in problem.lane_slowdown_busy:
+            t *= problem.slowdown(e, k, busy)
+        if k > 1 and e in problem.host_time:  # the lanes' host work shares the driving cores
+            cores = max(1, len(problem.element(e).cores))
+            return max(t + problem.call_overhead,
+                       k * (problem.host_time[e] + problem.call_overhead) / cores)
         return t + problem.call_overhead
 
     def phase_time(p):

@@ -44,6 +44,7 @@ def _time_lanes(what: str, lanes: list, element: "ProcessingElement", feeds: dic
     """Firing-time stats and frames/s of `lanes` run together, beside `busy` runners (and the
     busy runners' frames/s)."""
     times: list[list[float]] = [[] for _ in lanes]
+    cpu: list[list[float]] = [[] for _ in lanes]  # the driving thread's CPU time per firing
     busy_runs = [0] * len(busy)
     caller = element.cores[:1]
 
@@ -59,9 +60,10 @@ def _time_lanes(what: str, lanes: list, element: "ProcessingElement", feeds: dic
 
     def step(i: int) -> bool:
         if i < len(lanes):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             lanes[i].run(feeds)
             times[i].append(time.perf_counter() - t0)
+            cpu[i].append(time.thread_time() - c0)
         else:
             busy[i - len(lanes)].run(busy_feeds)
             busy_runs[i - len(lanes)] += 1
@@ -73,15 +75,16 @@ def _time_lanes(what: str, lanes: list, element: "ProcessingElement", feeds: dic
     elapsed = time.perf_counter() - t0
     flat = [t for ts in times for t in ts]
     return {"firing": stats(flat), "fps": len(flat) / elapsed,
-            "others_fps": sum(busy_runs) / elapsed}
+            "host": stats([c for cs in cpu for c in cs]), "others_fps": sum(busy_runs) / elapsed}
 
 
 def measure_lanes(graph: "CnnGraph", element: "ProcessingElement",
                   busy_elements: Sequence["ProcessingElement"] = (),
                   counts: Sequence[int] = LANE_COUNTS, seconds: float = 1.0,
                   warmup: int = 3) -> dict[str, dict[str, Any]]:
-    """{str(k): {"alone": firing stats, "alone_fps", "busy": firing stats, "busy_fps"}} of the
-    whole model on `element` at each lane count, plus {"memory": {"per_lane_bytes",
+    """{str(k): {"alone": firing stats, "alone_fps", "host": CPU time of the driving thread per
+    firing, "busy": firing stats, "busy_fps"}} of the whole model on `element` at each lane
+    count, plus {"memory": {"per_lane_bytes",
     "free_bytes", "max_lanes"}} where the device reports its memory."""
     whole = [l.name for l in graph.layers]
     sub = extract_subnet(graph, whole, name=f"{graph.name}[lanes]")
@@ -105,7 +108,7 @@ def measure_lanes(graph: "CnnGraph", element: "ProcessingElement",
             out[str(k)] = {}
             r = _time_lanes(f"{element.name} with {k} lanes", lanes[:k], element, feeds, [], {},
                             seconds, warmup)
-            out[str(k)].update(alone=r["firing"], alone_fps=r["fps"])
+            out[str(k)].update(alone=r["firing"], alone_fps=r["fps"], host=r["host"])
         if busy_elements:
             busy = [backend_for(e).prepare(sub, e) for e in busy_elements]
             for k in counts:
@@ -116,6 +119,12 @@ def measure_lanes(graph: "CnnGraph", element: "ProcessingElement",
         for r in [*lanes, *busy]:
             getattr(r, "close", lambda: None)()
     return out
+
+
+def host_seconds(table: dict[str, dict[str, Any]]) -> float | None:
+    """CPU time the driving thread spends per firing (median over the one-lane runs)."""
+    host = table.get("1", {}).get("host")
+    return float(host["median"]) if host else None
 
 
 def slowdown_curves(table: dict[str, dict[str, Any]]) -> tuple[dict[int, float], dict[int, float]]:

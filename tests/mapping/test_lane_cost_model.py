@@ -121,3 +121,15 @@ def test_lanes_survive_the_plan_file_and_change_the_mapping_key():
     assert back.lanes == {"gpu0": 4} and back.key() == m.key()
     assert Mapping({"a": "gpu0"}).key() == Mapping({"a": "gpu0"}, lanes={"gpu0": 1}).key()
     assert Mapping({"a": "gpu0"}).key() != m.key()
+
+
+def test_lanes_share_the_driving_core_so_host_time_bounds_the_rate(factory):
+    p = gpu_problem(factory)
+    layers = [l.name for l in p.graph.layers]
+    t1 = p.actor_time(layers, "gpu0")
+    p.host_time["gpu0"] = t1 / 2  # each firing keeps the one driving core busy half its time
+    rates = {k: evaluate(p, Mapping({l: "gpu0" for l in layers}, lanes={"gpu0": k})).throughput
+             for k in CURVE}
+    assert rates[1] == pytest.approx(1 / t1)  # one lane: the device time bounds it
+    assert rates[8] == pytest.approx(2 / t1)  # eight: the driving core, 1 / (t1 / 2)
+    assert max(rates.values()) <= 2 / t1 * (1 + 1e-9)
