@@ -41,6 +41,7 @@ from hetflow.model.graph import CnnGraph
 from .report import RunReport, latency_stats, steady_throughput
 
 POLL = 0.05
+RELEASE_POLL = 0.005  # how often the calling thread looks for completed frames
 
 
 class _Stopped(Exception):
@@ -262,15 +263,33 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
 
     shared = _Shared()
     chans = {c.name: FrameChannel(c.name, window(c.src, c.dst)) for c in app.channels}
-    readers = sorted({a for rs in app.model_inputs.values() for a in rs})
-    in_ch = {a: FrameChannel(f"input of {a}", window(a)) for a in readers}
-    out_actors = sorted(set(app.model_outputs.values()))
-    out_ch = {a: FrameChannel(f"output of {a}", window(a)) for a in out_actors}
+    reads = {a: [t for t, rs in app.model_inputs.items() if a in rs] for a in app.phases}
+    writes = {a: [t for t, w in app.model_outputs.items() if w == a] for a in app.phases}
+    n_out = len(set(app.model_outputs.values()))
+    # frames leave in order: frame f is released once it and every frame before it completed,
+    # at the latest of their completion times. The workers record completions; the calling
+    # thread releases (no collector or feeder thread: at thousands of frames per second their
+    # hand-offs cost as much as a stage)
+    done_lock = threading.Lock()
+    parts: dict[int, int] = {}  # frame -> output actors that delivered it so far
+    finished: dict[int, float] = {}  # frame -> when its last output was produced
+    outputs: dict[int, dict[str, np.ndarray]] = {}  # kept outputs
     # what each phase receives from channels / sends
     recv = {(a, p.index): [c for c in app.channels if c.dst == a and c.dst_phase == p.index]
             for a, ps in app.phases.items() for p in ps}
     send = {(a, p.index): [c for c in app.channels if c.src == a and c.src_phase == p.index]
             for a, ps in app.phases.items() for p in ps}
+
+    def deliver(f: int, outs: dict[str, np.ndarray]) -> None:
+        now = time.perf_counter()
+        with done_lock:
+            if keep_outputs(f):
+                outputs.setdefault(f, {}).update(outs)
+            got = parts.pop(f, 0) + 1
+            if got == n_out:
+                finished[f] = now
+            else:
+                parts[f] = got
 
     def worker(actor: str, j: int, lane: int) -> None:
         el = members[actor][j]
@@ -285,8 +304,15 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
             for f in dispatch[actor].frames_of(j):
                 ph = None
                 local: dict[str, np.ndarray] = {}
-                if actor in in_ch:
-                    local.update(in_ch[actor].get(f, shared, el, "the frame source"))
+                if reads[actor]:
+                    try:
+                        x = inputs(f)
+                        local.update({t: x[t] for t in reads[actor]})
+                    except BaseException as e:
+                        shared.fault.append(_Fault(f"frame source, frame {f}: "
+                                                   f"{type(e).__name__}: {e}"))
+                        shared.stop.set()
+                        return
                 for ph in phases:
                     for c in recv[(actor, ph.index)]:
                         local[c.tensor] = chans[c.name].get(f, shared, el,
@@ -303,9 +329,10 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                     for c in send[(actor, ph.index)]:
                         chans[c.name].put(f, local[c.tensor], shared, el,
                                           f"space in channel {c.name} (to {c.dst})")
-                if actor in out_ch:
-                    outs = {t: local[t] for t, a in app.model_outputs.items() if a == actor}
-                    out_ch[actor].put(f, outs, shared, el, "the output collector")
+                if writes[actor]:
+                    deliver(f, {t: local[t] for t in writes[actor]})
+                if shared.stop.is_set():
+                    return
         except _Stopped:
             return
         except BaseException as e:  # any failure stops the whole run, naming where it happened
@@ -317,24 +344,9 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                                        f"{str(e).splitlines()[0] if str(e) else ''}"))
             shared.stop.set()
 
-    def feeder() -> None:
-        try:
-            pin_current_thread(control)
-            for f in range(frames):
-                x = inputs(f)
-                for a in readers:
-                    in_ch[a].put(f, {t: x[t] for t, rs in app.model_inputs.items() if a in rs},
-                                 shared, "source", f"space in the input queue of {a}")
-        except _Stopped:
-            return
-        except BaseException as e:
-            shared.fault.append(_Fault(f"frame source: {type(e).__name__}: {e}"))
-            shared.stop.set()
-
     threads = [threading.Thread(target=worker, args=(a, j, lane), name=f"hetflow-{m}-{lane}",
                                 daemon=True)
                for a, ms in members.items() for j, m in enumerate(ms) for lane in range(lanes[m])]
-    threads.append(threading.Thread(target=feeder, name="hetflow-source", daemon=True))
     done_at: list[float] = []
     latencies: list[float] = []
     kept: dict[int, dict[str, np.ndarray]] = {}
@@ -342,34 +354,38 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     t_start = time.perf_counter()
     stack = contextlib.ExitStack()
     stack.enter_context(frozen_heap())
-    stack.enter_context(pinned(control))  # this thread collects the outputs
+    stack.enter_context(pinned(control))  # this thread only releases frames and watches
     for t in threads:
         t.start()
-    collector = "the output collector"
     try:
-        for f in range(frames):
-            result: dict[str, np.ndarray] = {}
-            for a in out_actors:
-                last = time.perf_counter()
-                while True:
-                    try:
-                        result.update(_collect(out_ch[a], f, shared, collector))
-                        break
-                    except _Timeout:
-                        if shared.fault:
-                            raise RuntimeFault(shared.fault[0].message)
-                        if time.perf_counter() - last > stall_timeout:
-                            waits = "; ".join(f"{el} waits on {w}" for el, w in
-                                              sorted(shared.waiting.items()) if w != "running")
-                            raise RuntimeFault(f"stall: no frame completed for {stall_timeout:.0f}"
-                                               f" s at frame {f}; {waits or 'every element runs'}")
+        last, released = time.perf_counter(), 0
+        while released < frames:
+            with done_lock:
+                ready = []
+                while released + len(ready) < frames and released + len(ready) in finished:
+                    f = released + len(ready)
+                    ready.append((f, finished.pop(f), outputs.pop(f, None)))
+            for f, at, result in ready:
+                at = max(at, done_at[-1]) if done_at else at
+                done_at.append(at)
+                latencies.append(at - shared.first_start.get(f, at))
+                if result is not None:
+                    kept[f] = result
+                released = f + 1
+                if on_frame:
+                    on_frame(f)
             now = time.perf_counter()
-            done_at.append(now)
-            latencies.append(now - shared.first_start.get(f, now))
-            if keep_outputs(f):
-                kept[f] = result
-            if on_frame:
-                on_frame(f)
+            if ready:
+                last = now
+                continue
+            if shared.fault:
+                raise RuntimeFault(shared.fault[0].message)
+            if now - last > stall_timeout:
+                waits = "; ".join(f"{el} waits on {w}" for el, w in
+                                  sorted(shared.waiting.items()) if w != "running")
+                raise RuntimeFault(f"stall: no frame completed for {stall_timeout:.0f}"
+                                   f" s at frame {released}; {waits or 'every element runs'}")
+            time.sleep(RELEASE_POLL)
     except KeyboardInterrupt:
         complete = False
     finally:
@@ -386,16 +402,3 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                        dict(plan.predicted), complete=complete,
                        notes={"wall_s": (done_at[-1] - t_start) if n else 0.0, "window_s": window})
     return report, kept, shared
-
-
-class _Timeout(Exception):
-    pass
-
-
-def _collect(ch: FrameChannel, f: int, shared: _Shared, who: str):
-    """Take frame f's outputs, giving up after one poll interval (the caller checks faults)."""
-    ch.wait_for(f, POLL)
-    ok, item = ch.try_get(f)
-    if not ok:
-        raise _Timeout
-    return item

@@ -23,6 +23,8 @@ def steady_throughput(done_at: list[float], warmup: int) -> tuple[float, float, 
     if n - w < 2:
         return float("nan"), 0.0, w
     window = done_at[-1] - done_at[w]
+    if window <= 0:  # every counted frame was released at one instant (held behind a slow one)
+        return float("nan"), 0.0, w
     return (n - 1 - w) / window, window, w
 
 
