@@ -2,15 +2,20 @@
 # GPU lanes on the GPU machine: how lanes are driven (block vs spin, alone and beside busy CPU
 # copies), then `hetflow bench` of MODELS (default resnet18) with lanes, quick settings.
 # Usage (repository root on the GPU machine, .whl/ holding the onnx2torch wheel):
-#   bash scripts/gpu_lanes_check.sh [MODEL ...]      (SYNC_MODELS: models of the sync A/B)
+#   bash scripts/gpu_lanes_check.sh [MODEL ...]
+# SYNC_MODELS: models of the sync A/B (default resnet18; empty: none); ENGINE_MODELS: models of
+# scripts/engine_vs_copies.py (default none); BENCH_TIMEOUT: seconds for the bench.
 set -uo pipefail
 OUT=${OUT:-./out}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 3
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HETFLOW_CACHE=/tmp/hfcache
 nvidia-smi -L
-if [ -n "${SYNC_MODELS:-resnet18}" ]; then
-  timeout 200 python3 scripts/gpu_lanes_sync.py ${SYNC_MODELS:-resnet18} 2>&1 | tee "$OUT/sync.log"
+if [ "${SYNC_MODELS-resnet18}" != "" ]; then
+  timeout 200 python3 scripts/gpu_lanes_sync.py ${SYNC_MODELS-resnet18} 2>&1 | tee "$OUT/sync.log"
+fi
+if [ -n "${ENGINE_MODELS:-}" ]; then  # the engine against plain copies of the same design
+  timeout ${ENGINE_TIMEOUT:-200} python3 scripts/engine_vs_copies.py $ENGINE_MODELS 2>&1 | tee "$OUT/engine.log"
 fi
 REPORT=/tmp/hetflow-report
 mkdir -p $REPORT
