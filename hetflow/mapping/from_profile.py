@@ -88,8 +88,10 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
                 problem.lane_slowdown[e.name], busy = slowdown_curves(table)
                 if busy:
                     problem.lane_slowdown_busy[e.name] = busy
-                if host_seconds(table):
-                    problem.host_time[e.name] = host_seconds(table)
+                for busy_load, into in ((False, problem.host_time),
+                                        (True, problem.host_time_busy)):
+                    if host_seconds(table, busy_load):
+                        into[e.name] = host_seconds(table, busy_load)
                 if "memory" in table:
                     problem.lane_limit[e.name] = int(table["memory"]["max_lanes"])
     return problem

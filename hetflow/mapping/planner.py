@@ -56,6 +56,7 @@ def search_candidates(problem: Problem, strategies: list[str], platform_name: st
     from .strategies.base import strategy_options
 
     options = options or {}
+    cap = options.get("latency_cap")
     skip_unfit = len(strategies) > 1 if skip_unfit is None else skip_unfit
     found = []  # (predicted throughput, order, plan, result)
     own_picks = []  # each strategy's own best design
@@ -86,7 +87,16 @@ def search_candidates(problem: Problem, strategies: list[str], platform_name: st
             seen.add(plan.mapping.key())
             out.append((plan, result))
     # every strategy's own pick is tried too: over-predicted designs of one strategy (pipelines
-    # on the GPU machine, 1.1-1.5x) must not crowd out another's
+    # on the GPU machine, 1.1-1.5x) must not crowd out another's; and the best design on one
+    # element (on the H100, alexnet on the GPU alone at 8 lanes ran 1.3x a GPU + 15-core design
+    # predicted above it: the CPU threads slowed the lanes' host work)
+    single = [(m.throughput, i, mp, m, p, r) for i, (_, _, p, r) in enumerate(found)
+              for mp, m in r.front if len(set(mp.elements)) == 1
+              and (cap is None or m.latency <= cap)]
+    if single and count > 1:
+        _, _, mp, m, p, r = max(single, key=lambda x: (x[0], -x[1]))
+        own_picks.append((make_plan(problem, mp, m, p.strategy, platform_name, dict(p.search),
+                                    fuse, cap), r))
     for plan, result in own_picks:
         if plan.mapping.key() not in seen and count > 1:
             seen.add(plan.mapping.key())

@@ -56,6 +56,7 @@ class Problem:
     # CPU time a GPU's driving thread spends per firing (copies, launch, wait): its lanes share
     # its driving cores, so k lanes fire no faster than k * (this + call_overhead) / cores
     host_time: dict[str, float] = field(default_factory=dict)
+    host_time_busy: dict[str, float] = field(default_factory=dict)  # ... beside busy copies
 
     # ---- lanes ----
     def lane_counts(self, element: str) -> list[int]:
@@ -248,10 +249,10 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
         k = lanes.get(e, 1)
         if k > 1 or e in problem.lane_slowdown_busy:
             t *= problem.slowdown(e, k, busy)
-        if k > 1 and e in problem.host_time:  # the lanes' host work shares the driving cores
+        host = (problem.host_time_busy if busy else {}).get(e) or problem.host_time.get(e)
+        if k > 1 and host:  # the lanes' host work shares the driving cores
             cores = max(1, len(problem.element(e).cores))
-            return max(t + problem.call_overhead,
-                       k * (problem.host_time[e] + problem.call_overhead) / cores)
+            return max(t + problem.call_overhead, k * (host + problem.call_overhead) / cores)
         return t + problem.call_overhead
 
     def phase_time(p):

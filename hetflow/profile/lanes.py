@@ -114,17 +114,20 @@ def measure_lanes(graph: "CnnGraph", element: "ProcessingElement",
             for k in counts:
                 r = _time_lanes(f"{element.name} with {k} lanes beside busy copies", lanes[:k],
                                 element, feeds, busy, feeds, seconds, 1)
-                out[str(k)].update(busy=r["firing"], busy_fps=r["fps"])
+                out[str(k)].update(busy=r["firing"], busy_fps=r["fps"], busy_host=r["host"])
     finally:
         for r in [*lanes, *busy]:
             getattr(r, "close", lambda: None)()
     return out
 
 
-def host_seconds(table: dict[str, dict[str, Any]]) -> float | None:
-    """CPU time the driving thread spends per firing (median over the one-lane runs)."""
-    host = table.get("1", {}).get("host")
-    return float(host["median"]) if host else None
+def host_seconds(table: dict[str, dict[str, Any]], busy: bool = False) -> float | None:
+    """CPU time the driving thread spends per firing: the median over the runs with the most
+    lanes (alone, or beside busy copies), where the driving core is busiest."""
+    runs = [table[k] for k in sorted((k for k in table if k.isdigit()), key=int)]
+    hosts = [r.get("busy_host" if busy else "host") for r in runs]
+    hosts = [h for h in hosts if h]
+    return float(hosts[-1]["median"]) if hosts else None
 
 
 def slowdown_curves(table: dict[str, dict[str, Any]]) -> tuple[dict[int, float], dict[int, float]]:
