@@ -1,7 +1,9 @@
 """Markdown tables of `hetflow bench --report DIR` runs:
 python scripts/results_table.py DIR/bench.json [MORE/bench.json ...] [--summary]
 (several files: their models in one table, e.g. the two halves of the GPU bench;
---summary: one row per model against issue 5's targets)"""
+--summary: one row per model against issue 5's targets; --lanes: one row per model against
+the GPU-lanes targets: best plan x the parallel baseline and x the one-lane GPU, the balanced
+plan, and every plan's a priori predicted / measured frames/s)"""
 import argparse
 import json
 
@@ -59,9 +61,42 @@ def summary(paths: list[str], share: float = 0.5, floor: float = 0.9) -> None:
               f"{best['vs_single']:.2f} | {bal} | {pred} |")
 
 
+def lanes_summary(paths: list[str], share: float = 0.5, floor: float = 0.9, within: float = 0.15
+                  ) -> None:
+    d = load(paths)
+    print("| model | GPU, 1 lane | parallel (GPU lanes + CPU copies) | best plan | x parallel | "
+          "x 1-lane GPU | balanced: x parallel, p99 / parallel's | predicted / measured, each plan |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    n_pred = n_ok = 0
+    for m in d["models"]:
+        rows = m["rows"]
+        plans = [r for r in rows if r["kind"] == "plan" and not r.get("infeasible")]
+        one = next((r for r in rows if r["name"].startswith("reference: single")), None)
+        par = next(r for r in rows if r["name"].startswith("parallel copies"))
+        best = max(plans, key=lambda r: r["throughput"])
+        bal = next((r for r in plans if r["name"] == "hetflow balanced"), None)
+        preds = []
+        for r in plans:
+            if r.get("predicted_throughput"):
+                q = r["predicted_throughput"] / r["throughput"]
+                n_pred += 1
+                n_ok += abs(q - 1) <= within
+                preds.append(f"{r['name'].replace('hetflow ', '')} {q:.2f}")
+        bal_s = (f"{bal['vs_parallel']:.2f}, {bal['p99_vs_parallel']:.2f}"
+                 + (" (met)" if bal["vs_parallel"] >= floor and bal["p99_vs_parallel"] <= share
+                    else " (missed)")) if bal else "-"
+        print(f"| {m['model']} | {one['throughput']:.0f} | {par['throughput']:.0f} | "
+              f"{best['throughput']:.0f} ({best['name'].replace('hetflow ', '')}) | "
+              f"{best['vs_parallel']:.2f} | "
+              f"{best['throughput'] / one['throughput']:.1f} | {bal_s} | {', '.join(preds)} |"
+              if one else f"| {m['model']} | - | {par['throughput']:.0f} | | | | | |")
+    print(f"\npredictions within {within:.0%} of measured: {n_ok} of {n_pred} plans")
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="+", help="bench.json files")
     ap.add_argument("--summary", action="store_true", help="one row per model")
+    ap.add_argument("--lanes", action="store_true", help="one row per model, GPU-lanes targets")
     args = ap.parse_args()
-    (summary if args.summary else main)(args.files)
+    (lanes_summary if args.lanes else summary if args.summary else main)(args.files)
