@@ -1,13 +1,16 @@
 """`hetflow bench [MODEL ...]`: one command from model to evidence."""
 from __future__ import annotations
 
+import signal
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import typer
 from rich.table import Table
 
-from .common import console, err_console, print_json, write_json
+from .common import (check_writable, console, err_console, print_json, progress, strategy_list,
+                     strategy_names, write_json)
 
 
 def print_bench(mb) -> None:
@@ -33,64 +36,136 @@ def print_bench(mb) -> None:
             console.print(f"{r['name']}: " + pilot_summary(r["pilots"]), highlight=False)
 
 
+def check_models(models: list[str]) -> None:
+    """Refuse a model that is neither a file nor a zoo name before benching any (the same rule
+    as resolve_model, without building the models); a file that cannot be read fails in its
+    turn, as a failed model."""
+    from hetflow.errors import InputError
+    from hetflow.model import zoo
+
+    for m in models:
+        p = Path(m)
+        if p.exists() or p.suffix == ".onnx" or "/" in m:
+            if not p.is_file():
+                raise InputError(f"{m}: no such model file")
+            continue
+        try:
+            zoo.get_entry(m)
+        except InputError:
+            raise InputError(f"{m}: no such file, and not a zoo model (known: "
+                             f"{', '.join(e.name for e in zoo.list_models())})") from None
+
+
+@contextmanager
+def noting_interrupts() -> Iterator[list[bool]]:
+    """Ctrl-C raises KeyboardInterrupt as usual and is also noted in the list yielded: the
+    engine ends a plan's run early on it and returns what it measured, so bench_model goes on,
+    and the bench must still stop after that model and say it was cut short."""
+    noted: list[bool] = []
+
+    def on_sigint(signum, frame):
+        noted.append(True)
+        signal.default_int_handler(signum, frame)
+
+    try:
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main thread: Ctrl-C cannot reach this bench anyway
+        yield noted
+        return
+    try:
+        yield noted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def bench(
         models: Optional[list[str]] = typer.Argument(None, help="ONNX files or zoo names (default resnet18)"),
-        platform: str = typer.Option("auto", "--platform", "-p"),
-        strategies: str = typer.Option("pipeline,single", "--strategies"),
+        platform: str = typer.Option("auto", "--platform", "-p",
+                                     help="platform YAML file, bundled name, or auto (this "
+                                          "machine)"),
+        strategies: str = typer.Option("pipeline,single", "--strategies",
+                                       callback=strategy_list,
+                                       help="comma-separated search strategies, each one of: "
+                                            + ", ".join(strategy_names())),
         quick: bool = typer.Option(False, "--quick", help="fewer frames and repeats"),
-        frames: Optional[int] = typer.Option(None, "--frames"),
+        frames: Optional[int] = typer.Option(None, "--frames", min=2,
+                                             help="frames per plan run, at least (default 200; "
+                                                  "120 with --quick)"),
         pilots: int = typer.Option(3, "--pilots", min=1, help="run the best N designs by "
                                    "prediction briefly and keep the one measured best (1: "
                                    "trust the prediction)"),
-        json_out: bool = typer.Option(False, "--json"),
-        report: Optional[Path] = typer.Option(None, "--report", help="write JSON (+HTML) here"),
+        json_out: bool = typer.Option(False, "--json", help="print the results as JSON"),
+        report: Optional[Path] = typer.Option(None, "--report",
+                                              help="folder for bench.json, plans, traces and "
+                                                   "report.html"),
     ) -> None:
         """Profile, map and run MODELs against the baselines; print one table per model."""
-        from hetflow.bench.core import BenchSettings, bench_model
+        from hetflow.bench.core import BenchSettings, bench_model, cache_dir
+        from hetflow.errors import HetflowError
         from hetflow.platform import resolve_platform
 
+        models = models or ["resnet18"]
+        check_models(models)
+        check_writable(report, folder=True)
         plat = resolve_platform(platform, check_devices=True)
-        s = BenchSettings(strategies=[x.strip() for x in strategies.split(",") if x.strip()],
-                          pilot_candidates=pilots)
+        s = BenchSettings(strategies=strategies, pilot_candidates=pilots)
         if quick:
             s.frames, s.warmup, s.baseline_seconds, s.profile_repeats = 120, 20, 2.0, 5
             s.plan_seconds = s.under_load_seconds = 1.0
         if frames:
             s.frames = frames
-        results = []
-        from hetflow.errors import HetflowError
+        err_console.print(f"profiles are cached in {cache_dir() / 'profiles'}", highlight=False)
+        results, failed = [], {}
+        interrupted = False
 
-        failed = {}
-        for m in models or ["resnet18"]:
-            try:
-                with err_console.status(f"bench {m}") as status:
-                    mb = bench_model(m, plat, s, log=lambda msg: status.update(f"{m}: {msg}"),
-                                     report_dir=report)
-            except HetflowError as e:  # one model's failure is reported; the others still run
-                failed[m] = str(e)
-                err_console.print(f"[red]bench {m}: {e}[/red]")
-                continue
-            results.append(mb)
-            if not json_out:
-                print_bench(mb)
-            if report:  # after every model, so a long run that is cut short keeps its results
-                write_json(report / "bench.json", {"platform": plat.name, "settings": s.__dict__,
-                                                   "models": [r.to_dict() for r in results],
-                                                   "failed": failed})
-        data = {"platform": plat.name, "settings": s.__dict__,
-                "models": [r.to_dict() for r in results], "failed": failed}
+        def data() -> dict:
+            return {"platform": plat.name, "settings": s.__dict__,
+                    "models": [r.to_dict() for r in results], "failed": failed,
+                    "interrupted": interrupted}
+
+        with noting_interrupts() as noted:
+            for m in models:
+                try:
+                    with progress(f"bench {m}") as log:
+                        mb = bench_model(m, plat, s, log=lambda msg, m=m: log(f"{m}: {msg}"),
+                                         report_dir=report)
+                except HetflowError as e:  # one model's failure is reported; the others run
+                    failed[m] = str(e)
+                    err_console.print(f"bench {m}: {e}", style="red")
+                    continue
+                except KeyboardInterrupt:
+                    interrupted = True
+                    break
+                if noted:  # a run inside was cut short: what it measured is partial
+                    mb.notes["interrupted"] = interrupted = True
+                results.append(mb)
+                if not json_out:
+                    print_bench(mb)
+                if report:  # after every model, so a long run that is cut short keeps its results
+                    write_json(report / "bench.json", data())
+                if interrupted:
+                    break
         if report:
-            write_json(report / "bench.json", data)
-            from hetflow.bench.html import write_report
-
-            try:
-                page = write_report(report, data)
-                err_console.print(f"wrote {page}")
-            except HetflowError as e:  # e.g. no matplotlib: the JSON is there, say why no page
-                err_console.print(f"[yellow]no HTML report: {e}[/yellow]")
+            write_json(report / "bench.json", data())
+            err_console.print(f"wrote {report / 'bench.json'}", highlight=False)
+            if not interrupted:
+                write_html(report, data())
         if json_out:
-            print_json(data)
+            print_json(data())
+        if interrupted:
+            raise typer.Exit(130)
         if failed:
             raise typer.Exit(1)
+
+
+def write_html(report: Path, data: dict) -> None:
+    from hetflow.bench.html import write_report
+    from hetflow.errors import HetflowError
+
+    try:
+        page = write_report(report, data)
+        err_console.print(f"wrote {page}", highlight=False)
+    except HetflowError as e:  # e.g. no matplotlib: the JSON is there, say why no page
+        err_console.print(f"no HTML report: {e}", style="yellow")

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from .common import console, fmt_si, print_json
+from .common import check_writable, console, fmt_si, print_json
 
 
 def inspect_summary(graph) -> dict:
@@ -40,11 +40,12 @@ def register(app: typer.Typer) -> None:
         fuse: bool = typer.Option(False, "--fuse", help="fuse Conv+BatchNorm+activation chains"),
         input_shape: Optional[list[str]] = typer.Option(None, "--input-shape",
                                                         help="NAME=1x3x224x224 for dynamic inputs"),
-        limit: int = typer.Option(40, help="layers to list in the table (0: all)"),
+        limit: int = typer.Option(40, min=0, help="layers to list in the table (0: all)"),
     ) -> None:
         """Print the layers (operator, shapes, FLOPs), totals and the SDF summary of a model."""
         from hetflow.model import parse_input_shapes, resolve_model
 
+        check_writable(sdf3)
         graph = resolve_model(model, parse_input_shapes(input_shape), fuse)
         info = inspect_summary(graph)
         if sdf3 is not None:

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from .common import console, print_json
+from .common import check_writable, console, print_json, progress, strategy_name, strategy_names
 
 
 def load_problem(model: str, profile_path: Path, platform_arg: Optional[str],
@@ -67,15 +67,19 @@ def register(app: typer.Typer) -> None:
     def map_(
         model: str = typer.Argument(..., help="ONNX file or zoo model name"),
         profile: Path = typer.Option(..., "--profile", help="profile JSON (hetflow profile)"),
-        strategy: str = typer.Option("pipeline", "--strategy", "-s"),
+        strategy: str = typer.Option("pipeline", "--strategy", "-s", callback=strategy_name,
+                                     help="search strategy, one of: "
+                                          + ", ".join(strategy_names())),
         platform: Optional[str] = typer.Option(None, "--platform", "-p",
                                                help="platform YAML, bundled name, or auto"),
-        seed: int = typer.Option(0, "--seed"),
+        seed: int = typer.Option(0, "--seed", help="random seed of the search (same seed, "
+                                                         "same plan)"),
         output: Optional[Path] = typer.Option(None, "-o", "--output", help="plan JSON to write"),
-        capacity: int = typer.Option(2, "--capacity", help="FIFO capacity in frames"),
-        json_out: bool = typer.Option(False, "--json"),
+        capacity: int = typer.Option(2, "--capacity", min=1, help="FIFO capacity in frames"),
+        json_out: bool = typer.Option(False, "--json", help="print the plan as JSON"),
         pareto: Optional[Path] = typer.Option(None, "--pareto", help="write the front as CSV (+PNG)"),
-        input_shape: Optional[list[str]] = typer.Option(None, "--input-shape"),
+        input_shape: Optional[list[str]] = typer.Option(None, "--input-shape",
+                                                        help="NAME=1x3x224x224 for dynamic inputs"),
         option: Optional[list[str]] = typer.Option(None, "--option", "-O",
                                                    help="strategy option KEY=VALUE, e.g. "
                                                         "fitness=throughput (repeatable)"),
@@ -86,11 +90,9 @@ def register(app: typer.Typer) -> None:
                                         "machine and keep the one measured best"),
     ) -> None:
         """Search a mapping of the model's layers onto the platform's elements; write a plan."""
-        from hetflow.errors import InputError
         from hetflow.mapping.planner import search_plan
 
-        if capacity < 1:
-            raise InputError("--capacity must be at least 1 frame")
+        check_writable(output, pareto)
         opts = parse_options(option)
         if latency_cap_ms is not None:
             opts["latency_cap"] = latency_cap_ms / 1e3
@@ -99,14 +101,12 @@ def register(app: typer.Typer) -> None:
             from hetflow.mapping.planner import search_candidates
             from hetflow.runtime.pilot import choose_by_pilot, pilot_summary
 
-            from .common import err_console
-
             candidates = search_candidates(problem, [strategy], plat.name, pilots, seed, fuse,
                                            opts)
-            with err_console.status("pilot runs") as status:
+            with progress("pilot runs", quiet=json_out) as log:
                 plan, result, tried = choose_by_pilot(candidates, graph,
                                                       latency_cap=opts.get("latency_cap"),
-                                                      log=status.update)
+                                                      log=log)
             plan.search["pilots"] = tried
             if tried and not json_out:
                 console.print(pilot_summary(tried), highlight=False)

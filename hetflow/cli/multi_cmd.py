@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import typer
 from rich.table import Table
 
-from .common import console, print_json
+from .common import check_writable, console, positive, print_json, progress
 
 
 def _ms(x) -> str:
@@ -71,14 +71,15 @@ def print_multi_report(report) -> None:
                   + f"; wall {report.wall_s:.1f} s ({report.engine}); mean dispatch delay: "
                   + ", ".join(f"{e} {d * 1e6:.0f} us" for e, d in sorted(report.dispatch_s.items())))
     if report.realtime is False:
-        console.print("[yellow]--realtime: the OS refused SCHED_FIFO (needs root or "
-                      "CAP_SYS_NICE); the processes ran under the normal policy[/yellow]")
+        console.print("--realtime: the OS refused SCHED_FIFO (needs root or CAP_SYS_NICE); "
+                      "the processes ran under the normal policy", style="yellow")
     late = {r.name: r.notes["late_releases"] for r in report.apps if r.notes["late_releases"]}
     if late:
-        console.print("[yellow]frames released late (too many pending): "
-                      + ", ".join(f"{n} {k}" for n, k in late.items()) + "[/yellow]")
+        console.print("frames released late (too many pending): "
+                      + ", ".join(f"{n} {k}" for n, k in late.items()), style="yellow")
     if not report.complete:
-        console.print("[yellow]interrupted: the table covers the frames completed so far[/yellow]")
+        console.print("interrupted: the table covers the frames completed so far",
+                      style="yellow")
 
 
 def register(app: typer.Typer) -> None:
@@ -93,24 +94,26 @@ def register(app: typer.Typer) -> None:
         platform: Optional[str] = typer.Option(None, "--platform", "-p",
                                                help="platform YAML, bundled name, or auto"),
         output: Optional[Path] = typer.Option(None, "-o", "--output", help="multi-plan JSON"),
-        algorithm: str = typer.Option("nsga2", "--algorithm", "-a", help="nsga2 or spea2"),
-        pop_size: int = typer.Option(48, "--pop-size"),
-        generations: int = typer.Option(40, "--generations"),
-        seed: int = typer.Option(0, "--seed"),
-        prefer: str = typer.Option("margin", "--prefer",
+        algorithm: Literal["nsga2", "spea2"] = typer.Option("nsga2", "--algorithm", "-a",
+                                                            help="multi-objective search"),
+        pop_size: int = typer.Option(48, "--pop-size", min=2, help="population of the search"),
+        generations: int = typer.Option(40, "--generations", min=1,
+                                        help="generations of the search"),
+        seed: int = typer.Option(0, "--seed", help="random seed of the search"),
+        prefer: Literal["margin", "energy"] = typer.Option("margin", "--prefer",
                                    help="which front point to write: margin (smallest largest "
                                         "response/period) or energy"),
         pareto: Optional[Path] = typer.Option(None, "--pareto", help="front as CSV (+ PNG)"),
         calibrate: bool = typer.Option(True, "--calibrate/--no-calibrate",
                                        help="scale layer times to the measured whole model"),
-        time_stat: str = typer.Option("median", "--time-stat",
+        time_stat: Literal["median", "p90", "max"] = typer.Option("median", "--time-stat",
                                       help="measured whole-model time the stage times are "
                                            "scaled to: median, p90 or max (a measured "
                                            "worst-case execution time)"),
         naive: bool = typer.Option(False, "--naive",
                                    help="no search: write the naive plan (each application on "
                                         "its fastest element), to run it for comparison"),
-        json_out: bool = typer.Option(False, "--json"),
+        json_out: bool = typer.Option(False, "--json", help="print the multi-plan as JSON"),
     ) -> None:
         """Map several CNNs with periods and priorities onto one machine (Kang et al. VI)."""
         from hetflow.multi.front import write_front
@@ -120,15 +123,16 @@ def register(app: typer.Typer) -> None:
         from hetflow.multi.spec import parse_app_specs
         from hetflow.platform import resolve_platform
 
+        check_writable(output, pareto)
         specs = parse_app_specs(apps)
         plat = resolve_platform(platform or "auto")
         mp = load_multi_problem(specs, plat, profile_dir, calibrate, time_stat)
         if naive:
             result = naive_result(mp)
         else:
-            with console.status("searching ...") as status:
+            with progress("searching ...", quiet=json_out) as log:
                 result = search_multi(mp, algorithm, pop_size, generations, seed, prefer,
-                                      progress=lambda s: status.update(s))
+                                      progress=log)
         mplan = make_multiplan(mp, result, "multi-naive" if naive else f"multi-{algorithm}")
         if output:
             mplan.save(output)
@@ -143,21 +147,25 @@ def register(app: typer.Typer) -> None:
 
     @app.command("run-multi")
     def run_multi(
-        plan_path: Path = typer.Argument(..., metavar="MULTIPLAN.json"),
-        frames: int = typer.Option(1000, "--frames", "-n",
+        plan_path: Path = typer.Argument(..., metavar="MULTIPLAN.json",
+                                         help="multi-plan from hetflow map-multi"),
+        frames: int = typer.Option(1000, "--frames", "-n", min=1,
                                    help="measured frames of every application (faster ones "
                                         "run more while the slowest finishes)"),
-        warmup: int = typer.Option(10, "--warmup", help="first frames of each app not measured"),
-        check: str = typer.Option("first", "--check", help="first (4 frames per app) or none"),
-        max_in_flight: int = typer.Option(4, "--max-in-flight",
+        warmup: int = typer.Option(10, "--warmup", min=0, help="first frames of each app not measured"),
+        check: Literal["first", "none"] = typer.Option("first", "--check",
+                                                       help="first (4 frames per app) or none"),
+        max_in_flight: int = typer.Option(4, "--max-in-flight", min=1,
                                           help="frames of one app held at once (bounds memory)"),
         trace: Optional[Path] = typer.Option(None, "--trace", help="write a Chrome trace JSON"),
         output: Optional[Path] = typer.Option(None, "-o", "--output", help="report JSON"),
-        stall_timeout: float = typer.Option(30.0, "--stall-timeout"),
-        switch_interval: float = typer.Option(1e-4, "--switch-interval",
+        stall_timeout: float = typer.Option(30.0, "--stall-timeout", callback=positive,
+                                            help="seconds without a completed frame before the "
+                                                 "run is stopped as stalled"),
+        switch_interval: float = typer.Option(1e-4, "--switch-interval", min=0,
                                               help="GIL switch interval during the run, seconds "
                                                    "(0: Python's 5 ms)"),
-        engine: str = typer.Option("auto", "--engine",
+        engine: Literal["auto", "processes", "threads"] = typer.Option("auto", "--engine",
                                    help="processes (one per element), threads (one process), "
                                         "or auto: processes where every application runs on "
                                         "one element, else threads"),
@@ -165,26 +173,30 @@ def register(app: typer.Typer) -> None:
                                       help="process engine: run the element processes under "
                                            "the SCHED_FIFO real-time policy (needs root or "
                                            "CAP_SYS_NICE; the report says if it was refused)"),
-        json_out: bool = typer.Option(False, "--json"),
+        json_out: bool = typer.Option(False, "--json", help="print the report as JSON"),
     ) -> None:
         """Run every application of a multi-plan at its period; report response times."""
         from hetflow.multi.multiplan import MultiPlan
         from hetflow.multi.runtime import run_multiplan
 
+        check_writable(trace, output)
         mplan = MultiPlan.load(plan_path)
-        with console.status("preparing sessions ...") as status:
+        with progress("preparing sessions ...", quiet=json_out) as log:
             report = run_multiplan(mplan, None, frames, warmup, check,
                                    max_in_flight=max_in_flight, stall_timeout=stall_timeout,
-                                   trace_path=trace, progress=lambda s: status.update(s),
+                                   trace_path=trace, progress=log,
                                    switch_interval=switch_interval, engine=engine,
                                    realtime=realtime)
+        data = {**report.to_dict(), "interrupted": not report.complete}
         if output:
             from .common import write_json
 
-            write_json(output, report.to_dict())
+            write_json(output, data)
         if json_out:
-            print_json(report.to_dict())
-            return
-        print_multi_report(report)
-        for f in ([output] if output else []) + ([trace] if trace else []):
-            console.print(f"wrote {f}")
+            print_json(data)
+        else:
+            print_multi_report(report)
+            for f in ([output] if output else []) + ([trace] if trace else []):
+                console.print(f"wrote {f}")
+        if not report.complete:
+            raise typer.Exit(130)

@@ -6,8 +6,9 @@ from typing import Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from .common import atomic_write_text, console, print_json
+from .common import atomic_write_text, check_writable, console, print_json
 
 platform_app = typer.Typer(no_args_is_help=True, help="Describe machines: detect this one, show a "
                            "description, list processing-element configurations.")
@@ -29,6 +30,7 @@ def detect(output: Optional[Path] = typer.Option(None, "-o", "--output",
     """Detect this machine's cores, clusters (by max frequency) and CUDA GPUs, as platform YAML."""
     from hetflow.platform import detect_platform, dump_platform
 
+    check_writable(output)
     if cluster is not None:
         from hetflow.platform.cluster import detect_cluster, dump_cluster
 
@@ -55,7 +57,8 @@ def show(platform: str = PLATFORM_ARG,
                     "default_elements": [e.to_dict() for e in elements],
                     "configurations": count_configurations(p)})
         return
-    console.print(f"[bold]{p.name}[/bold]  {p.description}  (hash {p.platform_hash[:12]})")
+    console.print(Text.assemble((p.name, "bold"),
+                                f"  {p.description}  (hash {p.platform_hash[:12]})"))
     t = Table(title="CPU clusters")
     for col in ("cluster", "cores", "core type", "max MHz", "GFLOP/s/core*", "GB/s*", "W/core*"):
         t.add_column(col)
@@ -88,7 +91,7 @@ def show(platform: str = PLATFORM_ARG,
 
 @platform_app.command("configs")
 def configs(platform: str = PLATFORM_ARG,
-            limit: int = typer.Option(50, help="configurations to list (0: all)"),
+            limit: int = typer.Option(50, min=0, help="configurations to list (0: all)"),
             json_out: bool = typer.Option(False, "--json", help="print JSON instead of a table")
             ) -> None:
     """List the PE configurations (Kang et al.): each cluster split into core groups."""

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import typer
 from rich.table import Table
 
-from .common import console, err_console, print_json
+from .common import check_writable, console, err_console, print_json
 
 
 def profile_summary(prof, graph) -> dict:
@@ -45,9 +45,9 @@ def register(app: typer.Typer) -> None:
                                       help="roofline estimate from nominal peak rates; measures nothing"),
         repeats: int = typer.Option(20, "--repeats", min=1, help="timed runs per layer"),
         warmup: int = typer.Option(3, "--warmup", min=0, help="untimed runs first"),
-        method: str = typer.Option("isolated", "--method",
-                                   help="isolated: each layer repeated on a real input; chain: "
-                                        "layers timed in model order (over-estimates)"),
+        method: Literal["isolated", "chain"] = typer.Option(
+            "isolated", "--method", help="isolated: each layer repeated on a real input; chain: "
+                                         "layers timed in model order (over-estimates)"),
         elements: Optional[list[str]] = typer.Option(None, "--element", "-e",
                                                      help="profile only these elements (repeatable)"),
         all_elements: bool = typer.Option(False, "--all-elements",
@@ -67,8 +67,12 @@ def register(app: typer.Typer) -> None:
         from hetflow.platform import resolve_platform
         from hetflow.profile import estimate_profile, profile_model
 
+        check_writable(output)
         graph = resolve_model(model, parse_input_shapes(input_shape), fuse)
         plat = resolve_platform(platform)
+        out = output or _default_output(graph.name, plat.name)
+        if output is None:  # the default name, known once model and platform are
+            check_writable(out)
         searched = elements is None and not all_elements
         if searched:
             from hetflow.mapping.from_profile import searched_elements
@@ -81,7 +85,6 @@ def register(app: typer.Typer) -> None:
                                  method=method, comm=comm, dvfs_calibration=dvfs,
                                  skip_unavailable=searched,
                                  progress=not json_out and err_console.is_terminal)
-        out = output or _default_output(graph.name, plat.name)
         prof.save(out)
         summary = profile_summary(prof, graph)
         if json_out:

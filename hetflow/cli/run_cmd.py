@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import typer
 from rich.table import Table
 
-from .common import console, print_json
+from .common import check_writable, console, positive, print_json, progress
 
 
 def print_report(reports) -> None:
@@ -27,51 +27,62 @@ def print_report(reports) -> None:
             console.print(f"{r.name} utilisation: " + ", ".join(
                 f"{e} {u:.0%}" for e, u in sorted(r.utilisation.items())))
         if not r.complete:
-            console.print(f"[yellow]{r.name}: interrupted after {r.frames} frames[/yellow]")
+            console.print(f"{r.name}: interrupted after {r.frames} frames", style="yellow")
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
     def run(
-        plan_path: Path = typer.Argument(..., metavar="PLAN.json"),
-        frames: int = typer.Option(500, "--frames", "-n"),
-        warmup: int = typer.Option(50, "--warmup"),
+        plan_path: Path = typer.Argument(..., metavar="PLAN.json", help="plan from hetflow map"),
+        frames: int = typer.Option(500, "--frames", "-n", min=2,
+                                   help="frames to stream through the pipeline"),
+        warmup: int = typer.Option(50, "--warmup", min=0,
+                                   help="first frames left out of the measurements (at most a "
+                                        "quarter of --frames)"),
         input_spec: str = typer.Option("random", "--input",
                                         help="random, an .npz file, or a folder of images"),
-        check: str = typer.Option("first", "--check", help="first (8 frames), all, none"),
+        check: Literal["first", "all", "none"] = typer.Option(
+            "first", "--check", help="frames checked against the reference run: the first 8, "
+                                     "all, or none"),
         trace: Optional[Path] = typer.Option(None, "--trace", help="write a Chrome trace JSON"),
         model: Optional[str] = typer.Option(None, "--model", help="model path if it moved"),
-        json_out: bool = typer.Option(False, "--json"),
-        stall_timeout: float = typer.Option(30.0, "--stall-timeout"),
-        engine: str = typer.Option("local", "--engine", help="local (threads) or ray"),
+        json_out: bool = typer.Option(False, "--json",
+                                      help="print the report as JSON instead of a table"),
+        stall_timeout: float = typer.Option(30.0, "--stall-timeout", callback=positive,
+                                            help="seconds without a completed frame before the "
+                                                 "run is stopped as stalled"),
+        engine: Literal["local", "ray"] = typer.Option("local", "--engine",
+                                                       help="local (threads) or ray"),
         address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address"),
     ) -> None:
-        """Run a plan's CSDF application on this machine; outputs are checked in order."""
+        """Run a plan's CSDF application on this machine; outputs are checked in order.
+
+        Exit code 1 when the run fails (a stall, an output that differs from the reference),
+        130 when interrupted (after reporting the frames measured so far)."""
+        from hetflow.errors import InputError
         from hetflow.mapping.plan import Plan
         from hetflow.runtime.api import load_plan_model, run_plan
 
-        plan = Plan.load(plan_path)
-        graph = load_plan_model(plan, model)
-        from hetflow.errors import InputError
-
-        if engine not in ("local", "ray"):
-            raise InputError(f"--engine {engine!r}: use local or ray")
         if address and engine != "ray":
             raise InputError("--address goes with --engine ray")
-        with console.status("preparing sessions ...") as status:
+        check_writable(trace)
+        plan = Plan.load(plan_path)
+        graph = load_plan_model(plan, model)
+        with progress("preparing sessions ...", quiet=json_out) as log:
             if engine == "ray":
                 from hetflow.runtime.ray_engine import run_plan_ray
 
                 report = run_plan_ray(plan, graph, frames, warmup, input_spec, check,
                                       trace_path=trace, stall_timeout=stall_timeout,
-                                      progress=lambda s: status.update(s), address=address)
+                                      progress=log, address=address)
             else:
                 report = run_plan(plan, graph, frames, warmup, input_spec, check,
-                                  trace_path=trace, stall_timeout=stall_timeout,
-                                  progress=lambda s: status.update(s))
+                                  trace_path=trace, stall_timeout=stall_timeout, progress=log)
         if json_out:
-            print_json(report.to_dict())
-            return
-        print_report([report])
-        if trace:
-            console.print(f"wrote {trace}")
+            print_json({**report.to_dict(), "interrupted": not report.complete})
+        else:
+            print_report([report])
+            if trace and Path(trace).exists():
+                console.print(f"wrote {trace}")
+        if not report.complete:
+            raise typer.Exit(130)

@@ -6,7 +6,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from .common import console, print_json
+from .common import check_writable, console, print_json
 
 
 def register(app: typer.Typer) -> None:
@@ -14,7 +14,8 @@ def register(app: typer.Typer) -> None:
     app.add_typer(zoo_app, name="zoo")
 
     @zoo_app.command("list")
-    def list_(json_out: bool = typer.Option(False, "--json")) -> None:
+    def list_(json_out: bool = typer.Option(False, "--json",
+                                            help="print JSON instead of a table")) -> None:
         """List the zoo's models with their input and output shapes."""
         from hetflow.model import zoo
 
@@ -33,9 +34,12 @@ def register(app: typer.Typer) -> None:
         console.print(t)
 
     @zoo_app.command("export")
-    def export(name: str, output: Path = typer.Option(..., "-o", "--output")) -> None:
+    def export(name: str = typer.Argument(..., help="zoo model name (hetflow zoo list)"),
+               output: Path = typer.Option(..., "-o", "--output", help="ONNX file to write")
+               ) -> None:
         """Write a zoo model as an ONNX file."""
         from hetflow.model import zoo
 
+        check_writable(output)
         path = zoo.export_model(name, output)
         console.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")

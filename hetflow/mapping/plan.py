@@ -10,9 +10,24 @@ from hetflow.dataflow.csdf import CsdfApp
 from hetflow.errors import InputError
 from hetflow.platform.spec import ProcessingElement
 
-from .mapping import Mapping
+from .mapping import Mapping, group_members
 
 PLAN_VERSION = 1
+DISPATCH_MODES = ("dynamic", "static")  # how the runtime hands frames to a group's members
+PHASE_POLICIES = ("paper", "maximal")  # Algorithm 2's phase rules (cnn_to_csdf)
+
+
+def _check_agree(source: str, name_a: str, a: dict[str, str], name_b: str,
+                 b: dict[str, str]) -> None:
+    """InputError naming the first layer two layer -> actor maps place differently."""
+    for layer in sorted(a.keys() | b.keys()):
+        if a.get(layer) != b.get(layer):
+            on = lambda m: repr(m[layer]) if layer in m else "unmapped"  # noqa: E731
+            raise InputError(
+                f"{source}: {name_a} and {name_b} disagree (layer {layer!r}: {on(a)} vs "
+                f"{on(b)}; "
+                f"{sum(a.get(k) != b.get(k) for k in a.keys() | b.keys())} layer(s) differ); "
+                "was the plan edited? Run `hetflow map` again to make a consistent plan")
 
 
 @dataclass
@@ -46,15 +61,40 @@ class Plan:
             raise InputError(f"{source}: plan version {d.get('version')!r} is not supported "
                              f"(this hetflow reads version {PLAN_VERSION})")
         try:
-            return Plan(d["model_name"], d["model_hash"], d.get("model_source", ""),
+            plan = Plan(d["model_name"], d["model_hash"], d.get("model_source", ""),
                         d["platform_name"], Mapping.from_dict(d["mapping"]),
                         CsdfApp.from_dict(d["app"]),
                         {k: ProcessingElement.from_dict(v) for k, v in d["elements"].items()},
                         int(d["capacity_frames"]), d["predicted"], d["strategy"],
                         d.get("search", {}), bool(d.get("fuse", False)),
                         d.get("input_shapes", {}))
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise InputError(f"{source}: not a valid hetflow plan ({type(e).__name__}: {e})") from None
+        plan.check(source)
+        return plan
+
+    def check(self, source: str = "plan") -> None:
+        """Refuse a plan that is not what `hetflow map` wrote, as a hand edit leaves it: the
+        runtime executes `app`, so a `mapping` that says otherwise would silently not be run."""
+        m, app = self.mapping, self.app
+        if m.dispatch_mode not in DISPATCH_MODES:
+            raise InputError(f"{source}: mapping.dispatch_mode {m.dispatch_mode!r} is not one of "
+                             f"{', '.join(DISPATCH_MODES)}")
+        if m.policy not in PHASE_POLICIES:
+            raise InputError(f"{source}: mapping.policy {m.policy!r} is not one of "
+                             f"{', '.join(PHASE_POLICIES)}")
+        _check_agree(source, "mapping.assignment", m.assignment, "app.assignment",
+                     app.assignment)
+        # the layers that run: each in a phase of the actor its assignment names
+        phase_actor = {layer: actor for layer, (actor, _) in app.phase_of().items()}
+        _check_agree(source, "app.assignment", {k: app.assignment[k] for k in phase_actor
+                                                if k in app.assignment},
+                     "app.phases", phase_actor)
+        for actor in [*m.actors, *app.actors, *m.dispatch]:
+            for e in group_members(actor):
+                if e not in self.elements:
+                    raise InputError(f"{source}: element {e!r} (of actor {actor!r}) is not among "
+                                     f"the plan's elements ({', '.join(self.elements) or 'none'})")
 
     def save(self, path: str | Path) -> Path:
         from hetflow.cli.common import write_json

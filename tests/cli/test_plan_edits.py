@@ -1,0 +1,60 @@
+"""A hand-edited plan is refused with one line naming what is wrong, never run as the app it
+no longer describes (the runtime executes `app`, not `mapping`)."""
+import json
+
+import pytest
+
+from hetflow.errors import InputError
+from hetflow.mapping.plan import Plan
+
+
+def edited(path, edit):
+    d = json.loads(path.read_text())
+    edit(d)
+    path.write_text(json.dumps(d))
+    return path
+
+
+def move_first_layer(d):
+    layer = next(iter(d["mapping"]["assignment"]))
+    d["mapping"]["assignment"][layer] = "cpu1"
+
+
+def rename_element(d):  # the app and mapping name gpu7, which elements does not describe
+    d["elements"]["gpu7"] = d["elements"].pop("cpu1")
+
+
+def dispatch_mode(d):
+    d["mapping"]["dispatch_mode"] = "round-robin"
+
+
+def phase_moved(d):  # the app's own assignment edited, its phases not
+    layer = d["app"]["phases"]["cpu0"][0]["layers"][0]
+    d["mapping"]["assignment"][layer] = d["app"]["assignment"][layer] = "cpu1"
+
+
+@pytest.mark.parametrize("edit, says", [
+    (move_first_layer, "mapping.assignment and app.assignment disagree (layer "),
+    (rename_element, "element 'cpu1' (of actor 'cpu1') is not among the plan's elements "
+                     "(cpu0, gpu7)"),
+    (dispatch_mode, "mapping.dispatch_mode 'round-robin' is not one of dynamic, static"),
+    (phase_moved, "app.assignment and app.phases disagree (layer "),
+])
+def test_an_edited_plan_is_refused_in_one_line(hetflow, plan_file, edit, says):
+    edited(plan_file, edit)
+    with pytest.raises(InputError, match="^" + str(plan_file)):
+        Plan.load(plan_file)
+    code, out, err = hetflow("run", plan_file, "--frames", "20")
+    assert code == 2 and f"hetflow: error: {plan_file}: {says}" in err
+    assert err.count("\n") == 1 and out == ""
+
+
+def test_disagreeing_assignments_say_to_map_again(plan_file):
+    edited(plan_file, move_first_layer)
+    with pytest.raises(InputError, match=r"1 layer\(s\) differ.*Run `hetflow map` again"):
+        Plan.load(plan_file)
+
+
+def test_an_unedited_plan_loads(plan_file):
+    plan = Plan.load(plan_file)
+    assert plan.mapping.assignment == plan.app.assignment

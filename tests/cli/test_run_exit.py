@@ -1,0 +1,56 @@
+"""`hetflow run` exits 0 only when the run completed and its outputs checked out: 1 when the
+outputs differ from the reference, 130 when interrupted (after reporting what was measured),
+2 for bad options; no trace is left by a failed run."""
+import json
+
+import hetflow.runtime.api as api
+import hetflow.runtime.check as check
+from hetflow.runtime.report import RunReport, latency_stats
+
+
+def test_a_completed_run_exits_zero(hetflow, plan_file):
+    code, out, err = hetflow("run", plan_file, "--frames", "20", "--warmup", "2", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["interrupted"] is False and report["checked_frames"] == 8
+
+
+def test_an_output_mismatch_exits_one_and_leaves_no_trace(hetflow, plan_file, monkeypatch):
+    monkeypatch.setattr(check, "ATOL", -1.0)  # no output can be close enough: a real mismatch
+    trace = plan_file.parent / "t.json"
+    code, out, err = hetflow("run", plan_file, "--frames", "20", "--trace", trace)
+    assert code == 1
+    assert "hetflow: error: frame 0: output" in err and "differs from the reference" in err
+    assert not trace.exists() and "Traceback" not in err
+
+
+def interrupted_run(plan, graph, frames, warmup, *args, **kwargs) -> RunReport:
+    """What the engine returns when Ctrl-C ends a run: the frames measured so far."""
+    return RunReport("plan", 12, 2, 480.0, latency_stats([2e-3] * 10), complete=False)
+
+
+def test_an_interrupted_run_reports_what_it_measured_and_exits_130(hetflow, plan_file,
+                                                                  monkeypatch):
+    monkeypatch.setattr(api, "run_plan", interrupted_run)
+    code, out, err = hetflow("run", plan_file, "--json")
+    assert code == 130 and "hetflow: interrupted" in err
+    report = json.loads(out)
+    assert report["interrupted"] is True and report["frames"] == 12
+    code, out, err = hetflow("run", plan_file)
+    assert code == 130 and "plan: interrupted after 12 frames" in out
+
+
+def test_ctrl_c_before_the_run_exits_130(hetflow, plan_file, monkeypatch):
+    def cut(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(api, "run_plan", cut)
+    code, out, err = hetflow("run", plan_file, "--json")
+    assert code == 130 and out == "" and "hetflow: interrupted" in err
+
+
+def test_progress_through_a_pipe_is_plain_lines(hetflow, plan_file):
+    code, out, err = hetflow("run", plan_file, "--frames", "20", "--warmup", "2")
+    assert code == 0, err
+    assert err.startswith("hetflow: preparing sessions ...\nhetflow: preparing cpu0 phase 0")
+    assert "measured" in out
