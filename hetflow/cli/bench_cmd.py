@@ -15,17 +15,20 @@ from .common import (check_writable, console, err_console, print_json, progress,
 
 def print_bench(mb) -> None:
     t = Table(title=f"{mb.model} on {mb.platform}")
+    # predicted: a priori, from the profile before the plan ran; refined: after timing the plan's
+    # own stages (not a prediction)
     for c in ("run", "frames/s", "p50 ms", "p99 ms", "x parallel", "x single", "p99/parallel",
-              "predicted", "search s", "checked"):
+              "predicted", "refined", "search s", "checked"):
         t.add_column(c, justify="left" if c == "run" else "right")
     for r in mb.rows:
         if r.get("infeasible"):
-            t.add_row(r["name"], "no plan meets the latency cap", *[""] * 8)
+            t.add_row(r["name"], "no plan meets the latency cap", *[""] * 9)
             continue
         t.add_row(r["name"], f"{r['throughput']:.1f}", f"{r['latency_p50'] * 1e3:.2f}",
                   f"{r['latency_p99'] * 1e3:.2f}", f"{r['vs_parallel']:.2f}", f"{r['vs_single']:.2f}",
                   f"{r['p99_vs_parallel']:.2f}",
                   f"{r['predicted_throughput']:.1f}" if r["predicted_throughput"] else "-",
+                  f"{r['refined_throughput']:.1f}" if r.get("refined_throughput") else "-",
                   f"{r['search_seconds']:.2f}" if r["search_seconds"] is not None else "-",
                   f"{r['checked_frames']} ok" if r["checked_frames"] else "-")
     console.print(t)

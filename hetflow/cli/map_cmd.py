@@ -50,7 +50,9 @@ def print_plan(plan, title: str = "plan") -> None:
               "util"):
         t.add_column(c, justify="right" if c in ("phases", "layers", "busy ms/frame", "util") else "left")
     for r in describe_stages(plan):
-        t.add_row(r["actor"], ",".join(r["elements"]), str(r["phases"]), str(r["layers"]),
+        elements = [e + (f" x{r['lanes'][e]} lanes" if e in r["lanes"] else "")
+                    for e in r["elements"]]
+        t.add_row(r["actor"], ",".join(elements), str(r["phases"]), str(r["layers"]),
                   f"{r['first']} .. {r['last']}",
                   f"{r['busy_s'] * 1e3:.3f}" if r["busy_s"] is not None else "?",
                   f"{r['utilisation']:.0%}")

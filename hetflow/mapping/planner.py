@@ -111,6 +111,8 @@ def describe_stages(plan: Plan, problem: Problem | None = None) -> list[dict]:
     for actor, phases in plan.app.phases.items():
         layers = [l for p in phases for l in p.layers]
         rows.append({"actor": actor, "elements": list(group_members(actor)),
+                     "lanes": {e: plan.mapping.lanes_of(e) for e in group_members(actor)
+                               if plan.mapping.lanes_of(e) > 1},
                      "phases": len(phases), "layers": len(layers), "first": layers[0],
                      "last": layers[-1], "busy_s": stage_times.get(actor),
                      "utilisation": max((util.get(e, 0.0) for e in group_members(actor)), default=0.0)})

@@ -133,3 +133,15 @@ def test_lanes_share_the_driving_core_so_host_time_bounds_the_rate(factory):
     assert rates[1] == pytest.approx(1 / t1)  # one lane: the device time bounds it
     assert rates[8] == pytest.approx(2 / t1)  # eight: the driving core, 1 / (t1 / 2)
     assert max(rates.values()) <= 2 / t1 * (1 + 1e-9)
+
+
+def test_a_plan_with_lanes_survives_its_file(factory, tmp_path):
+    from hetflow.mapping.plan import Plan
+
+    p = gpu_problem(factory)
+    plan, _ = search_plan(p, "single", "test")
+    path = plan.save(tmp_path / "p.json")
+    back = Plan.load(path)
+    assert plan.mapping.lanes.get("gpu0", 1) > 1  # the data-parallel plan uses the GPU's lanes
+    assert back.mapping.lanes == plan.mapping.lanes
+    assert back.predicted["lanes"] == plan.predicted["lanes"]
