@@ -206,9 +206,9 @@ class Expander:
                 f = i - 1
                 e.add(self.node(name, f % q), self.node(name, i), -(f // q), True)
             else:
-                f = i - (k - 1) * phases - 1
+                f = i - (k - 1) * phases - 1  # the last phase of cycle c - k: its end
                 e.add(self.node(name, f % q), self.node(name, i), -(f // q), True)
-                f = i - 1
+                f = i - phases  # the first phase of cycle c - 1: its start
                 e.add(self.node(name, f % q), self.node(name, i), -(f // q), False)
 
     def build(self, capacities: dict[str, int | None] | None = None) -> Hsdf:
