@@ -10,6 +10,16 @@ from hetflow.errors import RuntimeFault
 from hetflow.model.graph import CnnGraph
 
 RTOL, ATOL = 1e-3, 1e-4  # float32 with different kernel orders (and TF32-free GPU math)
+ULPS = 4  # half-precision outputs: a few rounding steps, relative to the output's magnitude
+
+
+def tolerances(dtype) -> tuple[float, float]:
+    """(rtol, atol) of the check for outputs of `dtype`, both relative to the output's largest
+    magnitude: float32's fixed pair; for fp16 and bf16, ULPS units of their precision (a stage
+    split changes where intermediate results are rounded: one fp16 step is 4.9e-4 at 0.5-1)."""
+    name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    eps = {"float16": float(np.finfo(np.float16).eps), "bfloat16": 2.0 ** -7}.get(name)
+    return (RTOL, ATOL) if eps is None else (ULPS * eps, ULPS * eps)
 
 
 def reference_session(graph: CnnGraph):
@@ -37,16 +47,19 @@ def check_outputs(graph: CnnGraph, app: CsdfApp, kept: dict[int, dict[str, np.nd
             if got.shape != want.shape:
                 raise RuntimeFault(f"frame {f}: output {t!r} has shape {got.shape}, reference "
                                    f"{want.shape} (produced by stage {app.model_outputs[t]})")
-            err = float(np.max(np.abs(got - want))) if got.size else 0.0
+            err = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) \
+                if got.size else 0.0
             worst = max(worst, err)
             # tolerances relative to the output's magnitude: random-weight CNNs reach outputs
             # of several hundred, where float32 summation order alone moves values by ~1e-4
             scale = max(1.0, float(np.max(np.abs(want)))) if want.size else 1.0
-            if not np.allclose(got / scale, want / scale, rtol=RTOL, atol=ATOL):
+            rtol, atol = tolerances(want.dtype)
+            g, w = got.astype(np.float64) / scale, want.astype(np.float64) / scale
+            if not np.allclose(g, w, rtol=rtol, atol=atol):
                 actor = app.model_outputs[t]
                 ph = next(p for p in app.phases[actor] if t in p.outputs)
                 raise RuntimeFault(
-                    f"frame {f}: output {t!r} differs from the reference run (max abs error "
-                    f"{err:.3g}); produced by stage {actor} phase {ph.index} "
-                    f"(layers {ph.layers[0]}..{ph.layers[-1]})")
+                    f"frame {f}: output {t!r} ({want.dtype}) differs from the reference run "
+                    f"(max abs error {err:.3g}, tolerance {atol:.2g} x {scale:.3g}); produced by "
+                    f"stage {actor} phase {ph.index} (layers {ph.layers[0]}..{ph.layers[-1]})")
     return worst
