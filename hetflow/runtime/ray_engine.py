@@ -579,6 +579,11 @@ def run_plan_ray(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, w
         raise InputError(f"--check {check!r}: use first, all or none")
     if frames < 2:
         raise InputError("--frames must be at least 2")
+    laned = {e: k for e, k in plan.mapping.lanes.items() if k > 1}
+    if laned:  # its workers hold one runner per phase: a plan's lanes must not silently vanish
+        e, k = next(iter(laned.items()))
+        raise InputError(f"the Ray engine runs one lane per GPU, and the plan gives element "
+                         f"{e!r} {k} lanes; run it locally, or map again for Ray")
     import_ray()
     graph = graph or load_plan_model(plan)
     source, _ = make_source(graph, input_spec)

@@ -217,3 +217,12 @@ def test_a_stalled_worker_is_named_after_the_stall_timeout(cluster, plan_for):
             pipe.run(random_source(graph), 6, stall_timeout=1.0)
     finally:
         pipe.close()
+
+
+def test_a_plan_with_gpu_lanes_is_refused_naming_the_element(plan_for):
+    graph = random_cnn_graph(6, 0)
+    plan = plan_for(graph, {l.name: "pe0" for l in graph.layers})
+    plan.mapping.lanes = {"pe0": 4}
+    with pytest.raises(InputError, match="the Ray engine runs one lane per GPU, and the plan "
+                                         "gives element 'pe0' 4 lanes"):
+        run_plan_ray(plan, graph, frames=4)
