@@ -43,6 +43,9 @@ def register(app: typer.Typer) -> None:
                                                    "(default: MODEL.PLATFORM.profile.json)"),
         estimate: bool = typer.Option(False, "--estimate",
                                       help="roofline estimate from nominal peak rates; measures nothing"),
+        table: Optional[Path] = typer.Option(None, "--from-table",
+                                             help="per-layer times measured elsewhere (CSV or "
+                                                  "JSON: layer, element, ms); measures nothing"),
         repeats: int = typer.Option(20, "--repeats", min=1, help="timed runs per layer"),
         warmup: int = typer.Option(3, "--warmup", min=0, help="untimed runs first"),
         method: Literal["isolated", "chain"] = typer.Option(
@@ -78,7 +81,12 @@ def register(app: typer.Typer) -> None:
             from hetflow.mapping.from_profile import searched_elements
 
             elements = [e.name for e in searched_elements(plat)]
-        if estimate:
+        if table is not None:
+            from hetflow.profile.table_import import import_profile
+
+            prof = import_profile(graph, plat, table,
+                                  warn=lambda m: err_console.print(f"warning: {m}"))
+        elif estimate:
             prof = estimate_profile(graph, plat, elements=elements)
         else:
             prof = profile_model(graph, plat, elements=elements, repeats=repeats, warmup=warmup,
@@ -90,11 +98,13 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print_json(summary)
             return
-        kind = "estimated" if prof.estimated else f"measured ({summary['method']}, {repeats} repeats)"
+        kind = ("estimated" if prof.estimated else f"imported from {table}" if table is not None
+                else f"measured ({summary['method']}, {repeats} repeats)")
         console.print(f"{graph.name} on {plat.name}: {len(graph.layers)} layers, {kind}"
                       + (f", {summary['seconds']} s" if summary["seconds"] else ""))
-        if prof.estimated:
-            t = Table(title="estimated model time (sum of layer times)")
+        if prof.estimated or table is not None:
+            t = Table(title=f"{'estimated' if prof.estimated else 'imported'} model time "
+                            "(sum of layer times)")
             t.add_column("element")
             t.add_column("ms", justify="right")
             for e, v in summary["elements"].items():
