@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 
 from .mapping import Mapping, group_members
 from .plan import Plan
@@ -26,12 +27,42 @@ def make_plan(problem: Problem, mapping: Mapping, metrics: Metrics, strategy: st
                 problem.capacity_frames, metrics.to_dict(), strategy, search or {}, fuse)
 
 
+def against_whole_model(problem: Problem, result: SearchResult,
+                        latency_cap: float | None = None) -> SearchResult:
+    """`result`, or the whole model on one element where that is analysed faster (within the
+    latency cap): no strategy may return a design worse than the obvious one (an ILP result
+    was once analysed below the GPU alone)."""
+    from dataclasses import replace
+
+    from .problem import evaluate
+    from .strategies.base import whole_model_on
+
+    best = None
+    for e in problem.elements:
+        if not np.isfinite(problem.layer_times[:, problem.element_index[e.name]]).all():
+            continue
+        m = whole_model_on(problem, e.name)
+        metrics = evaluate(problem, m)
+        if latency_cap is not None and not metrics.latency <= latency_cap:
+            continue
+        if best is None or metrics.throughput > best[1].throughput:
+            best = (m, metrics)
+    if best is None or best[1].throughput <= result.metrics.throughput * (1 + 1e-9):
+        return result
+    return replace(result, best=best[0], metrics=best[1],
+                   notes={**result.notes, "whole_model_won": (
+                       f"the strategy's design was analysed at {result.metrics.throughput:.1f} "
+                       f"frames/s, the whole model on {best[0].actors[0]} at "
+                       f"{best[1].throughput:.1f}")})
+
+
 def search_plan(problem: Problem, strategy: str, platform_name: str, seed: int = 0,
                 fuse: bool = False, **options) -> tuple[Plan, SearchResult]:
     fn = get_strategy(strategy)
     check_options(strategy, options)
     t0 = time.perf_counter()
-    result = fn(problem, seed=seed, **options)
+    result = against_whole_model(problem, fn(problem, seed=seed, **options),
+                                 options.get("latency_cap"))
     seconds = time.perf_counter() - t0
     plan = make_plan(problem, result.best, result.metrics, strategy, platform_name,
                      {"seed": seed, "seconds": round(seconds, 3), "evaluations": result.evaluations,
