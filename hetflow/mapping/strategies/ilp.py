@@ -186,8 +186,9 @@ def _interchangeable(E: np.ndarray, T: list[np.ndarray], a: int, b: int) -> bool
 
 def solve_config(problem: Problem, config: list[str], use_all: bool = False,
                  schedule: bool = False, time_limit: float = 60.0, solver: str = "cpsat",
-                 workers: int = 2, seed: int = 0, wrap: bool = True) -> IlpSolution | None:
-    """The ILP on one configuration; None if infeasible."""
+                 workers: int = 2, seed: int = 0, wrap: bool = True) -> IlpSolution | str | None:
+    """The ILP on one configuration; None if infeasible; the solver's message if it stopped
+    (time limit) before a first solution."""
     t0 = time.perf_counter()
     g = problem.graph
     n, m = len(g.layers), len(config)
@@ -266,11 +267,8 @@ def solve_config(problem: Problem, config: list[str], use_all: bool = False,
                                                     for i in range(n) for j in range(m)})
     else:
         raise InputError(f"ilp: unknown solver {solver!r} (use 'cpsat' or 'highs')")
-    if res.x is None:
-        if res.status == "infeasible":
-            return None
-        raise InputError(f"ilp: {solver} stopped without a solution on configuration "
-                         f"{'+'.join(config)} ({res.message}); raise time_limit")
+    if res.x is None:  # infeasible, or the time ran out before a first solution
+        return None if res.status == "infeasible" else res.message or res.status
     assignment = {layer.name: config[int(np.argmax([res.x[M[i][j]] for j in range(m)]))]
                   for i, layer in enumerate(g.layers)}
     ct = cluster_times(problem, config, assignment)
@@ -356,18 +354,29 @@ def clustering_ok(problem: Problem, assignment: dict[str, str], use_all: bool = 
 def search(problem: Problem, seed: int = 0, use_all: bool = False, schedule: bool = False,
            time_limit: float = 60.0, solver: str = "cpsat", workers: int = 2, wrap: bool = True,
            **_) -> SearchResult:
-    """Solve the ILP on every configuration; the smallest largest-cluster-time wins."""
+    """Solve the ILP on every configuration; the smallest largest-cluster-time wins.
+
+    `time_limit` is shared out: each configuration gets an equal share of what is left, so
+    one hard configuration cannot starve the rest. A configuration whose share ran out before a
+    first solution is skipped, and said so in `notes["unsolved"]`; solutions found are kept."""
     t0 = time.perf_counter()
-    sols = []
-    for config in configurations(problem):
+    sols, unsolved = [], {}
+    configs = configurations(problem)
+    for n_done, config in enumerate(configs):
         left = time_limit - (time.perf_counter() - t0)
         if left <= 0:
-            raise InputError(f"ilp: time_limit {time_limit} s ran out before configuration "
-                             f"{'+'.join(config)}")
-        sol = solve_config(problem, config, use_all, schedule, left, solver, workers, seed, wrap)
-        if sol is not None:
+            unsolved.update({"+".join(c): "time_limit ran out first" for c in configs[n_done:]})
+            break
+        sol = solve_config(problem, config, use_all, schedule, left / (len(configs) - n_done),
+                           solver, workers, seed, wrap)
+        if isinstance(sol, str):
+            unsolved["+".join(config)] = f"no solution in its share of time_limit ({sol})"
+        elif sol is not None:
             sols.append(sol)
     if not sols:
+        if unsolved:
+            raise InfeasibleError(f"ilp: no solution within time_limit {time_limit} s for any "
+                                  f"configuration ({len(unsolved)} unsolved); raise time_limit")
         raise InfeasibleError("ilp: no configuration admits a task clustering"
                               + (" that uses every element (use_all=True)" if use_all else ""))
     best = min(sols, key=lambda s: s.objective_us)
@@ -378,7 +387,7 @@ def search(problem: Problem, seed: int = 0, use_all: bool = False, schedule: boo
                         "Eq. 4 as '<= 1'" + (", printed '= 1'" if use_all else "") + ")"
                         if best.status == "optimal" else "not proven optimal (time limit)",
              "solver": best.solver, "configurations": len(sols),
-             "eq5_6_schedule": schedule}
+             "eq5_6_schedule": schedule, "unsolved": unsolved}
     return SearchResult(mapping, evaluate(problem, mapping), [], len(sols),
                         time.perf_counter() - t0, None, notes)
 
