@@ -566,7 +566,7 @@ def write_report(report_dir: Path, data: dict) -> Path:
         import matplotlib  # noqa: F401
     except ImportError:
         raise InputError("the HTML report needs matplotlib: pip install hetflow[report]") from None
-    from hetflow.cli.common import atomic_write_text
+    from hetflow.io import atomic_write_text
 
     report_dir = Path(report_dir)
     page = render_page(report_dir, data)  # everything is drawn before the file is touched

@@ -9,8 +9,10 @@ from typing import Iterator, Optional
 import typer
 from rich.table import Table
 
+from hetflow.io import write_json
+
 from .common import (check_writable, console, err_console, print_json, progress, strategy_list,
-                     strategy_names, write_json)
+                     strategy_names)
 
 
 def print_bench(mb) -> None:

@@ -189,7 +189,7 @@ def register(app: typer.Typer) -> None:
                                    realtime=realtime)
         data = {**report.to_dict(), "interrupted": not report.complete}
         if output:
-            from .common import write_json
+            from hetflow.io import write_json
 
             write_json(output, data)
         if json_out:

@@ -8,7 +8,9 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from .common import atomic_write_text, check_writable, console, print_json
+from hetflow.io import atomic_write_text
+
+from .common import check_writable, console, print_json
 
 platform_app = typer.Typer(no_args_is_help=True, help="Describe machines: detect this one, show a "
                            "description, list processing-element configurations.")

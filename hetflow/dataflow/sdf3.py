@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 import xml.etree.ElementTree as ET
 from decimal import Decimal
 from pathlib import Path
 
 from hetflow.errors import InputError
+from hetflow.io import atomic_write_text
 
 from .graphs import Actor, Channel, CsdfGraph
 
@@ -116,18 +116,7 @@ def write_sdf3(g: CsdfGraph, path: str | os.PathLike,
                time_unit: float = DEFAULT_TIME_UNIT) -> None:
     """Write `to_sdf3_xml(g)` to `path` atomically (a temporary file renamed into place)."""
     text = to_sdf3_xml(g, time_unit)
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_text(path, text)
 
 
 def read_sdf3(path: str | os.PathLike, time_unit: float | None = None) -> CsdfGraph:

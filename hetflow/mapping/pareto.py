@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hetflow.cli.common import save_png, write_csv
+from hetflow.io import save_png, write_csv
 
 COLUMNS = ["throughput_fps", "latency_ms", "energy_j_per_frame", "max_memory_mb", "actors"]
 

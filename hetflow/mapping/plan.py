@@ -97,7 +97,7 @@ class Plan:
                                      f"the plan's elements ({', '.join(self.elements) or 'none'})")
 
     def save(self, path: str | Path) -> Path:
-        from hetflow.cli.common import write_json
+        from hetflow.io import write_json
 
         return write_json(path, self.to_dict())
 

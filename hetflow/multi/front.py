@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from hetflow.cli.common import save_png, write_csv
+from hetflow.io import save_png, write_csv
 
 
 def front_rows(mp, result) -> list[dict]:

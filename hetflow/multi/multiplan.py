@@ -105,7 +105,7 @@ class MultiPlan:
         return mp
 
     def save(self, path: str | Path) -> Path:
-        from hetflow.cli.common import write_json
+        from hetflow.io import write_json
 
         return write_json(path, self.to_dict())
 

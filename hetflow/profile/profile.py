@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from hetflow.errors import InputError
+from hetflow.io import atomic_write_text
 from hetflow.model.subnet import subnet_key
 
 if TYPE_CHECKING:
@@ -177,15 +177,7 @@ class Profile:
         path = Path(path)
         data = json.dumps(self.to_dict(), indent=1, sort_keys=False, allow_nan=False)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w") as f:
-                    f.write(data)
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            atomic_write_text(path, data)
         except OSError as e:
             raise InputError(f"{path}: cannot write the profile: {e.strerror or e}") from None
         self.source = str(path)

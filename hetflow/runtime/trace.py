@@ -17,6 +17,6 @@ def chrome_trace(events: list[tuple[str, str, int, int, float, float]], t0: floa
 
 
 def write_trace(path: str | Path, events, t0: float) -> Path:
-    from hetflow.cli.common import write_json
+    from hetflow.io import write_json
 
     return write_json(path, chrome_trace(events, t0))

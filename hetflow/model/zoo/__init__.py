@@ -10,12 +10,12 @@ it is good for profiling, mapping and running, not for accurate predictions.
 from __future__ import annotations
 
 import os
-import uuid
 from pathlib import Path
 
 import onnx
 
 from hetflow.errors import InputError
+from hetflow.io import atomic_write_bytes
 
 from .builder import GraphBuilder, parameter_count
 from .catalog import ALIASES, CATALOG, ZOO_VERSION, ZooEntry
@@ -58,24 +58,10 @@ def export_model(name: str, path: str | Path) -> Path:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(path, data)
+        atomic_write_bytes(path, data)
     except OSError as e:
         raise InputError(f"cannot write zoo model {name!r} to {path}: {e.strerror or e}") from e
     return path
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    # A unique sibling file (not mkstemp, whose 0600 mode would stick to the model file).
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with open(tmp, "xb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def cache_dir() -> Path:
