@@ -37,7 +37,9 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Argument(..., help="ONNX file or zoo model name"),
         json_out: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
         sdf3: Optional[Path] = typer.Option(None, "--sdf3", help="also write the SDF graph as SDF3 XML"),
-        fuse: bool = typer.Option(False, "--fuse", help="fuse Conv+BatchNorm+activation chains"),
+        fuse: bool = typer.Option(True, "--fuse/--no-fuse",
+                                  help="fuse Conv+BatchNorm+activation chains, as profile, map and "
+                                       "bench do (--no-fuse: one layer per ONNX node)"),
         input_shape: Optional[list[str]] = typer.Option(None, "--input-shape",
                                                         help="NAME=1x3x224x224 for dynamic inputs"),
         limit: int = typer.Option(40, min=0, help="layers to list in the table (0: all)"),

@@ -26,3 +26,15 @@ def test_usage_and_input_errors_are_one_message_not_a_traceback(args, says):
 def test_help_exits_zero():
     r = hetflow("--help")
     assert r.returncode == 0 and "map-multi" in r.stdout
+
+
+def test_inspect_counts_the_layers_profile_map_and_bench_use(hetflow):
+    import json
+
+    from hetflow.model import resolve_model
+
+    code, out, _ = hetflow("inspect", "resnet18", "--json")
+    assert code == 0
+    assert len(json.loads(out)["layers"]) == len(resolve_model("resnet18", fuse=True).layers)
+    code, out, _ = hetflow("inspect", "resnet18", "--json", "--no-fuse")
+    assert len(json.loads(out)["layers"]) == len(resolve_model("resnet18", fuse=False).layers)
