@@ -94,12 +94,16 @@ def baseline_elements(platform):
 
 def _row(name: str, kind: str, r: RunReport, predicted: float | None = None,
          search_s: float | None = None, plan=None) -> dict[str, Any]:
+    from hetflow.mapping.mapping import describe_design
+
     return {"name": name, "kind": kind, "throughput": r.throughput,
             "latency_p50": r.latency["p50"], "latency_p99": r.latency["p99"],
             "predicted_throughput": predicted, "search_seconds": search_s,
             "checked_frames": r.checked_frames, "max_abs_error": r.max_abs_error,
             "utilisation": r.utilisation,
             "stages": [a for a in plan.app.phases] if plan is not None else None,
+            "design": (describe_design(plan.app.phases, plan.mapping.lanes) if plan is not None
+                       else None),
             "lanes": ({e: k for e, k in plan.mapping.lanes.items() if k > 1} if plan is not None
                       else r.notes.get("lanes", {}))}
 
@@ -109,7 +113,7 @@ def bench_model(model: str, platform, settings: BenchSettings,
                 ) -> ModelBench:
     from hetflow.mapping.from_profile import problem_from_profile
     from hetflow.errors import InfeasibleError
-    from hetflow.mapping.mapping import group_members
+    from hetflow.mapping.mapping import describe_design, group_members
     from hetflow.mapping.planner import make_plan, search_candidates
     from hetflow.mapping.problem import evaluate
     from hetflow.model import resolve_model
@@ -224,7 +228,7 @@ def bench_model(model: str, platform, settings: BenchSettings,
         basis.setdefault("whole_model_in_problem_s", {}).update(
             {e: t for e, t in ((e, problem.subnet_times.get((e, whole))) for e in
                                problem.element_index) if t is not None})
-        log(f"running plan {label}: {', '.join(plan.app.phases)}")
+        log(f"running plan {label}: {describe_design(plan.app.phases, plan.mapping.lanes)}")
         trace = Path(report_dir) / f"{graph.name}.{label}.trace.json" if report_dir else None
         frames = frames_for(plan, settings.plan_seconds, settings.frames)
         r = run_plan(plan, graph, frames, max(settings.warmup, frames // 10), check="first",

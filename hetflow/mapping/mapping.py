@@ -22,6 +22,16 @@ def group_members(actor: str) -> tuple[str, ...]:
     return tuple(actor.split(GROUP_SEP))
 
 
+def describe_design(actors, lanes: dict[str, int] | None = None) -> str:
+    """The one notation for a design, used by every command and report: its stages (actors) in
+    firing order joined by ' + '; a stage on several elements that take frames in turn is
+    'a|b'; an element of several cores is named by them ('cpu0-3'); a GPU running k frames at
+    once is 'gpu0 x8'."""
+    lanes = lanes or {}
+    return " + ".join(GROUP_SEP.join(e + (f" x{lanes[e]}" if lanes.get(e, 1) > 1 else "")
+                                     for e in group_members(a)) for a in actors)
+
+
 @dataclass
 class Mapping:
     assignment: dict[str, str]  # layer -> actor (element name or 'a|b' replica group)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from hetflow.errors import HetflowError
+from hetflow.mapping.mapping import describe_design
 from hetflow.mapping.plan import Plan
 from hetflow.model.graph import CnnGraph
 
@@ -43,7 +44,7 @@ def choose_by_pilot(candidates: list[tuple[Plan, Any]], graph: CnnGraph | None,
     for plan, _ in candidates:
         key = plan.mapping.key()
         if key not in pilots:
-            log(f"pilot: {', '.join(plan.app.phases)} (predicted "
+            log(f"pilot: {describe_design(plan.app.phases, plan.mapping.lanes)} (predicted "
                 f"{plan.predicted['throughput']:.0f} fps)")
             frames = frames_for(plan, seconds, 60)
             try:
@@ -53,6 +54,7 @@ def choose_by_pilot(candidates: list[tuple[Plan, Any]], graph: CnnGraph | None,
                 log(f"pilot failed: {e}")
         r = pilots[key]
         t = {"stages": list(plan.app.phases), "strategy": plan.strategy,
+             "design": describe_design(plan.app.phases, plan.mapping.lanes),
              "predicted_throughput": plan.predicted["throughput"],
              "predicted_latency": plan.predicted["latency"]}
         if isinstance(r, HetflowError):
@@ -75,7 +77,8 @@ def pilot_summary(tried: list[dict]) -> str:
     def one(p: dict) -> str:
         got = (f"error: {p['pilot_error']}" if "pilot_error" in p else
                f"{p['pilot_throughput']:.1f} fps, p99 {p['pilot_latency_p99'] * 1e3:.1f} ms")
-        return (f"{' + '.join(p['stages'])} (predicted {p['predicted_throughput']:.1f} fps, "
+        return (f"{p.get('design') or ' + '.join(p['stages'])} "
+                f"(predicted {p['predicted_throughput']:.1f} fps, "
                 f"pilot {got})")
 
     chosen = [p for p in tried if p.get("chosen")]

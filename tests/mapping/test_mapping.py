@@ -17,3 +17,11 @@ def test_mappings_that_run_alike_have_one_key(members, layers):
     # a pattern for an actor the mapping does not use changes nothing
     stray = Mapping(dict(assignment), dispatch={"gpu0|gpu1": [0, 0, 1]})
     assert stray.key() == default.key()
+
+
+def test_one_notation_for_designs():
+    from hetflow.mapping.mapping import describe_design
+
+    assert describe_design(["gpu0", "cpu0|cpu1", "cpu2-5"], {"gpu0": 8}) == \
+        "gpu0 x8 + cpu0|cpu1 + cpu2-5"
+    assert describe_design(["cpu0-1|gpu0"], {"gpu0": 1}) == "cpu0-1|gpu0"
