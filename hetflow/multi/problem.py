@@ -184,8 +184,8 @@ def calibrate_to_whole(problem: Problem, profile, stat: str = "median") -> dict[
 
 
 def find_profile(spec: AppSpec, profile_dir: Path | None, platform) -> Path:
-    """The profile of `spec`: its own :profile=, else the one file `<model>.*.profile.json` in
-    `profile_dir` made for `platform`."""
+    """The profile of `spec`: its own :profile=, else the one file `<model>.profile.json` or
+    `<model>.*.profile.json` in `profile_dir` made for `platform`."""
     from hetflow.profile.profile import Profile
 
     if spec.profile:
@@ -194,7 +194,8 @@ def find_profile(spec: AppSpec, profile_dir: Path | None, platform) -> Path:
         raise InputError(f"application {spec.name}: no profile; give --profile-dir DIR or "
                          f"{spec.model}:...:profile=FILE")
     stem = Path(spec.model).stem
-    found = sorted(Path(profile_dir).glob(f"{stem}.*.profile.json"))
+    found = sorted({*Path(profile_dir).glob(f"{stem}.profile.json"),
+                    *Path(profile_dir).glob(f"{stem}.*.profile.json")})
     if not found:
         raise InputError(f"application {spec.name}: no {stem}.*.profile.json in {profile_dir} "
                          f"(make one with: hetflow profile {spec.model} -o "

@@ -113,3 +113,12 @@ def test_run_multi_on_this_machine(tmp_path):
     assert all(a["notes"]["missed"] == 0 and a["checked_frames"] == 4 for a in rep["apps"])
     bad = runner.invoke(app, ["run-multi", str(tmp_path / "missing.json")])
     assert isinstance(bad.exception, InputError)
+
+
+def test_profile_dir_finds_model_dot_profile_json(tmp_path):
+    from hetflow.multi.problem import find_profile
+    from hetflow.multi.spec import parse_app_spec
+
+    (tmp_path / "squeezenet1_0.profile.json").write_text("{}")
+    spec = parse_app_spec("squeezenet1_0:period=40ms")
+    assert find_profile(spec, tmp_path, None) == tmp_path / "squeezenet1_0.profile.json"
