@@ -1,12 +1,8 @@
-"""hetflow.io: whole files or none, with the usual file mode; and no library module reaches up
-into the CLI for it (the layering the package keeps: cli on top, nothing imports it)."""
-import ast
+"""hetflow.io: whole files or none, with the usual file mode."""
 import os
-from pathlib import Path
 
 import pytest
 
-import hetflow
 from hetflow.io import atomic_write_text, write_json
 
 
@@ -33,18 +29,3 @@ def test_files_get_the_usual_mode(tmp_path):
     finally:
         os.umask(umask)
     assert path.stat().st_mode & 0o777 == 0o644
-
-
-def test_no_library_module_imports_the_cli():
-    root = Path(hetflow.__file__).parent
-    offenders = []
-    for py in root.rglob("*.py"):
-        rel = py.relative_to(root)
-        if rel.parts[0] == "cli" or rel.name == "__main__.py":
-            continue
-        for node in ast.walk(ast.parse(py.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and (
-                    node.module == "hetflow.cli" or node.module.startswith("hetflow.cli.")
-                    or (node.level and node.module.split(".")[0] == "cli")):
-                offenders.append(f"{rel}: {node.module}")
-    assert not offenders

@@ -34,7 +34,8 @@ def detect(output: Optional[Path] = typer.Option(None, "-o", "--output",
 
     check_writable(output)
     if cluster is not None:
-        from hetflow.platform.cluster import detect_cluster, dump_cluster
+        from hetflow.platform.cluster import dump_cluster
+        from hetflow.runtime.cluster_detect import detect_cluster
 
         text = dump_cluster(detect_cluster(cluster))
     else:

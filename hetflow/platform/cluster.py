@@ -2,7 +2,9 @@
 links between them, with a transfer-time model t = a + b * bytes per link.
 
 Elements of a cluster are named `node:element` (`n1:cpu0`, `jetson:gpu0`); their cores stay the
-node's own core ids (the runtime pins threads on that node). Each cluster element carries the Ray
+node's own core ids (the runtime pins threads on that node). This module is the description;
+the mapping problem of a cluster is in `hetflow.mapping.cluster`, the detection of a running Ray
+cluster in `hetflow.runtime.cluster_detect`. Each cluster element carries the Ray
 resource that places its worker on its node (`resources={'hetflow_node_n1': 0.001}`), so a plan
 made from a cluster knows where every stage runs.
 
@@ -27,17 +29,11 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
-
-import numpy as np
+from typing import Any, Mapping
 
 from hetflow.errors import InputError
-from hetflow.mapping.problem import Problem
 from hetflow.platform.spec import Platform, ProcessingElement
 
-if TYPE_CHECKING:
-    from hetflow.model.graph import CnnGraph
-    from hetflow.profile.profile import Profile
 
 NODE_SEP = ":"
 PLACEMENT_SHARE = 0.001  # of the node resource each worker claims: only placement, no limit
@@ -176,83 +172,6 @@ def node_element(node: Node, element: ProcessingElement) -> ProcessingElement:
                    resources={**element.resources, **node.placement})
 
 
-# ---- the cost model the mapping search uses ---------------------------------------------------
-@dataclass
-class ClusterTransfer:
-    """`Problem.transfer` for a cluster: (nbytes, src element, dst element) -> seconds.
-
-    Within a node: the node's profile model (or its measured Ray hand-off, `ray_local`).
-    Across nodes: the link model, plus the device->host copy on the sending node and the
-    host->device copy on the receiving one when an end is a GPU or accelerator.
-    """
-
-    cluster: Cluster
-    profiles: Mapping[str, "Profile"]  # node -> its profile
-    ray_local: bool = False  # within a node, price the Ray object-store hand-off where measured
-
-    def __call__(self, nbytes: int, src: str, dst: str) -> float:
-        if src == dst or nbytes <= 0:
-            return 0.0
-        sn, se = split_element(src)
-        dn, de = split_element(dst)
-        if sn is None or dn is None:
-            raise InputError(f"elements {src!r} and {dst!r}: cluster elements are named "
-                             "node:element")
-        if sn == dn:
-            local = self.cluster.node(sn).local_link
-            if self.ray_local and local is not None:
-                return local.time(nbytes)
-            return self._profile(sn).transfer_time(nbytes, se, de)
-        t = self.cluster.link(sn, dn).time(nbytes)
-        for node, el, to_host in ((sn, se, True), (dn, de, False)):
-            kind = self._profile(node)._kind(el)
-            if kind != "cpu":
-                m = self._profile(node).link(kind, "cpu") if to_host else \
-                    self._profile(node).link("cpu", kind)
-                t += m["a"] + m["b"] * nbytes
-        return t
-
-    def _profile(self, node: str) -> "Profile":
-        try:
-            return self.profiles[node]
-        except KeyError:
-            raise InputError(f"no profile for node {node!r} (profiles: "
-                             f"{', '.join(sorted(self.profiles)) or 'none'})") from None
-
-
-@dataclass
-class ClusterProblem(Problem):
-    """A mapping problem over cluster elements: elements of different nodes never share cores."""
-
-    def shares_cores(self, a, b) -> bool:
-        return (split_element(a.name)[0] == split_element(b.name)[0]
-                and super().shares_cores(a, b))
-
-
-def cluster_problem(graph: "CnnGraph", cluster: Cluster, profiles: Mapping[str, "Profile"],
-                    configs: Mapping[str, Any] | None = None, capacity_frames: int = 2,
-                    call_overhead: float | None = None, ray_local: bool = True) -> ClusterProblem:
-    """The mapping problem of `graph` on one configuration of every node of `cluster`.
-
-    `profiles[node]`: that node's profile (nodes with the same hardware may share one). Layer
-    times of `node:element` are the node profile's times of `element`; transfers follow
-    `ClusterTransfer`. One configuration per node keeps the search space small; call again with
-    other `configs` to compare configurations.
-    """
-    elements = cluster.elements(configs)
-    times = np.empty((len(graph.layers), len(elements)))
-    for j, e in enumerate(elements):
-        node, local = split_element(e.name)
-        prof = ClusterTransfer(cluster, profiles)._profile(node)
-        prof.check_matches(graph, cluster.node(node).platform)
-        for i, layer in enumerate(graph.layers):
-            times[i, j] = prof.layer_time(layer.name, local)
-    overhead = call_overhead if call_overhead is not None else max(
-        float(p.meta.get("call_overhead_s", 30e-6)) for p in profiles.values())
-    return ClusterProblem(graph, elements, times, ClusterTransfer(cluster, profiles, ray_local),
-                          overhead, capacity_frames, configurations=[[e.name for e in elements]])
-
-
 # ---- YAML -------------------------------------------------------------------------------------
 _TOP = {"name", "description", "nodes", "links", "default_link"}
 _NODE = {"name", "platform", "address", "ray_resource", "resources", "local_link"}
@@ -389,127 +308,3 @@ def dump_cluster(cluster: Cluster) -> str:
     import yaml
 
     return yaml.safe_dump(cluster.to_dict(), sort_keys=False, default_flow_style=None)
-
-
-# ---- detection on a running Ray cluster --------------------------------------------------------
-DETECT_SIZES = (1 << 10, 64 << 10, 1 << 20, 4 << 20)
-
-
-def detect_cluster(address: str | None = "auto", sizes: Iterable[int] = DETECT_SIZES,
-                   repeats: int = 3, timeout: float = 120.0, name: str = "ray-cluster") -> Cluster:
-    """Describe a running Ray cluster: each alive node's platform (detected on the node by a
-    small Ray actor), the resources Ray reports, and the link between every ordered pair of
-    nodes, fitted as a + b*bytes from object transfers between actors on the two nodes (what
-    the Ray engine pays, Ray's own overheads included). Also the hand-off between two processes
-    of one node (`local_link`).
-
-    Nodes that advertise a `hetflow_node_<name>` resource take that name; others are named
-    n0, n1, ... (head first) and placed by their address."""
-    from hetflow.runtime.ray_engine import ray_session
-
-    sizes = sorted(set(int(s) for s in sizes))
-    if repeats < 1 or not sizes:
-        raise InputError("detect_cluster: needs at least one size and one repeat")
-    with ray_session(address) as ray:
-        return _detect(ray, sizes, repeats, timeout, name)
-
-
-def name_nodes(ray_nodes: list[dict[str, Any]]) -> list[tuple[str, str | None, str | None]]:
-    """(name, ray_resource, address) for Ray's node records (alive ones, in the given order).
-    A node with a `hetflow_node_X` resource is X; other nodes are n<i>, placed by address when
-    that address is unique, else by the conventional `hetflow_node_n<i>` resource."""
-    addrs = [n.get("NodeManagerAddress") for n in ray_nodes]
-    out = []
-    taken: set[str] = set()
-    for i, n in enumerate(ray_nodes):
-        marks = [r[len("hetflow_node_"):] for r in n.get("Resources", {})
-                 if r.startswith("hetflow_node_")]
-        if marks:
-            out.append((marks[0], node_resource(marks[0]), n.get("NodeManagerAddress")))
-        else:
-            nm = f"n{i}"
-            while nm in taken:
-                nm += "_"
-            unique = addrs.count(n.get("NodeManagerAddress")) == 1
-            out.append((nm, None if unique else node_resource(nm),
-                        n.get("NodeManagerAddress")))
-        taken.add(out[-1][0])
-    return out
-
-
-def _detect(ray, sizes: list[int], repeats: int, timeout: float, name: str) -> Cluster:
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    from hetflow.profile.comm import fit_linear
-
-    alive = [n for n in ray.nodes() if n.get("Alive")]
-    alive.sort(key=lambda n: (not n.get("Resources", {}).get("node:__internal_head__"),
-                              n.get("NodeManagerAddress", ""), n["NodeID"]))
-    named = name_nodes(alive)
-    probe_cls = ray.remote(num_cpus=0, max_restarts=0)(_Probe)
-    probes = [probe_cls.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-        n["NodeID"], soft=False)).remote() for n in alive]
-    try:
-        platforms = _get(ray, [p.platform.remote(nm) for p, (nm, _, _) in zip(probes, named)],
-                         timeout, "detecting node platforms")
-
-        def measure(i: int, j: int) -> Link:
-            pts = []
-            for n in sizes:
-                for _ in range(repeats + 1):  # the first transfer of each size warms up
-                    held = _get(ray, probes[i].make.remote(n), timeout, "making a probe object")
-                    s = _get(ray, probes[j].fetch.remote(held), timeout,
-                             f"fetching on node {named[j][0]} from {named[i][0]}")
-                    pts.append((n, s))
-            xs = [p[0] for k, p in enumerate(pts) if k % (repeats + 1)]
-            ys = [p[1] for k, p in enumerate(pts) if k % (repeats + 1)]
-            fit = fit_linear(xs, ys)
-            return Link.from_ab(fit["a"], fit["b"])
-
-        nodes = []
-        for i, (n, (nm, res, addr)) in enumerate(zip(alive, named)):
-            nodes.append(Node(nm, replace(platforms[i], name=f"{name}-{nm}"), addr, res,
-                              {k: float(v) for k, v in n.get("Resources", {}).items()
-                               if not k.startswith("node:")}, measure(i, i)))
-        links = {(named[i][0], named[j][0]): measure(i, j)
-                 for i in range(len(alive)) for j in range(len(alive)) if i != j}
-    finally:
-        for p in probes:
-            ray.kill(p)
-    return Cluster(name, tuple(nodes), links, None,
-                   f"detected by hetflow on a Ray cluster of {len(nodes)} node(s)")
-
-
-def _get(ray, refs, timeout: float, what: str):
-    try:
-        return ray.get(refs, timeout=timeout)
-    except ray.exceptions.GetTimeoutError:
-        raise InputError(f"detect_cluster: timed out after {timeout:.0f} s {what}") from None
-    except ray.exceptions.RayError as e:
-        raise InputError(f"detect_cluster: failed {what}: {str(e).splitlines()[0]}") from None
-
-
-class _Probe:
-    """Lives on one node: detects its platform, makes and fetches objects for link timing."""
-
-    def platform(self, name: str) -> Platform:
-        from hetflow.platform.detect import detect_platform
-
-        return replace(detect_platform(), name=name)
-
-    def make(self, nbytes: int) -> list:
-        import ray
-
-        # wrapped in a list so that the caller gets the reference, not the bytes
-        return [ray.put(np.full(nbytes, 7, dtype=np.uint8))]
-
-    def fetch(self, held: list) -> float:
-        import time
-
-        import ray
-
-        t0 = time.perf_counter()
-        arr = ray.get(held[0])
-        t = time.perf_counter() - t0
-        assert arr.nbytes > 0
-        return t

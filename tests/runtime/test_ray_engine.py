@@ -183,7 +183,7 @@ def test_element_on_a_missing_node_is_refused_by_name(cluster, plan_for):
 
 
 def test_detect_cluster_names_nodes_and_measures_links(cluster):
-    from hetflow.platform.cluster import detect_cluster
+    from hetflow.runtime.cluster_detect import detect_cluster
 
     c = detect_cluster(None, sizes=(1 << 10, 4 << 20), repeats=2)
     assert sorted(n.name for n in c.nodes) == sorted(NODES)
