@@ -30,9 +30,9 @@ import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hetflow.backends.torch_cuda import (TorchCudaBackend, back_to_back_fps,  # noqa: E402
-                                         configure_torch, timed_loop,
-                                         whole_model_cuda_graph_fps)
+from hetflow.backends.torch_cuda import TorchCudaBackend, configure_torch  # noqa: E402
+from hetflow.bench.gpu_backend import (back_to_back_fps, timed_loop,  # noqa: E402
+                                       whole_model_cuda_graph_fps)
 from hetflow.model import zoo  # noqa: E402
 from hetflow.model.subnet import Subnet  # noqa: E402
 from hetflow.platform.spec import ProcessingElement  # noqa: E402

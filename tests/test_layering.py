@@ -46,3 +46,18 @@ def test_the_contract_sees_relative_imports():
     # an oracle for the helper itself: mapping/cluster.py imports .problem and the platform
     got = imports(ROOT / "mapping" / "cluster.py")
     assert "hetflow.mapping.problem" in got and "hetflow.platform.cluster" in got
+
+
+def test_the_multi_cnn_engines_do_not_import_each_other_both_ways():
+    procs = imports(ROOT / "multi" / "procs.py")
+    runtime = imports(ROOT / "multi" / "runtime.py")
+    assert not ("hetflow.multi.runtime" in procs and "hetflow.multi.procs" in runtime)
+
+
+def test_benchmarks_live_outside_the_backends_and_write_no_repository_docs():
+    import hetflow.backends.torch_cuda as cuda
+
+    assert not hasattr(cuda, "whole_model_cuda_graph_fps")
+    for py in ROOT.rglob("*.py"):  # where results go is the user's choice (an option)
+        text = py.read_text()
+        assert 'Path("docs' not in text and "Path('docs" not in text, py

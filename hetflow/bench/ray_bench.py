@@ -7,8 +7,8 @@ behind docs/ray.md (how many edge nodes before the network dominates).
 The overhead run profiles the model on this machine (cached like `hetflow bench`), picks the best
 two-stage split cpu0 -> cpu1 by predicted throughput (or, with --plan search, what the pipeline
 strategy picks), starts both engines once, then alternates local and Ray rounds so that both see
-the same background load; it prints every round's ratio and the median, and writes them to
-docs/results/ray_overhead.md.
+the same background load; it prints every round's ratio and the median, and writes them as
+Markdown where `--write FILE` says (the repository keeps them in docs/results/ray_overhead.md).
 """
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from hetflow.io import atomic_write_text
 from hetflow.model.graph import CnnGraph
 
-RESULTS = Path("docs/results/ray_overhead.md")
 
 
 def log(msg: str) -> None:
@@ -437,7 +437,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="also drive the workers by a Ray compiled graph (plans without replicas)")
     ap.add_argument("--cpu", action="store_true",
                     help="also count CPU time per frame of every process (driver, raylet, workers)")
-    ap.add_argument("--no-write", action="store_true", help=f"do not write {RESULTS}")
+    ap.add_argument("--write", type=Path, default=None, metavar="FILE",
+                    help="also write the results as Markdown to FILE")
     ap.add_argument("--scaling", action="store_true", help="print the network model tables")
     ap.add_argument("--models", default="resnet18,mobilenet_v2", help="for --scaling")
     ap.add_argument("--mbps", type=float, default=1000.0)
@@ -461,10 +462,9 @@ def main(argv: list[str] | None = None) -> None:
                    max_inflight=args.max_inflight, compiled=args.compiled, cpu=args.cpu)
     text = overhead_markdown(res, command.strip())
     print(text)
-    if not args.no_write:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(text)
-        log(f"wrote {RESULTS}")
+    if args.write is not None:
+        atomic_write_text(args.write, text)
+        log(f"wrote {args.write}")
 
 
 if __name__ == "__main__":

@@ -177,7 +177,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run every application of a multi-plan at its period; report response times."""
         from hetflow.multi.multiplan import MultiPlan
-        from hetflow.multi.runtime import run_multiplan
+        from hetflow.multi.run import run_multiplan
 
         check_writable(trace, output)
         mplan = MultiPlan.load(plan_path)

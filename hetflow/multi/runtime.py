@@ -369,54 +369,15 @@ def _prewarm(app: _App, graph, only: set[int] | None = None) -> None:
         tensors.update(app.runners[(f.actor, f.phase)].run({t: tensors[t] for t in f.inputs}))
 
 
-def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
-                  warmup: int = 10, check: str = "first", check_frames: int = 4,
-                  max_in_flight: int = 4, stall_timeout: float = 30.0,
-                  trace_path=None, progress: Callable[[str], None] | None = None,
-                  seed: int = 0, switch_interval: float = 1e-4,
-                  engine: str = "auto", realtime: bool = False) -> MultiRunReport:
-    """Run every application of `mp` concurrently until each has completed `warmup + frames`
-    frames; report per application the response times of the last `frames` (p50/p99/max), the
-    deadlines missed among them, and the reference check of the first `check_frames`.
-    `switch_interval`: the GIL switch interval during the run (0.1 ms: a worker whose firing is
-    due waits at most that long for another thread's Python code; 0 keeps Python's 5 ms).
-    `engine`: threads (one interpreter), processes (one per element, procs.py), or auto:
-    processes where every application runs on one element (as measured), else threads.
-    `realtime` (process engine): the element processes run under SCHED_FIFO during the run,
-    where the OS allows it (the report says whether it did)."""
+def run_threads(mp: MultiPlan, graphs: dict, frames: int, warmup: int, n_check: int,
+                max_in_flight: int, stall_timeout: float, trace_path,
+                progress: Callable[[str], None] | None, seed: int,
+                switch_interval: float) -> MultiRunReport:
+    """`run_multiplan` on the thread engine: every element a thread of this interpreter."""
     from hetflow.backends import control_cores, pinned
-    from hetflow.runtime.api import load_plan_model
     from hetflow.runtime.engine import frozen_heap
     from hetflow.runtime.inputs import random_source
 
-    if check not in ("first", "none"):
-        raise InputError(f"--check {check!r}: use first or none")
-    if frames < 1 or warmup < 0:
-        raise InputError("--frames must be at least 1 and --warmup at least 0")
-    if max_in_flight < 1:
-        raise InputError("--max-in-flight must be at least 1")
-    if not 0 <= switch_interval <= 0.1:
-        raise InputError(f"--switch-interval {switch_interval}: give seconds between 0 and 0.1")
-    if engine not in ("auto", "threads", "processes"):
-        raise InputError(f"--engine {engine!r}: use auto, threads or processes")
-    mp.validate()
-    from hetflow.platform.detect import check_cores_present
-
-    for a in mp.apps:
-        check_cores_present(a.plan.elements.values(), f"application {a.name}")
-    from .procs import hosts, run_processes
-
-    if engine == "auto":
-        engine = "processes" if all(len(set(a.plan.elements)) == 1 for a in mp.apps) else "threads"
-    if realtime and engine == "threads":
-        raise InputError("--realtime needs the process engine (--engine processes)")
-    if engine == "processes":
-        hosts(mp)  # refuse an unsupported plan before loading anything
-        graphs = graphs or {a.name: load_plan_model(a.plan) for a in mp.apps}
-        n_check = check_frames if check == "first" else 0
-        return run_processes(mp, graphs, frames, warmup, n_check, max_in_flight,
-                             stall_timeout, trace_path, progress, seed, realtime)
-    graphs = graphs or {a.name: load_plan_model(a.plan) for a in mp.apps}
     elements = {}
     for a in mp.apps:
         elements.update(a.plan.elements)
@@ -432,7 +393,6 @@ def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
                 progress(f"warming up {a.name}")
             _prewarm(a, graphs[a.name])
         eng = _Engine(apps, elements, max_in_flight, trace_path is not None)
-        n_check = check_frames if check == "first" else 0
         eng.keep = lambda ai, k: warmup <= k < warmup + n_check
         if progress:
             progress(f"running {len(apps)} applications")

@@ -311,7 +311,7 @@ def test_bad_feeds_and_elements_raise_backend_error():
 
 @needs_cuda
 def test_whole_model_cuda_graph_fps():
-    from hetflow.backends.torch_cuda import whole_model_cuda_graph_fps
+    from hetflow.bench.gpu_backend import whole_model_cuda_graph_fps
 
     r = whole_model_cuda_graph_fps(onnx.load(resolve_model("squeezenet1_0").source),
                                    seconds=0.2)

@@ -10,7 +10,7 @@ from hetflow.errors import InputError, RuntimeFault
 from hetflow.mapping.mapping import Mapping
 from hetflow.model.synthetic import random_cnn_model
 from hetflow.multi.procs import hosts, run_processes
-from hetflow.multi.runtime import run_multiplan
+from hetflow.multi.run import run_multiplan
 
 from test_runtime import cpu_elements, graphs, plan_of, split, tiny_problem
 

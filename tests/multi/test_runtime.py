@@ -7,7 +7,8 @@ import pytest
 from hetflow.mapping.mapping import Mapping
 from hetflow.multi.multiplan import MultiPlan, make_multiplan
 from hetflow.multi.problem import MultiProblem
-from hetflow.multi.runtime import _App, _Engine, firing_graph, run_multiplan
+from hetflow.multi.run import run_multiplan
+from hetflow.multi.runtime import _App, _Engine, firing_graph
 from hetflow.multi.search import MultiSearchResult, evaluate_joint, search_multi
 from hetflow.platform.spec import ProcessingElement
 
