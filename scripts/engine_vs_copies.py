@@ -11,7 +11,7 @@ import os
 import statistics
 
 from hetflow.dataflow.csdf import cnn_to_csdf
-from hetflow.mapping.mapping import Mapping, group_members, group_name
+from hetflow.mapping.mapping import Mapping, group_name
 from hetflow.mapping.plan import Plan
 from hetflow.model import resolve_model
 from hetflow.platform import resolve_platform

@@ -7,7 +7,7 @@ from onnx import TensorProto, helper, numpy_helper
 from hetflow.errors import InputError, ModelError
 from hetflow.model import load_model, parse_input_shapes
 from hetflow.model.reader import fuse_chains
-from hetflow.model.synthetic import random_cnn_graph, random_cnn_model
+from hetflow.model.synthetic import random_cnn_graph
 
 
 def _save(model, tmp_path, name="m.onnx"):
