@@ -33,18 +33,19 @@ notices: list[str] = []  # human-readable notices of the last load (e.g. batch f
 
 
 def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
-    """Parse ['input=1x3x224x224', ...] as given on the command line."""
+    """Parse ['input=1x3x224x224', ...] (or 1,3,224,224) as given on the command line."""
     out: dict[str, tuple[int, ...]] = {}
     for spec in specs or []:
         name, sep, dims = spec.partition("=")
         try:
             if not sep or not name:
                 raise ValueError
-            out[name] = tuple(int(d) for d in dims.lower().split("x"))
+            out[name] = tuple(int(d) for d in dims.lower().replace(",", "x").split("x"))
             if any(d <= 0 for d in out[name]):
                 raise ValueError
         except ValueError:
-            raise InputError(f"--input-shape {spec!r}: expected NAME=DxDx..., e.g. input=1x3x224x224")
+            raise InputError(f"--input-shape {spec!r}: expected NAME=DxDx... or NAME=D,D,..., "
+                             "e.g. input=1x3x224x224")
     return out
 
 
@@ -84,11 +85,115 @@ def normalise(model: onnx.ModelProto, src: str, input_shapes: dict[str, tuple[in
     _constants_to_initializers(g)
     _toposort(g, src)
     _fix_input_shapes(g, src, input_shapes)
+    model = _infer(model, src)
+    # ONNX's data propagation stops at Div, Where, Equal, ConstantOfShape...: exporters compute
+    # Slice bounds (shufflenet's channel split) and Expand shapes (ViT's class token) that way.
+    # With static input shapes those subgraphs are constants: fold them and infer again, until
+    # nothing more folds (one round per chain of Shape -> ... -> shape-consuming node).
+    while _fold_constants(model.graph):
+        model = _infer(model, src)
+    return model
+
+
+def _infer(model: onnx.ModelProto, src: str) -> onnx.ModelProto:
     try:
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+        return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except Exception as e:
         raise ModelError(f"{src}: ONNX shape inference failed: {str(e).splitlines()[0]}") from None
-    return model
+
+
+_NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+               "Multinomial", "Bernoulli"}
+
+
+def _static_shape(vinfo: dict[str, onnx.ValueInfoProto], t: str) -> list[int] | None:
+    vi = vinfo.get(t)
+    if vi is None or not vi.type.tensor_type.HasField("shape"):
+        return None
+    dims = vi.type.tensor_type.shape.dim
+    return [d.dim_value for d in dims] if all(d.HasField("dim_value") for d in dims) else None
+
+
+def _shape_value(n: onnx.NodeProto, shape: list[int]):
+    import numpy as np
+
+    if n.op_type == "Size":
+        return np.array(int(np.prod(shape, dtype=np.int64)), np.int64)
+    a = {x.name: x.i for x in n.attribute}
+    start, end = a.get("start", 0), a.get("end", len(shape))
+    return np.array(shape[start:end], np.int64)  # Python slicing clamps as ONNX does
+
+
+def _fold_constants(g: onnx.GraphProto) -> bool:
+    """Constant folding: Shape/Size of statically shaped tensors, and deterministic nodes whose
+    inputs are all initializers, become initializers. Also what makes weights plain initializers
+    again where exporters route them through nodes: torch's Identity nodes for deduplicated
+    weights (efficientnet), a Cast or Transpose of a weight. An Identity of an initializer is
+    an alias (its readers read the initializer: no copy of the weight); a node whose output is
+    much larger than its inputs (Expand, ConstantOfShape, Tile) stays a node, so folding never
+    inflates the model. Returns whether anything was folded."""
+    import numpy as np
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    vinfo = {v.name: v for v in (*g.input, *g.value_info, *g.output)}
+    consts = {t.name: t for t in g.initializer}
+    values: dict[str, np.ndarray] = {}
+    alias: dict[str, str] = {}
+
+    def value(t: str) -> np.ndarray:
+        if t not in values:
+            values[t] = numpy_helper.to_array(consts[t])
+        return values[t]
+
+    graph_outputs = {o.name for o in g.output}
+    keep, folded = [], []
+    for n in g.node:
+        n.input[:] = [alias.get(t, t) for t in n.input]
+        outs = None
+        if n.domain not in ("", "ai.onnx") or n.op_type in _NOT_FOLDED or \
+                any(o in graph_outputs for o in n.output):
+            pass
+        elif n.op_type == "Identity" and n.input[0] in consts:
+            alias[n.output[0]] = n.input[0]
+            folded.append(n)
+            continue
+        elif n.op_type in ("Shape", "Size"):
+            shape = _static_shape(vinfo, n.input[0])
+            if shape is not None:
+                outs = [_shape_value(n, shape)]
+        elif all(not t or t in consts for t in n.input):
+            outs = [np.asarray(o) for o in
+                    ReferenceEvaluator(n).run(None, {t: value(t) for t in n.input if t})]
+            size_in = sum(value(t).size for t in n.input if t)
+            if sum(o.size for o in outs) > max(2 * size_in, 4096):
+                outs = None
+        if outs is None:
+            keep.append(n)
+            continue
+        folded.append(n)
+        for name, arr in zip(n.output, outs):
+            if name:
+                values[name] = arr
+                consts[name] = numpy_helper.from_array(arr, name)
+                g.initializer.append(consts[name])
+    if not folded:
+        return False
+    del g.node[:]
+    g.node.extend(keep)
+    # initializers that only the folded nodes read are dead now
+    used = {t for n in keep for t in n.input} | graph_outputs
+    live = [t for t in g.initializer if t.name in used]
+    del g.initializer[:]
+    g.initializer.extend(live)
+    inputs = [i for i in g.input if i.name in used or i.name not in consts]
+    del g.input[:]
+    g.input.extend(inputs)
+    folded_outputs = {o for n in folded for o in n.output}
+    live_vi = [v for v in g.value_info if v.name not in folded_outputs]
+    del g.value_info[:]
+    g.value_info.extend(live_vi)
+    return True
 
 
 def _name_nodes(g: onnx.GraphProto) -> None:
@@ -204,8 +309,14 @@ def to_cnn_graph(model: onnx.ModelProto, name: str, fuse: bool = False) -> CnnGr
         acts_out = tuple(t for t in n.output if t)
         for t in acts_in + acts_out:
             if t not in tensors:
-                raise ModelError(f"{name}: node {n.name!r} ({n.op_type}): the shape of tensor {t!r} "
-                                 "could not be inferred; give the input shape with --input-shape")
+                # the inputs are static here (normalise refuses dynamic ones), so the shape
+                # depends on values only a run knows (NonZero, a Resize by a computed size...)
+                given = ", ".join(f"{i}={'x'.join(map(str, tensors[i].shape))}"
+                                  for i in inputs if i in tensors)
+                raise ModelError(f"{name}: node {n.name!r} ({n.op_type}): the shape of tensor "
+                                 f"{t!r} could not be inferred from the input shapes ({given}): "
+                                 "it depends on values computed at run time, which hetflow's "
+                                 "static dataflow cannot handle")
         param = sum(_nbytes(inits[t]) for t in n.input if t in inits)
         flops = node_flops(n, tensors, weight_shapes)
         attrs = {a.name: _plain(onnx.helper.get_attribute_value(a)) for a in n.attribute
