@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import logging
+import math
 import os
 from collections import Counter
 from pathlib import Path
@@ -95,11 +96,38 @@ def normalise(model: onnx.ModelProto, src: str, input_shapes: dict[str, tuple[in
     return model
 
 
+_INTEGER = {onnx.TensorProto.INT64, onnx.TensorProto.INT32}
+
+
 def _infer(model: onnx.ModelProto, src: str) -> onnx.ModelProto:
+    """ONNX shape inference (with data propagation) into `model`'s value infos and outputs.
+
+    It runs on a skeleton without the weights' bytes: large initializers become graph inputs of
+    their type and shape (inference reads values only of small ones), so a 350 MB ViT-B is not
+    serialised and copied once per round."""
+    g = model.graph
+    skel = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
+                           functions=model.functions)
+    sg = skel.graph
+    sg.node.extend(g.node)
+    sg.input.extend(g.input)
+    sg.output.extend(g.output)
+    sg.value_info.extend(g.value_info)
+    listed = {i.name for i in g.input}
+    for t in g.initializer:
+        if t.data_type in _INTEGER or math.prod(t.dims) <= 64:  # shapes, axes, scalars
+            sg.initializer.append(t)
+        elif t.name not in listed:
+            sg.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
     try:
-        return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(skel, strict_mode=True, data_prop=True)
     except Exception as e:
         raise ModelError(f"{src}: ONNX shape inference failed: {str(e).splitlines()[0]}") from None
+    del g.value_info[:]
+    g.value_info.extend(inferred.graph.value_info)
+    del g.output[:]
+    g.output.extend(inferred.graph.output)
+    return model
 
 
 _NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
