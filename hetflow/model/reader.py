@@ -374,7 +374,8 @@ def _plain(v):
 
 
 def fuse_chains(graph: CnnGraph) -> CnnGraph:
-    """Fuse Conv(+BatchNormalization)(+activation) chains into one layer each.
+    """Fuse Conv(+BatchNormalization)(+activation) and MatMul+Add(bias)(+activation) chains
+    into one layer each.
 
     A chain link is fused only where the intermediate tensor has exactly one consumer and is
     not a model output, so the fused layer has the same external edges as the chain.
@@ -393,8 +394,13 @@ def fuse_chains(graph: CnnGraph) -> CnnGraph:
         if l.name in absorbed:
             continue
         chain = [l]
-        if l.op_type in ("Conv", "ConvTranspose", "Gemm"):
+        if l.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
             nxt = sole_consumer(l.outputs[0]) if len(l.outputs) == 1 else None
+            if l.op_type == "MatMul" and nxt is not None and nxt.op_type == "Add" and \
+                    len(nxt.inputs) == 1 and nxt.param_bytes:
+                # a Linear layer's bias, as exporters write it (transformers): MatMul + Add(weight)
+                chain.append(nxt)
+                nxt = sole_consumer(nxt.outputs[0])
             if nxt is not None and nxt.op_type == "BatchNormalization":
                 chain.append(nxt)
                 nxt = sole_consumer(nxt.outputs[0])

@@ -203,3 +203,24 @@ def test_run_time_shapes_are_named(tmp_path):
     with pytest.raises(ModelError, match=r"node 'nonzero' \(NonZero\).*input shapes \(x=1x4\)"
                                          r".*run time"):
         load_model(_save(m, tmp_path))
+
+
+def test_matmul_with_bias_fuses_but_not_with_an_activation_operand(tmp_path):
+    """Transformers' Linear layers: MatMul + Add(bias) (+ activation) is one fused layer; an
+    Add of two activations (a residual) is not a bias."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+             helper.make_node("Add", ["m", "b"], ["mb"], name="bias"),
+             helper.make_node("Relu", ["mb"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w"], ["m2"], name="mm2"),
+             helper.make_node("Add", ["m2", "m2"], ["y"], name="twice")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    m = helper.make_model(helper.make_graph(nodes, "lin", [x], [y], [w, b]),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    g = load_model(_save(m, tmp_path), fuse=True)
+    assert [l.op_type for l in g.layers] == ["MatMul+Add+Relu", "MatMul", "Add"]
+    assert g.layers[0].flops == 2 * 5 * 8 * 8 + 5 * 8 + 5 * 8
+    assert g.layers[0].param_bytes == (64 + 8) * 4
