@@ -304,10 +304,13 @@ def _fix_input_shapes(g: onnx.GraphProto, src: str, given: dict[str, tuple[int, 
                 d.Clear()
                 d.dim_value = 1
             else:
+                # the fix, spelled with what the model knows: input=1,3,h,w
+                known = ",".join(str(x.dim_value) if x.dim_value > 0 else
+                                 "1" if j == 0 else (x.dim_param or "?") for j, x in enumerate(dims))
                 raise InputError(
                     f"{src}: input {inp.name!r} has dynamic dimension {k} "
                     f"({d.dim_param or '?'}); give its shape with --input-shape "
-                    f"{inp.name}=1x3x224x224 (your sizes)")
+                    f"{inp.name}={known} (your sizes, e.g. {inp.name}=1,3,224,224)")
 
 
 def _tensor_infos(model: onnx.ModelProto) -> dict[str, TensorInfo]:
