@@ -91,7 +91,7 @@ def normalise(model: onnx.ModelProto, src: str, input_shapes: dict[str, tuple[in
     # Slice bounds (shufflenet's channel split) and Expand shapes (ViT's class token) that way.
     # With static input shapes those subgraphs are constants: fold them and infer again, until
     # nothing more folds (one round per chain of Shape -> ... -> shape-consuming node).
-    while _fold_constants(model.graph):
+    while _fold_constants(model):
         model = _infer(model, src)
     return model
 
@@ -152,7 +152,7 @@ def _shape_value(n: onnx.NodeProto, shape: list[int]):
     return np.array(shape[start:end], np.int64)  # Python slicing clamps as ONNX does
 
 
-def _fold_constants(g: onnx.GraphProto) -> bool:
+def _fold_constants(model: onnx.ModelProto) -> bool:
     """Constant folding: Shape/Size of statically shaped tensors, and deterministic nodes whose
     inputs are all initializers, become initializers. Also what makes weights plain initializers
     again where exporters route them through nodes: torch's Identity nodes for deduplicated
@@ -164,6 +164,7 @@ def _fold_constants(g: onnx.GraphProto) -> bool:
     from onnx import numpy_helper
     from onnx.reference import ReferenceEvaluator
 
+    g = model.graph
     vinfo = {v.name: v for v in (*g.input, *g.value_info, *g.output)}
     consts = {t.name: t for t in g.initializer}
     values: dict[str, np.ndarray] = {}
@@ -191,20 +192,29 @@ def _fold_constants(g: onnx.GraphProto) -> bool:
             if shape is not None:
                 outs = [_shape_value(n, shape)]
         elif all(not t or t in consts for t in n.input):
-            outs = [np.asarray(o) for o in
-                    ReferenceEvaluator(n).run(None, {t: value(t) for t in n.input if t})]
+            # a one-node model of the model's opsets: operators changed meaning across
+            # versions (Unsqueeze's axes, Slice's bounds), and a bare node gets the newest
+            one = onnx.helper.make_model(onnx.helper.make_graph(
+                [n], "fold", [onnx.helper.make_tensor_value_info(t, consts[t].data_type, None)
+                              for t in dict.fromkeys(n.input) if t],
+                [onnx.helper.make_empty_tensor_value_info(o) for o in n.output if o]),
+                opset_imports=model.opset_import, ir_version=model.ir_version)
+            try:
+                outs = [np.asarray(o) for o in ReferenceEvaluator(one).run(
+                    None, {t: value(t) for t in n.input if t})]
+            except Exception:  # an operator the evaluator lacks: the node stays, as it was
+                outs = None
             size_in = sum(value(t).size for t in n.input if t)
-            if sum(o.size for o in outs) > max(2 * size_in, 4096):
+            if outs is not None and sum(o.size for o in outs) > max(2 * size_in, 4096):
                 outs = None
         if outs is None:
             keep.append(n)
             continue
         folded.append(n)
-        for name, arr in zip(n.output, outs):
-            if name:
-                values[name] = arr
-                consts[name] = numpy_helper.from_array(arr, name)
-                g.initializer.append(consts[name])
+        for name, arr in zip([o for o in n.output if o], outs):
+            values[name] = arr
+            consts[name] = numpy_helper.from_array(arr, name)
+            g.initializer.append(consts[name])
     if not folded:
         return False
     del g.node[:]

@@ -224,3 +224,18 @@ def test_matmul_with_bias_fuses_but_not_with_an_activation_operand(tmp_path):
     assert [l.op_type for l in g.layers] == ["MatMul+Add+Relu", "MatMul", "Add"]
     assert g.layers[0].flops == 2 * 5 * 8 * 8 + 5 * 8 + 5 * 8
     assert g.layers[0].param_bytes == (64 + 8) * 4
+
+
+def test_folding_follows_the_models_opset(tmp_path):
+    """Unsqueeze took its axes as an attribute before opset 13: a constant Unsqueeze folds by
+    the model's own opset, not the newest."""
+    nodes = [helper.make_node("Unsqueeze", ["c"], ["u"], name="unsq", axes=[0]),
+             helper.make_node("Reshape", ["x", "u"], ["y"], name="reshape")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    c = numpy_helper.from_array(np.array(6, np.int64), "c")
+    m = helper.make_model(helper.make_graph(nodes, "old", [x], [y], [c]),
+                          opset_imports=[helper.make_opsetid("", 11)])
+    m.ir_version = 6
+    g = load_model(_save(m, tmp_path))
+    assert [l.op_type for l in g.layers] == ["Reshape"] and g.tensors["y"].shape == (6,)
