@@ -74,7 +74,8 @@ def _import_command():
         console.print(f"{graph.name} on {plat.name}: {len(graph.layers)} layers on "
                       f"{len(prof.layer_times)} elements imported from {table}")
         for e, times in prof.layer_times.items():
-            console.print(f"  {e}: layer sum {sum(st['median'] for st in times.values()) * 1e3:.3f} ms")
+            total = sum(st["median"] for st in times.values())
+            console.print(f"  {e}: layer sum {total * 1e3:.3f} ms")
         console.print(f"wrote {out}")
 
     return typer.main.get_command(sub)  # one command: typer gives the command itself
@@ -123,7 +124,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Profile every layer of MODEL on every processing element of a platform.
 
-        `hetflow profile import TABLE --model MODEL -p PLATFORM` makes the profile from a table of times measured elsewhere instead (see `hetflow profile import --help`).
+        Or `hetflow profile import TABLE -m MODEL -p PLATFORM`: times measured elsewhere.
         """
         from hetflow.model import parse_input_shapes, resolve_model
         from hetflow.platform import resolve_platform

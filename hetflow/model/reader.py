@@ -315,8 +315,8 @@ def _fix_input_shapes(g: onnx.GraphProto, src: str, given: dict[str, tuple[int, 
                 d.dim_value = 1
             else:
                 # the fix, spelled with what the model knows: input=1,3,h,w
-                known = ",".join(str(x.dim_value) if x.dim_value > 0 else
-                                 "1" if j == 0 else (x.dim_param or "?") for j, x in enumerate(dims))
+                known = ",".join(str(x.dim_value) if x.dim_value > 0 else x.dim_param or "?"
+                                 for x in dims)
                 raise InputError(
                     f"{src}: input {inp.name!r} has dynamic dimension {k} "
                     f"({d.dim_param or '?'}); give its shape with --input-shape "

@@ -114,7 +114,8 @@ def import_table(path: str | os.PathLike, graph: "CnnGraph", platform: "Platform
     # samples[element][layer][row name] -> times; a fused layer sums its nodes' medians
     samples: dict[str, dict[str, dict[str, list[float]]]] = {}
     for name, element, s in rows:
-        samples.setdefault(element, {}).setdefault(layer_of[name], {}).setdefault(name, []).append(s)
+        per_layer = samples.setdefault(element, {}).setdefault(layer_of[name], {})
+        per_layer.setdefault(name, []).append(s)
 
     prof = _new_profile(graph, platform, estimated=False)
     prof.meta.update(method="imported", table=str(path))
