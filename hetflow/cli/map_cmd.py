@@ -114,6 +114,10 @@ def register(app: typer.Typer) -> None:
                 console.print(pilot_summary(tried), highlight=False)
         else:
             plan, result = search_plan(problem, strategy, plat.name, seed, fuse, **opts)
+        from hetflow.model import parse_input_shapes
+
+        # `run` loads the model with the shapes the plan was made for
+        plan.input_shapes = {k: list(v) for k, v in parse_input_shapes(input_shape).items()}
         if output:
             plan.save(output)
         if pareto:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import typer
+from typer.core import TyperCommand
 from rich.table import Table
 
 from .common import check_writable, console, err_console, print_json
@@ -32,8 +33,69 @@ def _default_output(model: str, platform_name: str) -> Path:
     return Path(f"{safe(Path(model).stem)}.{safe(platform_name)}.profile.json")
 
 
+def _import_command():
+    """`hetflow profile import TABLE`: layer times measured elsewhere -> a hetflow profile."""
+    sub = typer.Typer(add_completion=False)
+
+    @sub.command("import")
+    def profile_import(
+        table: Path = typer.Argument(..., help="CSV (columns layer,element,ms) or JSON list of "
+                                               "{layer, element, ms}"),
+        model: str = typer.Option(..., "--model", "-m", help="ONNX file or zoo model name"),
+        platform: str = typer.Option("auto", "--platform", "-p",
+                                     help="platform YAML file, bundled name, or auto"),
+        output: Optional[Path] = typer.Option(None, "-o", "--output",
+                                              help="profile JSON to write "
+                                                   "(default: MODEL.PLATFORM.profile.json)"),
+        fuse: bool = typer.Option(True, "--fuse/--no-fuse",
+                                  help="fused Conv+BN+activation layers (a per-node table is "
+                                       "summed per fused layer)"),
+        input_shape: Optional[list[str]] = typer.Option(None, "--input-shape",
+                                                        help="NAME=1x3x224x224 for dynamic inputs"),
+        json_out: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+    ) -> None:
+        """Import per-layer times (a vendor profiler's, another tool's) as a hetflow profile."""
+        from hetflow.mapping.from_profile import searched_elements
+        from hetflow.model import parse_input_shapes, resolve_model
+        from hetflow.platform import resolve_platform
+        from hetflow.profile.table_import import import_table
+
+        check_writable(output)
+        graph = resolve_model(model, parse_input_shapes(input_shape), fuse)
+        plat = resolve_platform(platform)
+        prof, warnings = import_table(table, graph, plat,
+                                      elements=[e.name for e in searched_elements(plat)])
+        out = output or _default_output(graph.name, plat.name)
+        check_writable(out)
+        prof.save(out)
+        for w in warnings:
+            err_console.print(f"warning: {w}")
+        if json_out:
+            print_json({**profile_summary(prof, graph), "warnings": warnings})
+            return
+        console.print(f"{graph.name} on {plat.name}: {len(graph.layers)} layers on "
+                      f"{len(prof.layer_times)} elements imported from {table}")
+        for e, times in prof.layer_times.items():
+            total = sum(st["median"] for st in times.values())
+            console.print(f"  {e}: layer sum {total * 1e3:.3f} ms")
+        console.print(f"wrote {out}")
+
+    return typer.main.get_command(sub)  # one command: typer gives the command itself
+
+
+class _ProfileCommand(TyperCommand):
+    """`hetflow profile MODEL ...`, and `hetflow profile import TABLE ...` (a MODEL named
+    'import' is not a zoo model; a file of that name is given as ./import)."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        if args and args[0] == "import":
+            cmd = _import_command()
+            return cmd.make_context(f"{info_name} import", list(args[1:]), parent=parent, **extra)
+        return super().make_context(info_name, args, parent=parent, **extra)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("profile")
+    @app.command("profile", cls=_ProfileCommand)
     def profile(
         model: str = typer.Argument(..., help="ONNX file or zoo model name"),
         platform: str = typer.Option("auto", "--platform", "-p",
@@ -43,9 +105,6 @@ def register(app: typer.Typer) -> None:
                                                    "(default: MODEL.PLATFORM.profile.json)"),
         estimate: bool = typer.Option(False, "--estimate",
                                       help="roofline estimate from nominal peak rates; measures nothing"),
-        table: Optional[Path] = typer.Option(None, "--from-table",
-                                             help="per-layer times measured elsewhere (CSV or "
-                                                  "JSON: layer, element, ms); measures nothing"),
         repeats: int = typer.Option(20, "--repeats", min=1, help="timed runs per layer"),
         warmup: int = typer.Option(3, "--warmup", min=0, help="untimed runs first"),
         method: Literal["isolated", "chain"] = typer.Option(
@@ -65,7 +124,10 @@ def register(app: typer.Typer) -> None:
                                                         help="NAME=1x3x224x224 for dynamic inputs"),
         json_out: bool = typer.Option(False, "--json", help="print the summary as JSON"),
     ) -> None:
-        """Profile every layer of MODEL on every processing element of a platform."""
+        """Profile every layer of MODEL on every processing element of a platform.
+
+        Or `hetflow profile import TABLE -m MODEL -p PLATFORM`: times measured elsewhere.
+        """
         from hetflow.model import parse_input_shapes, resolve_model
         from hetflow.platform import resolve_platform
         from hetflow.profile import estimate_profile, profile_model
@@ -81,12 +143,7 @@ def register(app: typer.Typer) -> None:
             from hetflow.mapping.from_profile import searched_elements
 
             elements = [e.name for e in searched_elements(plat)]
-        if table is not None:
-            from hetflow.profile.table_import import import_profile
-
-            prof = import_profile(graph, plat, table,
-                                  warn=lambda m: err_console.print(f"warning: {m}"))
-        elif estimate:
+        if estimate:
             prof = estimate_profile(graph, plat, elements=elements)
         else:
             prof = profile_model(graph, plat, elements=elements, repeats=repeats, warmup=warmup,
@@ -98,13 +155,11 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print_json(summary)
             return
-        kind = ("estimated" if prof.estimated else f"imported from {table}" if table is not None
-                else f"measured ({summary['method']}, {repeats} repeats)")
+        kind = "estimated" if prof.estimated else f"measured ({summary['method']}, {repeats} repeats)"
         console.print(f"{graph.name} on {plat.name}: {len(graph.layers)} layers, {kind}"
                       + (f", {summary['seconds']} s" if summary["seconds"] else ""))
-        if prof.estimated or table is not None:
-            t = Table(title=f"{'estimated' if prof.estimated else 'imported'} model time "
-                            "(sum of layer times)")
+        if prof.estimated:
+            t = Table(title="estimated model time (sum of layer times)")
             t.add_column("element")
             t.add_column("ms", justify="right")
             for e, v in summary["elements"].items():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import logging
+import math
 import os
 from collections import Counter
 from pathlib import Path
@@ -33,18 +34,19 @@ notices: list[str] = []  # human-readable notices of the last load (e.g. batch f
 
 
 def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
-    """Parse ['input=1x3x224x224', ...] as given on the command line."""
+    """Parse ['input=1x3x224x224', ...] (or 1,3,224,224) as given on the command line."""
     out: dict[str, tuple[int, ...]] = {}
     for spec in specs or []:
         name, sep, dims = spec.partition("=")
         try:
             if not sep or not name:
                 raise ValueError
-            out[name] = tuple(int(d) for d in dims.lower().split("x"))
+            out[name] = tuple(int(d) for d in dims.lower().replace(",", "x").split("x"))
             if any(d <= 0 for d in out[name]):
                 raise ValueError
         except ValueError:
-            raise InputError(f"--input-shape {spec!r}: expected NAME=DxDx..., e.g. input=1x3x224x224")
+            raise InputError(f"--input-shape {spec!r}: expected NAME=DxDx... or NAME=D,D,..., "
+                             "e.g. input=1x3x224x224")
     return out
 
 
@@ -84,11 +86,152 @@ def normalise(model: onnx.ModelProto, src: str, input_shapes: dict[str, tuple[in
     _constants_to_initializers(g)
     _toposort(g, src)
     _fix_input_shapes(g, src, input_shapes)
+    model = _infer(model, src)
+    # ONNX's data propagation stops at Div, Where, Equal, ConstantOfShape...: exporters compute
+    # Slice bounds (shufflenet's channel split) and Expand shapes (ViT's class token) that way.
+    # With static input shapes those subgraphs are constants: fold them and infer again, until
+    # nothing more folds (one round per chain of Shape -> ... -> shape-consuming node).
+    while _fold_constants(model):
+        model = _infer(model, src)
+    return model
+
+
+_INTEGER = {onnx.TensorProto.INT64, onnx.TensorProto.INT32}
+
+
+def _infer(model: onnx.ModelProto, src: str) -> onnx.ModelProto:
+    """ONNX shape inference (with data propagation) into `model`'s value infos and outputs.
+
+    It runs on a skeleton without the weights' bytes: large initializers become graph inputs of
+    their type and shape (inference reads values only of small ones), so a 350 MB ViT-B is not
+    serialised and copied once per round."""
+    g = model.graph
+    skel = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
+                           functions=model.functions)
+    sg = skel.graph
+    sg.node.extend(g.node)
+    sg.input.extend(g.input)
+    sg.output.extend(g.output)
+    sg.value_info.extend(g.value_info)
+    listed = {i.name for i in g.input}
+    for t in g.initializer:
+        if t.data_type in _INTEGER or math.prod(t.dims) <= 64:  # shapes, axes, scalars
+            sg.initializer.append(t)
+        elif t.name not in listed:
+            sg.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
     try:
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(skel, strict_mode=True, data_prop=True)
     except Exception as e:
         raise ModelError(f"{src}: ONNX shape inference failed: {str(e).splitlines()[0]}") from None
+    del g.value_info[:]
+    g.value_info.extend(inferred.graph.value_info)
+    del g.output[:]
+    g.output.extend(inferred.graph.output)
     return model
+
+
+_NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+               "Multinomial", "Bernoulli"}
+
+
+def _static_shape(vinfo: dict[str, onnx.ValueInfoProto], t: str) -> list[int] | None:
+    vi = vinfo.get(t)
+    if vi is None or not vi.type.tensor_type.HasField("shape"):
+        return None
+    dims = vi.type.tensor_type.shape.dim
+    return [d.dim_value for d in dims] if all(d.HasField("dim_value") for d in dims) else None
+
+
+def _shape_value(n: onnx.NodeProto, shape: list[int]):
+    import numpy as np
+
+    if n.op_type == "Size":
+        return np.array(int(np.prod(shape, dtype=np.int64)), np.int64)
+    a = {x.name: x.i for x in n.attribute}
+    start, end = a.get("start", 0), a.get("end", len(shape))
+    return np.array(shape[start:end], np.int64)  # Python slicing clamps as ONNX does
+
+
+def _fold_constants(model: onnx.ModelProto) -> bool:
+    """Constant folding: Shape/Size of statically shaped tensors, and deterministic nodes whose
+    inputs are all initializers, become initializers. Also what makes weights plain initializers
+    again where exporters route them through nodes: torch's Identity nodes for deduplicated
+    weights (efficientnet), a Cast or Transpose of a weight. An Identity of an initializer is
+    an alias (its readers read the initializer: no copy of the weight); a node whose output is
+    much larger than its inputs (Expand, ConstantOfShape, Tile) stays a node, so folding never
+    inflates the model. Returns whether anything was folded."""
+    import numpy as np
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    g = model.graph
+    vinfo = {v.name: v for v in (*g.input, *g.value_info, *g.output)}
+    consts = {t.name: t for t in g.initializer}
+    values: dict[str, np.ndarray] = {}
+    alias: dict[str, str] = {}
+
+    def value(t: str) -> np.ndarray:
+        if t not in values:
+            values[t] = numpy_helper.to_array(consts[t])
+        return values[t]
+
+    graph_outputs = {o.name for o in g.output}
+    keep, folded = [], []
+    for n in g.node:
+        n.input[:] = [alias.get(t, t) for t in n.input]
+        outs = None
+        if n.domain not in ("", "ai.onnx") or n.op_type in _NOT_FOLDED or \
+                any(o in graph_outputs for o in n.output):
+            pass
+        elif n.op_type == "Identity" and n.input[0] in consts:
+            alias[n.output[0]] = n.input[0]
+            folded.append(n)
+            continue
+        elif n.op_type in ("Shape", "Size"):
+            shape = _static_shape(vinfo, n.input[0])
+            if shape is not None:
+                outs = [_shape_value(n, shape)]
+        elif all(not t or t in consts for t in n.input):
+            # a one-node model of the model's opsets: operators changed meaning across
+            # versions (Unsqueeze's axes, Slice's bounds), and a bare node gets the newest
+            one = onnx.helper.make_model(onnx.helper.make_graph(
+                [n], "fold", [onnx.helper.make_tensor_value_info(t, consts[t].data_type, None)
+                              for t in dict.fromkeys(n.input) if t],
+                [onnx.helper.make_empty_tensor_value_info(o) for o in n.output if o]),
+                opset_imports=model.opset_import, ir_version=model.ir_version)
+            try:
+                outs = [np.asarray(o) for o in ReferenceEvaluator(one).run(
+                    None, {t: value(t) for t in n.input if t})]
+            except Exception:  # an operator the evaluator lacks: the node stays, as it was
+                outs = None
+            size_in = sum(value(t).size for t in n.input if t)
+            if outs is not None and sum(o.size for o in outs) > max(2 * size_in, 4096):
+                outs = None
+        if outs is None:
+            keep.append(n)
+            continue
+        folded.append(n)
+        for name, arr in zip([o for o in n.output if o], outs):
+            values[name] = arr
+            consts[name] = numpy_helper.from_array(arr, name)
+            g.initializer.append(consts[name])
+    if not folded:
+        return False
+    del g.node[:]
+    g.node.extend(keep)
+    # initializers that only the folded nodes read are dead now
+    used = {t for n in keep for t in n.input} | graph_outputs
+    live = [t for t in g.initializer if t.name in used]
+    del g.initializer[:]
+    g.initializer.extend(live)
+    inputs = [i for i in g.input if i.name in used or i.name not in consts]
+    del g.input[:]
+    g.input.extend(inputs)
+    folded_outputs = {o for n in folded for o in n.output}
+    live_vi = [v for v in g.value_info if v.name not in folded_outputs]
+    del g.value_info[:]
+    g.value_info.extend(live_vi)
+    return True
 
 
 def _name_nodes(g: onnx.GraphProto) -> None:
@@ -171,10 +314,13 @@ def _fix_input_shapes(g: onnx.GraphProto, src: str, given: dict[str, tuple[int, 
                 d.Clear()
                 d.dim_value = 1
             else:
+                # the fix, spelled with what the model knows: input=1,3,h,w
+                known = ",".join(str(x.dim_value) if x.dim_value > 0 else x.dim_param or "?"
+                                 for x in dims)
                 raise InputError(
                     f"{src}: input {inp.name!r} has dynamic dimension {k} "
                     f"({d.dim_param or '?'}); give its shape with --input-shape "
-                    f"{inp.name}=1x3x224x224 (your sizes)")
+                    f"{inp.name}={known} (your sizes, e.g. {inp.name}=1,3,224,224)")
 
 
 def _tensor_infos(model: onnx.ModelProto) -> dict[str, TensorInfo]:
@@ -204,8 +350,14 @@ def to_cnn_graph(model: onnx.ModelProto, name: str, fuse: bool = False) -> CnnGr
         acts_out = tuple(t for t in n.output if t)
         for t in acts_in + acts_out:
             if t not in tensors:
-                raise ModelError(f"{name}: node {n.name!r} ({n.op_type}): the shape of tensor {t!r} "
-                                 "could not be inferred; give the input shape with --input-shape")
+                # the inputs are static here (normalise refuses dynamic ones), so the shape
+                # depends on values only a run knows (NonZero, a Resize by a computed size...)
+                given = ", ".join(f"{i}={'x'.join(map(str, tensors[i].shape))}"
+                                  for i in inputs if i in tensors)
+                raise ModelError(f"{name}: node {n.name!r} ({n.op_type}): the shape of tensor "
+                                 f"{t!r} could not be inferred from the input shapes ({given}): "
+                                 "it depends on values computed at run time, which hetflow's "
+                                 "static dataflow cannot handle")
         param = sum(_nbytes(inits[t]) for t in n.input if t in inits)
         flops = node_flops(n, tensors, weight_shapes)
         attrs = {a.name: _plain(onnx.helper.get_attribute_value(a)) for a in n.attribute
@@ -235,7 +387,8 @@ def _plain(v):
 
 
 def fuse_chains(graph: CnnGraph) -> CnnGraph:
-    """Fuse Conv(+BatchNormalization)(+activation) chains into one layer each.
+    """Fuse Conv(+BatchNormalization)(+activation) and MatMul+Add(bias)(+activation) chains
+    into one layer each.
 
     A chain link is fused only where the intermediate tensor has exactly one consumer and is
     not a model output, so the fused layer has the same external edges as the chain.
@@ -254,8 +407,13 @@ def fuse_chains(graph: CnnGraph) -> CnnGraph:
         if l.name in absorbed:
             continue
         chain = [l]
-        if l.op_type in ("Conv", "ConvTranspose", "Gemm"):
+        if l.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
             nxt = sole_consumer(l.outputs[0]) if len(l.outputs) == 1 else None
+            if l.op_type == "MatMul" and nxt is not None and nxt.op_type == "Add" and \
+                    len(nxt.inputs) == 1 and nxt.param_bytes:
+                # a Linear layer's bias, as exporters write it (transformers): MatMul + Add(weight)
+                chain.append(nxt)
+                nxt = sole_consumer(nxt.outputs[0])
             if nxt is not None and nxt.op_type == "BatchNormalization":
                 chain.append(nxt)
                 nxt = sole_consumer(nxt.outputs[0])

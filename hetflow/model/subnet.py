@@ -113,6 +113,8 @@ class SubnetExtractor:
         sub = onnx.ModelProto()
         sub.ir_version = self.model.ir_version
         sub.opset_import.extend(self.model.opset_import)
+        # model-local functions (dynamo exports can call them): the nodes may call any
+        sub.functions.extend(self.model.functions)
         sub.producer_name = "hetflow.subnet"
         g = sub.graph
         g.name = name or f"{self.graph.name}[{wanted[0]}..{wanted[-1]}]"

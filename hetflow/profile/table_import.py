@@ -1,138 +1,154 @@
-"""Profiles from per-layer times measured elsewhere (a Jetson, a phone, a vendor profiler).
+"""Import layer times measured elsewhere (a vendor profiler, another tool) as a hetflow Profile.
 
-A table is CSV with a header row naming the columns `layer`, `element` and `ms` (also
-`milliseconds` or `time_ms`), or JSON: a list of such objects, or {element: {layer: ms}}. A
-layer is named as hetflow names it (`hetflow inspect`) or by its ONNX node name; the times of the
-nodes that hetflow fuses into one layer (Conv + BatchNormalization + Relu) add up, and all of
-them must be given. Elements are the platform's. Every name that matches nothing is an error
-listing those names; a platform element without times is kept out of the profile with a
-warning (the search then cannot use it). Links between elements take the platform's `comm`
-figures where it has them, else the estimator's guesses (said in `calibration.comm_source`).
+The table has one row per (layer, element) time:
+
+    CSV:   a header with the columns layer, element, ms (in any order; others are ignored)
+    JSON:  a list of {"layer": ..., "element": ..., "ms": ...} objects
+
+`layer` is a hetflow layer name or an ONNX node name: a fused layer (Conv+BN+Relu) takes the
+sum of its nodes' rows, so a per-node table fits a fused model. Several rows for the same layer
+and element are repeated measurements: the profile keeps their median, p10 and p90.
+
+Every name must match: a row naming a layer or node the model does not have, or an element the
+platform does not have, refuses the whole table (naming them), as does an element with times
+for some layers but not all. A platform element with no rows at all is left out of the profile
+with a warning (the search then does not use it).
 """
 from __future__ import annotations
 
 import csv
-import io
 import json
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Iterable
+
+import numpy as np
 
 from hetflow.errors import InputError
-
-from .estimate import DEFAULT_COMM
-from .measure import _element_info, _new_profile
-from .profile import Profile
+from hetflow.profile.estimate import DEFAULT_COMM
+from hetflow.profile.measure import _element_info, _new_profile
+from hetflow.profile.profile import Profile
 
 if TYPE_CHECKING:
     from hetflow.model.graph import CnnGraph
     from hetflow.platform.spec import Platform
 
-TIME_COLUMNS = ("ms", "milliseconds", "time_ms")
+COLUMNS = ("layer", "element", "ms")
 
 
-def _some(names, n: int = 5) -> str:
-    names = sorted(names)
-    return ", ".join(repr(x) for x in names[:n]) + (f" and {len(names) - n} more"
-                                                    if len(names) > n else "")
+def _names(items: Iterable[str], limit: int = 5) -> str:
+    items = list(dict.fromkeys(items))
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(repr(i) for i in items[:limit]) + more
 
 
-def read_table(path: str | Path) -> list[tuple[str, str, float]]:
-    """(layer, element, milliseconds) rows of a CSV or JSON table; InputError naming the file
-    and the row for anything malformed."""
+def read_table(path: str | os.PathLike) -> list[tuple[str, str, float]]:
+    """The rows of a CSV or JSON table as (layer, element, seconds)."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
-    if path.suffix.lower() == ".json" or text.lstrip().startswith(("[", "{")):
+    if path.suffix.lower() == ".json":
         try:
-            data = json.loads(text)
+            records = json.loads(text)
         except json.JSONDecodeError as e:
-            raise InputError(f"{path}: not JSON (line {e.lineno}: {e.msg})") from None
-        if isinstance(data, dict):
-            rows = [{"element": e, "layer": l, "ms": v} for e, per in data.items()
-                    if isinstance(per, dict) for l, v in per.items()]
-            if len(rows) != sum(len(v) if isinstance(v, dict) else 1 for v in data.values()):
-                raise InputError(f"{path}: a JSON object must map each element to "
-                                 "{layer: milliseconds}")
-        elif isinstance(data, list):
-            rows = data
-        else:
-            raise InputError(f"{path}: a JSON table is a list of rows or {{element: {{layer: ms}}}}")
-        where = "row"
+            raise InputError(f"{path}: bad JSON at line {e.lineno}") from None
+        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+            raise InputError(f"{path}: expected a JSON list of {{\"layer\", \"element\", \"ms\"}} "
+                             "objects")
+        first_line = 1  # rows are reported by their index in the list
     else:
-        rows = list(csv.DictReader(io.StringIO(text)))
-        where = "line"
-    out = []
-    for i, row in enumerate(rows):
-        at = f"{path}: {where} {i + 2 if where == 'line' else i + 1}"
-        if not isinstance(row, dict):
-            raise InputError(f"{at}: not an object with layer, element and ms")
-        row = {str(k).strip().lower(): v for k, v in row.items() if k is not None}
-        col = next((c for c in TIME_COLUMNS if c in row), None)
-        if "layer" not in row or "element" not in row or col is None:
-            raise InputError(f"{at}: needs the columns layer, element and ms (has "
-                             f"{', '.join(row) or 'none'})")
+        reader = csv.DictReader(text.splitlines())
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise InputError(f"{path}: the CSV header has no column {', '.join(missing)} "
+                             f"(expected {', '.join(COLUMNS)}; got {reader.fieldnames})")
+        records = list(reader)
+        first_line = 2  # after the header
+    rows = []
+    for i, r in enumerate(records, first_line):
+        where = f"{path}: {'row' if path.suffix.lower() == '.json' else 'line'} {i}"
+        missing = [c for c in COLUMNS if r.get(c) in (None, "")]
+        if missing:
+            raise InputError(f"{where}: no {', '.join(missing)}")
         try:
-            ms = float(row[col])
+            ms = float(r["ms"])
         except (TypeError, ValueError):
-            raise InputError(f"{at}: {col} {row[col]!r} is not a number") from None
-        if not ms >= 0 or ms == float("inf"):
-            raise InputError(f"{at}: {col} must be a finite time >= 0 (got {row[col]!r})")
-        out.append((str(row["layer"]).strip(), str(row["element"]).strip(), ms))
-    if not out:
-        raise InputError(f"{path}: no rows")
-    return out
+            raise InputError(f"{where}: ms {r['ms']!r} is not a number") from None
+        if not np.isfinite(ms) or ms < 0:
+            raise InputError(f"{where}: ms {r['ms']!r} must be a finite time >= 0")
+        rows.append((str(r["layer"]).strip(), str(r["element"]).strip(), ms / 1e3))
+    if not rows:
+        raise InputError(f"{path}: the table has no rows")
+    return rows
 
 
-def import_profile(graph: "CnnGraph", platform: "Platform", path: str | Path,
-                   warn: Callable[[str], None] = lambda msg: None) -> Profile:
-    """A profile of `graph` on `platform` with the times of the table at `path`."""
+def import_table(path: str | os.PathLike, graph: "CnnGraph", platform: "Platform",
+                 elements: Iterable[str] | None = None) -> tuple[Profile, list[str]]:
+    """A Profile for `graph` on `platform` from the table at `path`, and warnings.
+
+    `elements`: the platform elements the profile is expected to cover (default: all); one of
+    them without rows is a warning, not an error.
+    """
     rows = read_table(path)
-    by_node = {n: l.name for l in graph.layers for n in l.nodes}
-    layer_names = {l.name for l in graph.layers}
-    known = {e.name: e for e in platform.all_elements()}
-    unknown_el = {e for _, e, _ in rows if e not in known}
-    if unknown_el:
-        raise InputError(f"{path}: element(s) {_some(unknown_el)} are not elements of platform "
-                         f"{platform.name} (it has {_some(known, 12)})")
-    unknown_layer = {l for l, _, _ in rows if l not in layer_names and l not in by_node}
-    if unknown_layer:
-        raise InputError(f"{path}: {len(unknown_layer)} name(s) match no layer or ONNX node of "
-                         f"{graph.name}: {_some(unknown_layer)} (`hetflow inspect` lists the "
-                         "layers)")
-    # element -> layer -> {name given: ms}; a fused layer is named as hetflow names it (its
-    # first node's name) or by all of its ONNX nodes
-    given: dict[str, dict[str, dict[str, float]]] = {}
-    for name, el, ms in rows:
-        layer = name if name in layer_names else by_node[name]
-        per = given.setdefault(el, {}).setdefault(layer, {})
-        if name in per:
-            raise InputError(f"{path}: {name!r} on {el!r} is given twice")
-        per[name] = ms
+    layer_of = {l.name: l.name for l in graph.layers}
+    nodes_of: dict[str, tuple[str, ...]] = {}
+    for l in graph.layers:
+        for n in l.nodes or (l.name,):
+            layer_of.setdefault(n, l.name)
+        nodes_of[l.name] = l.nodes or (l.name,)
+    by_name = {e.name: e for e in platform.all_elements()}
+    bad_layers = [r[0] for r in rows if r[0] not in layer_of]
+    bad_elements = [r[1] for r in rows if r[1] not in by_name]
+    if bad_layers or bad_elements:
+        parts = []
+        if bad_layers:
+            parts.append(f"layers not in {graph.name} (neither hetflow layer nor ONNX node "
+                         f"names): {_names(bad_layers)}")
+        if bad_elements:
+            parts.append(f"elements not in platform {platform.name}: {_names(bad_elements)} "
+                         f"(it has {', '.join(by_name)})")
+        raise InputError(f"{path}: {'; '.join(parts)}")
+
+    # samples[element][layer][row name] -> times; a fused layer sums its nodes' medians
+    samples: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for name, element, s in rows:
+        per_layer = samples.setdefault(element, {}).setdefault(layer_of[name], {})
+        per_layer.setdefault(name, []).append(s)
+
     prof = _new_profile(graph, platform, estimated=False)
     prof.meta.update(method="imported", table=str(path))
-    for el, per in given.items():
-        missing = [l.name for l in graph.layers if l.name not in per]
+    warnings: list[str] = []
+    for e, per_layer in samples.items():
+        missing = [l.name for l in graph.layers if l.name not in per_layer]
         if missing:
-            raise InputError(f"{path}: element {el!r} has no time for {len(missing)} layer(s) "
-                             f"of {graph.name}: {_some(missing)}")
-        times = {}
+            raise InputError(f"{path}: element {e} has no time for {len(missing)} of the "
+                             f"{len(graph.layers)} layers of {graph.name}: {_names(missing)}")
+        prof.layer_times[e] = {}
+        partial = []
         for l in graph.layers:
-            names = set(per[l.name])
-            if names == {l.name} or names == set(l.nodes):
-                times[l.name] = sum(per[l.name].values()) / 1e3
-            else:
-                raise InputError(f"{path}: element {el!r}: layer {l.name!r} has times for only "
-                                 f"some of its ONNX nodes ({_some(names)} of {_some(l.nodes)})")
-        prof.layer_times[el] = {l: {"median": t, "p10": t, "p90": t, "max": t, "n": 1}
-                                for l, t in times.items()}
-        prof.elements[el] = _element_info(known[el], el, imported=str(path))
-    left = [e for e in known if e not in given and known[e].backend != "none"]
-    if left:
-        warn(f"{path} has no times for element(s) {_some(left, 8)}: they are left out of the "
-             "profile, and the search cannot use them")
+            given = per_layer[l.name]
+            # rows under the layer's own name and under its nodes' names are parts of its time
+            if l.name not in given and len(given) < len(nodes_of[l.name]):
+                partial.append(l.name)
+            n = min(len(v) for v in given.values())
+            sums = np.sum([np.percentile(v, (50, 10, 90)) for v in given.values()], axis=0)
+            prof.layer_times[e][l.name] = {"median": float(sums[0]), "p10": float(sums[1]),
+                                           "p90": float(sums[2]), "n": n}
+        if partial:
+            warnings.append(f"{path}: on {e}, fused layers {_names(partial)} have times for "
+                            "only some of their ONNX nodes; their time is the sum of those")
+        prof.elements[e] = _element_info(by_name[e], e, imported=str(path))
+        prof.cpu_freq_mhz[e] = None
+    untimed = [e for e in (elements if elements is not None else by_name) if e not in samples]
+    if untimed:
+        warnings.append(f"{path}: {len(untimed)} elements of platform {platform.name} have no "
+                        f"times in the table: {', '.join(untimed)}; the profile leaves them "
+                        "out, so no plan uses them")
+    # the table has no link times: the platform's figures, else the estimator's guesses
     prof.comm = {**DEFAULT_COMM, **{k: dict(v) for k, v in platform.comm.items()}}
     prof.calibration = {"dvfs": False, "comm_source": {
         k: ("platform" if k in platform.comm else "default guess") for k in prof.comm}}
-    return prof
+    prof.meta["warnings"] = warnings
+    return prof, warnings

@@ -152,3 +152,27 @@ def test_densenet_cuts_fast_and_valid():
         assert {t.name for t in s.model.graph.initializer} <= used
     produced = [t for s in subs for t in s.outputs]
     assert set(graph.outputs) <= set(produced)
+
+
+def test_model_local_functions_travel_with_the_subnet(tmp_path):
+    """A node that calls a model-local function (as dynamo exports may write) runs in its
+    sub-network: the function comes along."""
+    fn = helper.make_function("local", "Swish", ["x"], ["y"],
+                              [helper.make_node("Sigmoid", ["x"], ["s"]),
+                               helper.make_node("Mul", ["x", "s"], ["y"])],
+                              [helper.make_opsetid("", 17)])
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+             helper.make_node("Swish", ["a"], ["b"], name="swish", domain="local")]
+    g = helper.make_graph(nodes, "fn",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("local", 1)], functions=[fn])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "fn.onnx")
+    graph = load_model(tmp_path / "fn.onnx")
+    sub = extract_subnet(graph, ["swish"])
+    onnx.checker.check_model(sub.model, full_check=True)
+    a = np.array([[-1.0, 0.0, 1.0, 2.0]], np.float32)
+    got = session(sub.serialized(), False).run(sub.outputs, {"a": a})[0]
+    np.testing.assert_allclose(got, a / (1 + np.exp(-a)), rtol=1e-6)

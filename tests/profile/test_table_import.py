@@ -1,79 +1,103 @@
-"""Profiles imported from a table of per-layer times measured elsewhere: a table of a zoo model
-on a bundled board gives a profile the mapping search takes; ONNX node names of fused layers
-add up; wrong layer or element names are refused naming them; elements without times are kept
-out with a warning (the CLI: tests/cli/test_profile_import.py)."""
+"""`hetflow profile import`: a table of layer times measured elsewhere -> a hetflow profile."""
 import csv
+import json
+
 import pytest
+from typer.testing import CliRunner
+
+from hetflow.cli.main import app
 from hetflow.errors import InputError
-from hetflow.mapping.from_profile import problem_from_profile
-from hetflow.mapping.planner import search_plan
 from hetflow.model import resolve_model
 from hetflow.platform import resolve_platform
-from hetflow.profile.table_import import import_profile
+from hetflow.profile import Profile
+from hetflow.profile.table_import import import_table
+
+runner = CliRunner()
+MODEL, PLATFORM = "squeezenet1_0", "hikey970"
 
 
 @pytest.fixture(scope="module")
-def board():
-    return resolve_platform("jetson_tx2")
+def graphs():
+    return resolve_model(MODEL, fuse=False), resolve_model(MODEL, fuse=True)
 
 
-@pytest.fixture(scope="module")
-def graph():
-    return resolve_model("squeezenet1_0", fuse=True)
-
-
-def write_csv(path, rows):
+def node_table(path, graph, elements, ms=lambda i: 0.01 * (i + 1)):
+    """A vendor-style CSV: one row per ONNX node per element."""
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["layer", "element", "ms"])
-        w.writerows(rows)
+        w.writerow(["element", "layer", "ms", "note"])  # any column order, extra columns
+        for e in elements:
+            for i, l in enumerate(graph.layers):
+                w.writerow([e, l.nodes[0], ms(i), "x"])
     return path
 
 
-def elements_of(board):
-    return [e.name for e in board.all_elements() if e.backend != "none"]
+def test_a_per_node_table_of_a_zoo_model_imports_fused_and_maps(tmp_path, graphs):
+    unfused, fused = graphs
+    table = node_table(tmp_path / "t.csv", unfused, ["cpu4-7", "gpu0"])
+    out = tmp_path / "p.json"
+    r = runner.invoke(app, ["profile", "import", str(table), "--model", MODEL, "-p", PLATFORM,
+                            "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "warning" in r.output and "cpu1-3" in r.output  # elements without times are named
+    prof = Profile.load(out)
+    assert set(prof.layer_times) == {"cpu4-7", "gpu0"} and prof.meta["fused"] is True
+    prof.check_matches(fused, resolve_platform(PLATFORM))
+    node_ms = {l.nodes[0]: 0.01 * (i + 1) for i, l in enumerate(unfused.layers)}
+    for l in fused.layers:  # a fused Conv+Relu takes the sum of its nodes' times
+        want = sum(node_ms[n] for n in l.nodes) / 1e3
+        assert prof.layer_time(l.name, "gpu0") == pytest.approx(want)
+    assert any(len(l.nodes) > 1 for l in fused.layers)
+    plan = tmp_path / "plan.json"
+    r = runner.invoke(app, ["map", MODEL, "--profile", str(out), "-p", PLATFORM,
+                            "--strategy", "pipeline", "-o", str(plan)])
+    assert r.exit_code == 0, r.output
 
 
-def test_a_table_of_a_zoo_model_gives_a_profile_the_search_takes(tmp_path, graph, board):
-    els = elements_of(board)[:2]
-    rows = [(l.name, e, 0.1 * (i + 1) * (j + 1)) for i, l in enumerate(graph.layers)
-            for j, e in enumerate(els)]
-    warnings = []
-    prof = import_profile(graph, board, write_csv(tmp_path / "t.csv", rows), warnings.append)
-    assert set(prof.layer_times) == set(els)
-    first = graph.layers[0].name
-    assert prof.layer_time(first, els[1]) == pytest.approx(0.2e-3)
-    assert warnings and "left out of the profile" in warnings[0]
-    prof.check_matches(graph, board)
-    plan, _ = search_plan(problem_from_profile(graph, prof, board), "pipeline", board.name)
-    assert set(plan.mapping.elements) <= set(els)
+def test_json_rows_are_repeats_of_hetflow_layer_names(tmp_path, graphs):
+    _, fused = graphs
+    rows = [{"layer": l.name, "element": "cpu1", "ms": ms} for l in fused.layers
+            for ms in (1.0, 3.0, 2.0)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(rows))
+    prof, warnings = import_table(path, fused, resolve_platform(PLATFORM), elements=["cpu1"])
+    st = prof.layer_times["cpu1"][fused.layers[0].name]
+    assert st["median"] == pytest.approx(2e-3) and st["n"] == 3 and st["p10"] < st["p90"]
+    assert warnings == [] and prof.meta["method"] == "imported"
 
 
-def test_onnx_node_names_of_a_fused_layer_add_up(tmp_path, graph, board):
-    fused = next(l for l in graph.layers if len(l.nodes) > 1)
-    el = elements_of(board)[0]
-    rows = [(l.name, el, 1.0) for l in graph.layers if l is not fused]
-    rows += [(n, el, 0.25) for n in fused.nodes]
-    prof = import_profile(graph, board, write_csv(tmp_path / "t.csv", rows))
-    assert prof.layer_time(fused.name, el) == pytest.approx(0.25e-3 * len(fused.nodes))
-    # its first node missing (the first node alone shares the layer's name: the whole layer)
-    partial = [r for r in rows if r[0] != fused.nodes[0]]
-    with pytest.raises(InputError, match=f"layer {fused.name!r} has times for only some of its ONNX nodes"):
-        import_profile(graph, board, write_csv(tmp_path / "p.csv", partial))
+def test_wrong_names_are_refused_and_named(tmp_path, graphs):
+    unfused, _ = graphs
+    table = node_table(tmp_path / "t.csv", unfused, ["gpu0", "tpu9"])
+    rows = table.read_text().splitlines()
+    rows[3] = rows[3].replace(unfused.layers[2].nodes[0], "/features/nope/Conv")
+    table.write_text("\n".join(rows) + "\n")
+    r = runner.invoke(app, ["profile", "import", str(table), "--model", MODEL, "-p", PLATFORM,
+                            "-o", str(tmp_path / "p.json")])
+    assert isinstance(r.exception, InputError)  # exit code 2 with one line, from main()
+    msg = str(r.exception)
+    assert "'/features/nope/Conv'" in msg and "'tpu9'" in msg and "hikey970" in msg
+    assert not (tmp_path / "p.json").exists()
 
 
-def test_wrong_names_are_refused_naming_them(tmp_path, graph, board):
-    el = elements_of(board)[0]
-    rows = [(l.name, el, 1.0) for l in graph.layers]
-    with pytest.raises(InputError, match="match no layer or ONNX node of squeezenet1_0: 'conv99'"):
-        import_profile(graph, board, write_csv(tmp_path / "a.csv", rows + [("conv99", el, 1.0)]))
-    with pytest.raises(InputError, match="element\\(s\\) 'npu7' are not elements of platform"):
-        import_profile(graph, board, write_csv(tmp_path / "b.csv", rows + [(rows[0][0], "npu7", 1)]))
-    with pytest.raises(InputError, match=f"element '{el}' has no time for 1 layer"):
-        import_profile(graph, board, write_csv(tmp_path / "c.csv", rows[1:]))
-    with pytest.raises(InputError, match="on .* is given twice"):
-        import_profile(graph, board, write_csv(tmp_path / "d.csv", rows + rows[:1]))
-    bad = tmp_path / "e.csv"
-    bad.write_text("layer,element,ms\nx,y,fast\n")
-    with pytest.raises(InputError, match="e.csv: line 2: ms 'fast' is not a number"):
-        import_profile(graph, board, bad)
+def test_an_element_without_every_layer_is_refused(tmp_path, graphs):
+    unfused, fused = graphs
+    table = node_table(tmp_path / "t.csv", unfused, ["gpu0"])
+    rows = table.read_text().splitlines()
+    gone = rows.pop(5).split(",")[1]
+    table.write_text("\n".join(rows) + "\n")
+    with pytest.raises(InputError, match=rf"element gpu0 has no time for 1 of .*'{gone}'"):
+        import_table(table, unfused, resolve_platform(PLATFORM))
+
+
+@pytest.mark.parametrize("text, match", [
+    ("layer,element\nconv,gpu0\n", "no column ms"),
+    ("layer,element,ms\nconv,gpu0,fast\n", "line 2: ms 'fast' is not a number"),
+    ("layer,element,ms\nconv,gpu0,-1\n", "line 2: ms '-1' must be a finite time"),
+    ("layer,element,ms\n", "no rows"),
+])
+def test_bad_tables_give_one_line_errors(tmp_path, graphs, text, match):
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    with pytest.raises(InputError, match=match):
+        import_table(path, graphs[0], resolve_platform(PLATFORM))
