@@ -28,11 +28,13 @@ LANE_COUNTS = (1, 2, 4, 8)
 
 def _device_memory(element: "ProcessingElement") -> tuple[int, int] | None:
     """(bytes reserved by this process, bytes free) on a CUDA element; None elsewhere."""
-    if element.kind != "gpu":
+    if element.kind != "gpu" or element.backend not in (None, "torch_cuda"):
         return None
     try:
         import torch
     except ImportError:
+        return None
+    if not torch.cuda.is_available():
         return None
     idx = element.device_index or 0
     torch.cuda.synchronize(idx)

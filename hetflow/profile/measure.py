@@ -387,6 +387,16 @@ def _measure_lanes(prof: Profile, graph: "CnnGraph", platform: "Platform",
         task.advance()
 
 
+def _cuda_available() -> bool:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def _measure_comm(prof: Profile, elements: list[ProcessingElement], sizes: Sequence[int],
                   repeats: int, bar: _Progress) -> None:
     cpu_cores = sorted({c for e in elements if e.kind == "cpu" for c in e.cores})
@@ -397,9 +407,7 @@ def _measure_comm(prof: Profile, elements: list[ProcessingElement], sizes: Seque
         raw["cpu->cpu"] = commbench.bench_cpu_handoff(cpu_cores[0], cpu_cores[-1], sizes, repeats)
         task.advance()
     if gpus:
-        import importlib.util
-
-        if importlib.util.find_spec("torch") is not None:
+        if _cuda_available():  # a GPU element's backend may not be CUDA (a stand-in, a profile)
             task = bar.task("comm cpu<->gpu")
             g0 = gpus[0]
             raw.update(commbench.bench_cuda(g0.cores[0] if g0.cores else 0,
