@@ -18,13 +18,17 @@ def _split(rng: random.Random, total: int, parts: int) -> list[int]:
 
 @st.composite
 def csdf_graphs(draw, max_actors: int = 5, max_phases: int = 3, max_cycles: int = 2,
-                mapped: bool = True, live: bool = True, float_times: bool = False) -> CsdfGraph:
+                mapped: bool = True, live: bool = True, float_times: bool = False,
+                cycle_replicas: bool = False) -> CsdfGraph:
     """A consistent CSDF graph: forward channels between actors in a random order (a DAG), back
     channels and self-loops carrying one iteration of tokens or more, random times, transfer
     times, concurrency, capacities and (if `mapped`) shared processors with static orders.
 
     With `live`, capacities and static orders are taken from one admissible sequential schedule,
     so the graph is live; otherwise they are random and the graph may deadlock.
+
+    With `cycle_replicas`, about half the actors become replicated stages taking whole phase
+    cycles in turn (`replicate="cycle"`, concurrency 2-3), multi-phase most of the time.
     """
     rng = random.Random(draw(st.integers(0, 2**32 - 1)))
     n = draw(st.integers(2, max_actors))
@@ -37,6 +41,14 @@ def csdf_graphs(draw, max_actors: int = 5, max_phases: int = 3, max_cycles: int 
 
     actors = [Actor(f"a{i}", [time() for _ in range(phases[i])],
                     concurrency=rng.choice([1, 1, 1, 2, 3, None])) for i in range(n)]
+    if cycle_replicas:
+        for a in actors:
+            if rng.random() < 0.5:
+                a.concurrency = rng.choice([2, 3])
+                a.attrs["replicate"] = "cycle"
+                while len(a.exec_times) < 2 and rng.random() < 0.8:
+                    a.exec_times.append(time())
+        phases = [a.phases for a in actors]
 
     def channel(name: str, s: int, d: int, tokens: int) -> Channel:
         m = rng.randint(1, 3)

@@ -35,6 +35,22 @@ def test_mcr_and_simulation_agree_on_live_graphs(g):
     assert (mcr.throughput == math.inf) == (mcr.period == 0)
 
 
+@settings(max_examples=80, deadline=None)
+@given(csdf_graphs(live=True, cycle_replicas=True)
+       | csdf_graphs(live=True, float_times=True, cycle_replicas=True))
+def test_mcr_and_simulation_agree_with_cycle_replicas(g):
+    # replicated stages take whole phase cycles in turn and may start them out of index order
+    mcr, sim = throughput_mcr(g), throughput_simulation(g)
+    assert same_period(mcr.period, sim.period), (mcr, sim, g.to_dict())
+
+
+@settings(max_examples=60, deadline=None)
+@given(csdf_graphs(live=False, cycle_replicas=True))
+def test_mcr_and_simulation_agree_with_cycle_replicas_that_may_deadlock(g):
+    mcr, sim = period_or_deadlock(throughput_mcr, g), period_or_deadlock(throughput_simulation, g)
+    assert same_period(mcr, sim), (mcr, sim, g.to_dict())
+
+
 @settings(max_examples=60, deadline=None)
 @given(csdf_graphs(live=False))
 def test_mcr_and_simulation_agree_when_graphs_may_deadlock(g):

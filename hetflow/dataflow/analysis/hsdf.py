@@ -11,7 +11,8 @@ weight w (seconds) and a token count d (an iteration distance) meaning s(v, k) >
   may end later: as firings start in order, only one longer than every later one can, and
   looking back further than one phase cycle finds none;
 - bounded channel c: producer firing i waits for the start (weight 0) of the consumer firing that
-  frees the space it claims; this is the reverse channel with capacity - initial_tokens tokens;
+  frees the space it claims; this is the reverse channel with capacity - initial_tokens tokens
+  (a ring of slots: the slot of token m is the one token m - capacity held);
 - concurrency k: firing n waits for the end of firing n - k (k replicas take firings in turn);
   for k != 1 firings still start in order (edge n - 1 -> n, weight 0);
 - static order: each firing of a processor's order waits for the end of the previous one.
@@ -149,6 +150,15 @@ class Expander:
     def _data_edges(self, e: _Edges, c: Channel) -> None:
         prod, cons = self.per_iteration(c, True), self.per_iteration(c, False)
         q_src = self.q[c.src]
+        if self._cycle_replicas(c.src):
+            for j in range(self.q[c.dst]):
+                if cons[j + 1] == cons[j]:
+                    continue
+                last = _last_needed(prod, cons[j + 1] - c.initial_tokens)
+                for f in self._unfinished_before(c.src, last):
+                    e.add(self.node(c.src, f % q_src), self.node(c.dst, j), -(f // q_src), True,
+                          c.transfer_time)
+            return
         conc = self.by_name[c.src].concurrency
         window = q_src if conc is None else min(conc, q_src)
         # beyond one phase cycle back, every time repeats one already seen: no longer firing
@@ -176,12 +186,30 @@ class Expander:
         for i in range(self.q[c.src]):
             if prod[i + 1] == prod[i]:
                 continue  # produces nothing here, claims no space
+            # a ring of `capacity` slots: token m goes where token m - capacity was, freed when
+            # the firing that takes it starts (whether or not earlier ones have: cycle replicas
+            # may start them out of order)
             f = _last_needed(cons, c.initial_tokens + prod[i + 1] - capacity)
             u, v, d = self.node(c.dst, f % q_dst), self.node(c.src, i), -(f // q_dst)
             if u == v and d == 0:
                 continue  # a self-loop frees its own space before claiming it
             e.add(u, v, d, False)
         return e
+
+    def _cycle_replicas(self, name: str) -> bool:
+        a = self.by_name[name]
+        return a.attrs.get("replicate") == "cycle" and a.concurrency not in (None, 1)
+
+    def _unfinished_before(self, name: str, last: int) -> list[int]:
+        """Firings of cycle-replicated `name` that bound when all firings up to `last` (an index
+        relative to the iteration) have ended: `last` itself and the last phase of each of the
+        k - 1 cycles before its own. Earlier phases of a cycle end before its last one starts,
+        and cycle c - k ends before cycle c starts (same replica), hence so do all earlier
+        cycles (cycles start in order)."""
+        a = self.by_name[name]
+        phases, k = a.phases, a.concurrency
+        first = last - last % phases  # phase 0 of last's cycle
+        return [last] + [first - 1 - back * phases for back in range(k - 1)]
 
     def _concurrency_edges(self, e: _Edges, name: str, k: int | None) -> None:
         q = self.q[name]
@@ -197,18 +225,20 @@ class Expander:
         """k replicas taking whole phase *cycles* in turn (hetflow's replicated stages take
         frames in turn; a frame's phases run one after another on one replica): a phase waits
         for the end of the previous phase of its cycle; the first phase of cycle c waits for the
-        end of cycle c - k (same replica) and for the start of cycle c - 1 (start order).
-        Only the HSDF-based analyses (MCR, latency) know this rule; the state-space simulation
-        treats such an actor as replicating firings."""
+        end of cycle c - k (same replica) and for the start of cycle c - 1 (start order: the
+        start of its *first* phase; a later phase of cycle c - 1 may start after cycle c does).
+        Since firings of such an actor may then end out of index order, and its tokens are
+        delivered in firing order, its output channels' data edges look back over k cycles
+        (`_unfinished_before`)."""
         q = self.q[name]
         for i in range(q):
             if i % phases:
                 f = i - 1
                 e.add(self.node(name, f % q), self.node(name, i), -(f // q), True)
             else:
-                f = i - (k - 1) * phases - 1  # the last phase of cycle c - k: its end
+                f = i - (k - 1) * phases - 1
                 e.add(self.node(name, f % q), self.node(name, i), -(f // q), True)
-                f = i - phases  # the first phase of cycle c - 1: its start
+                f = i - phases
                 e.add(self.node(name, f % q), self.node(name, i), -(f // q), False)
 
     def build(self, capacities: dict[str, int | None] | None = None) -> Hsdf:
