@@ -14,7 +14,9 @@ weight w (seconds) and a token count d (an iteration distance) meaning s(v, k) >
   frees the space it claims; this is the reverse channel with capacity - initial_tokens tokens
   (a ring of slots: the slot of token m is the one token m - capacity held);
 - concurrency k: firing n waits for the end of firing n - k (k replicas take firings in turn);
-  for k != 1 firings still start in order (edge n - 1 -> n, weight 0);
+  for k != 1 firings still start in order (edge n - 1 -> n, weight 0); an actor with
+  attrs["replicate"] == "cycle" has k replicas taking whole phase cycles in turn instead, whose
+  firings may start out of index order (`Expander._cycle_replica_edges`);
 - static order: each firing of a processor's order waits for the end of the previous one.
 
 Throughput is then 1 / (maximum cycle ratio), sum of weights over sum of tokens on a cycle; a

@@ -135,6 +135,7 @@ class _Simulation:
         # per bounded channel: (consumer, cumulative production and consumption over one
         # iteration, initial tokens - capacity); None if unbounded
         self.ring: list[tuple | None] = []
+        self.producer = [index[c.src] for c in inner]
         for k, c in enumerate(inner):
             s, d = index[c.src], index[c.dst]
             cons = [c.consumption[i % len(c.consumption)] for i in range(q[c.dst])]
@@ -161,6 +162,7 @@ class _Simulation:
     def run(self, budget: int) -> Fraction:
         """Period per iteration (scaled units) of the periodic regime; 0 if unbounded."""
         seen: dict[tuple, tuple[int, int]] = {}
+        instant: set[tuple] = set()  # what decides further starts now, at this instant
         ref_q = self.q[0]
         sampled_iteration = -1
         now = 0
@@ -178,7 +180,16 @@ class _Simulation:
                         then, started_then = seen[key]
                         return Fraction(now - then, (self.low[0] - started_then) // ref_q)
                     seen[key] = (now, self.low[0])
+                    # iterations without time passing (zero-time firings feeding an actor of
+                    # unbounded concurrency): its unfinished firings pile up, so no full state
+                    # recurs, but once what decides the starts at this instant does, they go on
+                    # for ever at this instant: period 0
+                    key = self._instant_state(now)
+                    if key in instant:
+                        return Fraction(0)
+                    instant.add(key)
             now = self._next_event(now)
+            instant.clear()
 
     def _round(self, now: int) -> bool:
         progress = False
@@ -297,6 +308,24 @@ class _Simulation:
             raise DeadlockError(f"graph {self.name!r}: actors {', '.join(self.actors)} stopped "
                                 f"in the timed execution")
         return min(times)
+
+    def _instant_state(self, now: int) -> tuple:
+        """The part of the state that decides which firings can still start at `now`: firings
+        ending later only matter through the order of release, and, for an actor of unbounded
+        concurrency, only the first of them (it holds back the release of the rest)."""
+        per_actor = []
+        for a, ends in enumerate(self.ends):
+            marks = [None if e is None else e > now for e in ends]
+            if self.conc[a] is None and not self.cycle[a] and True in marks:
+                marks = marks[:marks.index(True) + 1]
+            per_actor.append((self.low[a] % self.q[a], self.released[a] % self.q[a],
+                              tuple(marks)))
+        # a bounded channel's slots: its fill up to the first firings not started (the
+        # producer's unfinished firings count, however many pile up)
+        fill = tuple(None if ring is None else _up_to(ring[1], self.low[self.producer[ch]] - 1)
+                     - _up_to(ring[2], self.low[ring[0]] - 1) for ch, ring in enumerate(self.ring))
+        return (tuple(per_actor), tuple(self.tokens), fill, tuple(self.turn),
+                tuple(b > now for b in self.busy_until))
 
     def _state(self, now: int) -> tuple:
         return (tuple(r % q for r, q in zip(self.released, self.q)),
