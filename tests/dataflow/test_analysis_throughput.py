@@ -142,3 +142,15 @@ def test_simulation_budget_is_reported():
 def test_expansion_size_is_bounded():
     with pytest.raises(InputError, match="one iteration has 5 firings, more than the 4"):
         expand(CsdfGraph("big", [Actor("a", [1.0] * 5)], []), max_nodes=4)
+
+
+def test_zero_time_producer_feeding_unbounded_concurrency_has_period_zero():
+    # a0 takes no time and may refill the 2-slot FIFO as soon as a1 starts; a1 (5 s) has
+    # unbounded concurrency, so both fire for ever at time 0. a1's unfinished firings pile up
+    # and no full state recurs: the simulation must see the instant repeat (it used to crawl
+    # towards its 2M-firing budget, quadratically)
+    g = CsdfGraph("g", [Actor("a0", [0.0], processor="p0"), Actor("a1", [5.0], concurrency=None)],
+                  [Channel("c0", "a0", "a1", [2], [2], capacity=2)], {"p0": ["a0"]})
+    assert throughput_mcr(g).period == 0.0
+    sim = throughput_simulation(g, max_firings=10_000)
+    assert sim.period == 0.0 and sim.throughput == math.inf
