@@ -154,3 +154,21 @@ def test_zero_time_producer_feeding_unbounded_concurrency_has_period_zero():
     assert throughput_mcr(g).period == 0.0
     sim = throughput_simulation(g, max_firings=10_000)
     assert sim.period == 0.0 and sim.throughput == math.inf
+
+
+def test_howard_converges_where_re_anchored_potentials_cycled():
+    # a random graph on which Howard's policy iteration went round for 10,000 rounds: each
+    # evaluation anchored a kept cycle's potentials at 0 again, undoing improvements elsewhere.
+    # The state-space simulation, an independent method, gives 6 s.
+    g = CsdfGraph("random", [Actor("a0", [2.0, 2.0], concurrency=2),
+                             Actor("a1", [2.0], concurrency=2),
+                             Actor("a2", [1.0, 2.0, 0.0]), Actor("a3", [5.0, 1.0]),
+                             Actor("a4", [2.0, 1.0])],
+                  [Channel("c0", "a0", "a1", [0, 3], [3], transfer_time=1.0),
+                   Channel("c1", "a0", "a2", [1, 0], [0, 2, 0]),
+                   Channel("c2", "a0", "a3", [2, 0], [3, 1], capacity=6),
+                   Channel("c3", "a2", "a4", [0, 1, 1], [1, 0]),
+                   Channel("c4", "a1", "a3", [2], [0, 4]),
+                   Channel("c5", "a0", "a0", [1, 2], [2, 1], initial_tokens=8)])
+    assert throughput_simulation(g).period == 6.0
+    assert throughput_mcr(g).period == 6.0

@@ -38,9 +38,10 @@ def max_cycle_ratio(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray
     eps_x = 1e-9 * scale
 
     policy = _group_argmax(weight, src, starts, n)
+    x = np.zeros(n)
     for iteration in range(1, max_iterations + 1):
         eta, x, cycles = _evaluate(n, dst[policy].tolist(), weight[policy].tolist(),
-                                   tokens[policy].tolist())
+                                   tokens[policy].tolist(), x.tolist())
         # First improve the ratio reached, then the potential at an equal ratio.
         eta_via = eta[dst]
         best = np.maximum.reduceat(eta_via, starts)
@@ -70,8 +71,12 @@ def _group_argmax(values: np.ndarray, src: np.ndarray, starts: np.ndarray, n: in
     return hit[first]
 
 
-def _evaluate(n: int, succ: list[int], w: list[float], d: list[float]):
-    """Ratios and potentials of the policy graph (each node has exactly one successor)."""
+def _evaluate(n: int, succ: list[int], w: list[float], d: list[float], previous: list[float]):
+    """Ratios and potentials of the policy graph (each node has exactly one successor). A
+    cycle's potentials are anchored at the previous potential of the node where it is found,
+    not at 0: re-anchoring a kept cycle at 0 shifts its whole basin, and comparisons with
+    other basins of the same ratio could then undo each other's improvements for ever
+    (Cochet-Terrasson et al. keep the old value likewise)."""
     eta = [0.0] * n
     x = [0.0] * n
     state = [0] * n  # 0 new, 1 on the current path, 2 done
@@ -94,7 +99,7 @@ def _evaluate(n: int, succ: list[int], w: list[float], d: list[float]):
                 raise ValueError("cycle without tokens")
             ratio = sum(w[u] for u in cycle) / total_d
             cycles.append((ratio, cycle))
-            eta[v], x[v], state[v] = ratio, 0.0, 2
+            eta[v], x[v], state[v] = ratio, previous[v], 2
             for u in reversed(cycle[1:]):
                 eta[u] = ratio
                 x[u] = w[u] - ratio * d[u] + x[succ[u]]
