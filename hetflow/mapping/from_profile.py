@@ -80,7 +80,7 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
                       subnet_times=measured_subnets(graph, profile, elements),
                       element_overhead={e.name: profile.call_overhead(e.name) for e in elements})
     if lanes:
-        from hetflow.profile.lanes import host_seconds, slowdown_curves
+        from hetflow.profile.lanes import host_seconds, slowdown_curves, staging_per_byte
 
         for e in elements:
             table = profile.gpu_lanes.get(e.name)
@@ -88,13 +88,24 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
                 problem.lane_slowdown[e.name], busy = slowdown_curves(table)
                 if busy:
                     problem.lane_slowdown_busy[e.name] = busy
+                per_byte = staging_per_byte(table) or host_copy_per_byte(profile)
+                model_in = sum(graph.tensors[t].nbytes for t in graph.inputs)
                 for busy_load, into in ((False, problem.host_time),
                                         (True, problem.host_time_busy)):
-                    if host_seconds(table, busy_load):
-                        into[e.name] = host_seconds(table, busy_load)
+                    if host_seconds(table, busy_load):  # the whole model's, less its input copy
+                        into[e.name] = max(0.0, host_seconds(table, busy_load)
+                                           - per_byte * model_in)
+                problem.host_per_byte[e.name] = per_byte
                 if "memory" in table:
                     problem.lane_limit[e.name] = int(table["memory"]["max_lanes"])
     return problem
+
+
+def host_copy_per_byte(profile) -> float:
+    """Seconds per byte for a core to copy data another core wrote: the slope of the profile's
+    cpu->cpu hand-off (whose consumer copies the array it receives); 0 without one. The lane
+    table's own staging measurement (on the driving core, all lanes copying) is preferred."""
+    return float(profile.comm.get("cpu->cpu", {}).get("b", 0.0))
 
 
 def measured_subnets(graph: CnnGraph, profile, elements) -> dict[tuple[str, str], float]:

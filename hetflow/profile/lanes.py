@@ -10,8 +10,11 @@ most lanes the free device memory holds.
 """
 from __future__ import annotations
 
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
 
 from hetflow.backends import backend_for, pin_current_thread
 from hetflow.backends.together import run_together
@@ -80,6 +83,37 @@ def _time_lanes(what: str, lanes: list, element: "ProcessingElement", feeds: dic
             "host": stats([c for cs in cpu for c in cs]), "others_fps": sum(busy_runs) / elapsed}
 
 
+def measure_staging(element: "ProcessingElement", lanes: int, nbytes: int = 8 << 20,
+                    pool: int = 16, seconds: float = 0.3) -> dict[str, float]:
+    """{"per_byte": CPU seconds per byte, "lanes", "nbytes"}: what `lanes` threads on the
+    element's driving core pay to copy a firing's input, as a lane stages it into its pinned
+    buffer: from a ring of `pool` arrays written by another core (larger than the caches
+    together), into the thread's own buffer. The whole model's host time covers its own small
+    input; a stage fed a large activation pays this per byte on top."""
+    src = [np.full(nbytes, i, dtype=np.uint8) for i in range(pool)]
+    cpu: list[float] = []
+    lock = threading.Lock()
+
+    def lane(i: int) -> None:
+        pin_current_thread(element.cores[:1])
+        dst = np.ones(nbytes, dtype=np.uint8)
+        n, spent, t_end = i, 0.0, time.perf_counter() + seconds
+        while time.perf_counter() < t_end:
+            c0 = time.thread_time()
+            np.copyto(dst, src[n % pool])
+            spent += time.thread_time() - c0
+            n += lanes
+        with lock:
+            cpu.append(spent / max(1, (n - i) // lanes))
+
+    threads = [threading.Thread(target=lane, args=(i,), daemon=True) for i in range(lanes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"per_byte": float(np.median(cpu)) / nbytes, "lanes": lanes, "nbytes": nbytes}
+
+
 def measure_lanes(graph: "CnnGraph", element: "ProcessingElement",
                   busy_elements: Sequence["ProcessingElement"] = (),
                   counts: Sequence[int] = LANE_COUNTS, seconds: float = 1.0,
@@ -106,6 +140,7 @@ def measure_lanes(graph: "CnnGraph", element: "ProcessingElement",
             out["memory"] = {"per_lane_bytes": per_lane, "first_lane_bytes": one[0] - before[0],
                              "free_bytes": after[1],
                              "max_lanes": max(counts) + int(0.9 * after[1] // per_lane)}
+        out["staging"] = measure_staging(element, max(counts))
         for k in counts:
             out[str(k)] = {}
             r = _time_lanes(f"{element.name} with {k} lanes", lanes[:k], element, feeds, [], {},
@@ -121,6 +156,12 @@ def measure_lanes(graph: "CnnGraph", element: "ProcessingElement",
         for r in [*lanes, *busy]:
             getattr(r, "close", lambda: None)()
     return out
+
+
+def staging_per_byte(table: dict[str, Any]) -> float | None:
+    """CPU seconds per input byte a lane's staging copy costs (measure_staging), if measured."""
+    st = table.get("staging")
+    return float(st["per_byte"]) if st else None
 
 
 def host_seconds(table: dict[str, dict[str, Any]], busy: bool = False) -> float | None:

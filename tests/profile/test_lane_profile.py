@@ -20,7 +20,9 @@ def test_lane_table_has_every_count_alone_and_busy_and_curves_follow():
         table = measure_lanes(graph, gpu, busy, counts=(1, 2, 4), seconds=0.3, warmup=1)
     finally:
         fake_gpu.reset()
-    assert set(table) == {"1", "2", "4"}  # no device memory on a stand-in GPU
+    assert set(table) == {"1", "2", "4", "staging"}  # no device memory on a stand-in GPU
+    # four lanes copying 8 MiB inputs on one core: some CPU time per byte, below a second a MiB
+    assert table["staging"]["lanes"] == 4 and 0 < table["staging"]["per_byte"] < 1e-6
     for k in ("1", "2", "4"):
         assert table[k]["alone"]["n"] > 0 and table[k]["busy"]["n"] > 0
         assert table[k]["alone_fps"] > 0 and table[k]["busy_fps"] > 0
