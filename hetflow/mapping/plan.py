@@ -8,6 +8,7 @@ from typing import Any
 
 from hetflow.dataflow.csdf import CsdfApp
 from hetflow.errors import InputError
+from hetflow.model.split import LayerSplit
 from hetflow.platform.spec import ProcessingElement
 
 from .mapping import Mapping, group_members
@@ -45,6 +46,8 @@ class Plan:
     search: dict[str, Any] = field(default_factory=dict)  # seed, seconds, evaluations, space size
     fuse: bool = False
     input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    # layers computed as several parts (hetflow.model.split), applied to the model on load
+    splits: list[LayerSplit] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": PLAN_VERSION, "model_name": self.model_name,
@@ -53,7 +56,8 @@ class Plan:
                 "search": self.search, "fuse": self.fuse, "input_shapes": self.input_shapes,
                 "capacity_frames": self.capacity_frames, "predicted": self.predicted,
                 "elements": {k: v.to_dict() for k, v in self.elements.items()},
-                "mapping": self.mapping.to_dict(), "app": self.app.to_dict()}
+                "mapping": self.mapping.to_dict(), "app": self.app.to_dict(),
+                **({"splits": [x.to_dict() for x in self.splits]} if self.splits else {})}
 
     @staticmethod
     def from_dict(d: dict[str, Any], source: str = "plan") -> "Plan":
@@ -67,7 +71,8 @@ class Plan:
                         {k: ProcessingElement.from_dict(v) for k, v in d["elements"].items()},
                         int(d["capacity_frames"]), d["predicted"], d["strategy"],
                         d.get("search", {}), bool(d.get("fuse", False)),
-                        d.get("input_shapes", {}))
+                        d.get("input_shapes", {}),
+                        [LayerSplit.from_dict(x, source) for x in d.get("splits", [])])
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise InputError(f"{source}: not a valid hetflow plan ({type(e).__name__}: {e})") from None
         plan.check(source)

@@ -21,6 +21,10 @@ def load_plan_model(plan: Plan, model: str | None = None) -> CnnGraph:
     if plan.model_hash and graph.model_hash != plan.model_hash:
         raise InputError(f"the plan was made for model {plan.model_name} (hash "
                          f"{plan.model_hash[:12]}), but {arg} has hash {graph.model_hash[:12]}")
+    if plan.splits:
+        from hetflow.model.split import apply_splits
+
+        graph = apply_splits(graph, plan.splits, plan.fuse)
     return graph
 
 

@@ -51,7 +51,9 @@ def reference_session(graph: CnnGraph):
     so = ort.SessionOptions()
     so.log_severity_level = 3
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(graph.onnx.SerializeToString(), so,
+    # a split graph (hetflow.model.split) is checked against its model before the split
+    model = getattr(graph, "reference_onnx", None) or graph.onnx
+    return ort.InferenceSession(model.SerializeToString(), so,
                                 providers=["CPUExecutionProvider"])
 
 
