@@ -13,7 +13,7 @@ from .strategies.base import SearchResult, check_options, get_strategy
 
 def make_plan(problem: Problem, mapping: Mapping, metrics: Metrics, strategy: str,
               platform_name: str, search: dict | None = None, fuse: bool = False,
-              latency_cap: float | None = None) -> Plan:
+              latency_cap: float | None = None, splits: list | None = None) -> Plan:
     """The plan of `mapping`; GPU elements get explicit lane counts (`fit_lanes`)."""
     from .lanes import check_lanes, fit_lanes
 
@@ -24,7 +24,8 @@ def make_plan(problem: Problem, mapping: Mapping, metrics: Metrics, strategy: st
     app = build_app(problem, mapping)
     elements = {e: problem.element(e) for a in app.phases for e in group_members(a)}
     return Plan(g.name, g.model_hash, g.source, platform_name, mapping, app, elements,
-                problem.capacity_frames, metrics.to_dict(), strategy, search or {}, fuse)
+                problem.capacity_frames, metrics.to_dict(), strategy, search or {}, fuse,
+                splits=list(splits or []))
 
 
 def against_whole_model(problem: Problem, result: SearchResult,
@@ -37,6 +38,8 @@ def against_whole_model(problem: Problem, result: SearchResult,
     from .problem import evaluate
     from .strategies.base import whole_model_on
 
+    if result.notes.get("keep_design"):  # the user asked for this design (e.g. gp apply=always)
+        return result
     best = None
     for e in problem.elements:
         if not np.isfinite(problem.layer_times[:, problem.element_index[e.name]]).all():
@@ -49,7 +52,7 @@ def against_whole_model(problem: Problem, result: SearchResult,
             best = (m, metrics)
     if best is None or best[1].throughput <= result.metrics.throughput * (1 + 1e-9):
         return result
-    return replace(result, best=best[0], metrics=best[1],
+    return replace(result, best=best[0], metrics=best[1], problem=None, splits=[],
                    notes={**result.notes, "whole_model_won": (
                        f"the strategy's design was analysed at {result.metrics.throughput:.1f} "
                        f"frames/s, the whole model on {best[0].actors[0]} at "
@@ -64,11 +67,12 @@ def search_plan(problem: Problem, strategy: str, platform_name: str, seed: int =
     result = against_whole_model(problem, fn(problem, seed=seed, **options),
                                  options.get("latency_cap"))
     seconds = time.perf_counter() - t0
-    plan = make_plan(problem, result.best, result.metrics, strategy, platform_name,
+    plan = make_plan(result.problem or problem, result.best, result.metrics, strategy,
+                     platform_name,
                      {"seed": seed, "seconds": round(seconds, 3), "evaluations": result.evaluations,
                       "space_size": result.space_size, **{k: v for k, v in result.notes.items()
                                                           if isinstance(v, (int, float, str))}},
-                     fuse, options.get("latency_cap"))
+                     fuse, options.get("latency_cap"), result.splits)
     return plan, result
 
 

@@ -65,11 +65,11 @@ def test_search_keeps_pipeline_mapping_and_recommends_a_split(factory):
            ProcessingElement("cpu1", "cpu", (1,), cluster="d")]
     p = factory.problem(8, els, seed=2, call_overhead=0.0, transfer=lambda n, a, b: 0.0)
     p.layer_times[:, 1] = 3 * p.layer_times[:, 0]  # cpu1: three times slower on every layer
-    res = gp.search(p)
+    res = gp.search(p, apply="never")
     assert res.best.key() == pipeline.search(p).best.key()
     notes = res.notes
     assert notes["layer"] == gp.heaviest_conv(p)
-    assert "not applied" in notes["recommendation"]
+    assert notes["applied"] == "no (apply=never)" and res.splits == [] and res.problem is None
     assert notes["fractions"]["cpu0"] == pytest.approx(0.75, abs=1e-3)
     assert sum(notes["channels"].values()) == p.graph.tensors[
         p.graph.layer(notes["layer"]).outputs[0]].shape[1]
@@ -97,3 +97,36 @@ def test_no_conv_layer(factory):
         gp.search(p)
     with pytest.raises(InputError, match="not in the model"):
         gp.search(p, layer="nope")
+
+
+def test_an_applied_split_is_a_plan_that_runs_and_equals_the_unsplit_model(factory):
+    from hetflow.mapping.planner import search_plan
+    from hetflow.model.split import concat_name, part_name
+    from hetflow.runtime.api import run_plan
+
+    els = [ProcessingElement("cpu0", "cpu", (0,), cluster="c"),
+           ProcessingElement("cpu1", "cpu", (1,), cluster="d")]
+    p = factory.problem(8, els, seed=2, call_overhead=0.0, transfer=lambda n, a, b: 0.0)
+    p.layer_times[:, 1] = 3 * p.layer_times[:, 0]
+    plan, res = search_plan(p, "gp", "test", apply="always")
+    layer = res.notes["layer"]
+    (split,) = plan.splits
+    assert split.layer == layer and sum(split.channels) == sum(res.notes["channels"].values())
+    sp = res.problem
+    parts = [part_name(layer, i) for i in range(len(split.channels))]
+    assert {plan.mapping.assignment[x] for x in parts} == {"cpu0", "cpu1"}
+    assert plan.mapping.assignment[concat_name(layer)] == res.best.assignment[concat_name(layer)]
+    # each part is predicted at its share of the whole layer's time on its element
+    t = p.layer_times[p.layer_index[layer]]
+    for i, x in enumerate(parts):
+        share = split.channels[i] / sum(split.channels)
+        np.testing.assert_allclose(sp.layer_times[sp.layer_index[x]], t * share)
+    assert plan.predicted["throughput"] == pytest.approx(res.metrics.throughput)
+    report = run_plan(plan, sp.graph, frames=9, warmup=1, check="all")
+    assert report.checked_frames == 9 and report.max_abs_error < 1e-4
+
+
+def test_apply_must_be_a_known_choice(factory):
+    p = factory.problem(6, factory.elements(2), seed=0)
+    with pytest.raises(InputError, match="apply='sometimes'"):
+        gp.search(p, apply="sometimes")

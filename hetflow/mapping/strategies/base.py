@@ -21,6 +21,10 @@ class SearchResult:
     seconds: float = 0.0
     space_size: int | None = None
     notes: dict[str, Any] = field(default_factory=dict)
+    # a design over a rewritten model (layer splits): the problem `best` is a mapping of, and
+    # the splits that turn the given model into it
+    problem: Any = None
+    splits: list = field(default_factory=list)
 
 
 class Strategy(Protocol):

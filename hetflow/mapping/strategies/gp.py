@@ -1,10 +1,12 @@
 """Carballo-Hernandez et al. (2023): split one heavy layer across elements by geometric
 programming.
 
-RECOMMENDATION ONLY: the CSDF conversion (Algorithm 2) and the runtime do not support split
-layers yet. `search` returns the pipeline strategy's mapping (the whole model placed as
-`pipeline` places it, unsplit) as `best`, and the split of the chosen layer as a recommendation
-in `notes` ("fractions", "channels", predicted times).
+`search` places the model with a base strategy (`pipeline`), then splits the chosen layer by
+the GP's fractions (`hetflow.model.split`: parts over slices of the output channels and a
+Concat, ordinary layers of a rewritten model) and maps part i to its element; the result is a
+design over the split model (`SearchResult.problem`, `.splits`), which the plan records and the
+runtime rebuilds. With apply="auto" the split is kept where the cost model predicts it faster
+than the base mapping; the fractions, channels and predicted times are in `notes` either way.
 
 The layer (the heaviest convolution by FLOPs, or `layer=`) is split by output channels: element e
 computes a fraction x_e of them, sum x_e = 1. Its time is a posynomial t_e(x) = a_e x^b_e + c_e:
@@ -219,23 +221,91 @@ def channel_split(fractions: dict[str, float], channels: int) -> dict[str, int]:
     return counts
 
 
+CONCAT_BYTES_PER_S = 5e9  # the Concat of a split layer, not profiled: a copy of its output
+
+
+def split_problem(problem: Problem, split) -> Problem:
+    """`problem` over its model with `split` applied. A part computing a share of the layer's
+    output channels is predicted at that share of the layer's profiled time on each element
+    (time linear in output channels: the part models' own assumption where no samples were
+    measured); the Concat at a copy of the layer's output at CONCAT_BYTES_PER_S."""
+    from dataclasses import replace
+
+    from hetflow.model.split import apply_splits, concat_name
+
+    g = problem.graph
+    fused = any(len(l.nodes) > 1 for l in g.layers)
+    g2 = apply_splits(g, [split], fused)
+    total = sum(split.channels)
+    rows = []
+    for lay in g2.layers:
+        if lay.name in g.layer_index:
+            rows.append(problem.layer_times[g.layer_index[lay.name]])
+        elif lay.name == concat_name(split.layer):
+            row = problem.layer_times[g.layer_index[split.layer]]
+            out = g2.tensors[lay.outputs[0]].nbytes / CONCAT_BYTES_PER_S
+            rows.append(np.where(np.isfinite(row), out, np.inf))
+        else:  # "<node>/part<i>": part i of one of the split layer's nodes
+            node, _, i = lay.name.rpartition("/part")
+            src = split.layer if node not in g.layer_index else node
+            rows.append(problem.layer_times[g.layer_index[src]] * split.channels[int(i)] / total)
+    return replace(problem, graph=g2, layer_times=np.array(rows, float))
+
+
+def _apply_split(problem: Problem, base_mapping, layer: str, channels: dict[str, int],
+                 home_actor: str):
+    """(split problem, mapping, split) with part i of `layer` on the i-th element of
+    `channels` (elements given no channel left out) and the Concat on the layer's own actor."""
+    from hetflow.model.split import LayerSplit, concat_name
+
+    from ..mapping import Mapping
+
+    used = [e for e, c in channels.items() if c > 0]
+    split = LayerSplit(layer, tuple(channels[e] for e in used))
+    sp = split_problem(problem, split)
+    assignment = {}
+    for lay in sp.graph.layers:
+        if lay.name in base_mapping.assignment:
+            assignment[lay.name] = base_mapping.assignment[lay.name]
+        elif lay.name == concat_name(layer):
+            assignment[lay.name] = home_actor
+        else:
+            assignment[lay.name] = used[int(lay.name.rpartition("/part")[2])]
+    return sp, Mapping(assignment, base_mapping.policy, dispatch_mode=base_mapping.dispatch_mode,
+                       lanes=dict(base_mapping.lanes)), split
+
+
 def search(problem: Problem, seed: int = 0, layer: str | None = None,
            elements: list[str] | None = None, samples: dict | None = None,
            resource_use: dict[str, float] | None = None, method: str = "condensation",
-           base: str = "pipeline", **options) -> SearchResult:
-    """The base strategy's mapping, plus a recommended GP split of one layer in `notes`."""
+           base: str = "pipeline", apply: str = "auto", **options) -> SearchResult:
+    """The base strategy's mapping with one layer split by GP across elements.
+
+    apply: "auto" keeps the split where the cost model predicts it faster than the base
+    mapping, "always" keeps it, "never" only recommends it (in `notes`)."""
     from .base import get_strategy
 
     t0 = time.perf_counter()
     layer = layer or heaviest_conv(problem)
     if layer not in problem.layer_index:
         raise InputError(f"gp: layer {layer!r} is not in the model")
+    if apply not in ("auto", "always", "never"):
+        raise InputError(f"gp: apply={apply!r}: use auto, always or never")
     based = get_strategy(base)(problem, seed=seed, **options)
     mapping = based.best
     home = group_members(mapping.assignment[layer])[0]
+    split_base = mapping  # the design the split layer's parts are added to
     if elements is None:
         used = set(mapping.elements)
         elements = next((c for c in configurations(problem) if used <= set(c)), mapping.elements)
+        # a member of a replica group takes whole frames; it cannot also take a part of one
+        grouped = {e for a in mapping.actors if "|" in a for e in group_members(a)}
+        free = [e for e in elements if e not in grouped]
+        if len(free) < 2:  # the base replicates over (nearly) everything: split beside the
+            from .base import whole_model_on  # model run on the layer's home element instead
+
+            split_base, free = whole_model_on(problem, home), list(elements)
+        elements = free
     for e in elements:
         problem.element(e)
     models = part_models(problem, layer, list(elements), home, samples)
@@ -257,12 +327,10 @@ def search(problem: Problem, seed: int = 0, layer: str | None = None,
     out_channels = problem.graph.tensors[problem.graph.layer(layer).outputs[0]].shape
     channels = int(out_channels[1]) if len(out_channels) > 1 else 1
     unsplit = min(models[e](1.0) for e in elements)
+    per_element = channel_split(fractions, channels)
     notes = {
-        "recommendation": f"split {layer!r} by output channels as 'fractions' (not applied: "
-                          "the CSDF conversion and runtime do not run split layers yet; "
-                          f"'best' is the {base} mapping, unsplit)",
         "layer": layer, "home": home, "fractions": fractions,
-        "channels": channel_split(fractions, channels), "split_time_s": split_time,
+        "channels": per_element, "split_time_s": split_time,
         "unsplit_time_s": unsplit, "speedup": unsplit / split_time if split_time > 0 else None,
         "models": {e: {"a": m.a, "b": m.b, "c": m.c, "fitted": m.fitted}
                    for e, m in models.items()},
@@ -270,6 +338,23 @@ def search(problem: Problem, seed: int = 0, layer: str | None = None,
         "resources_skipped": skipped, "solver": info,
         "base_strategy": base, "base_throughput": based.metrics.throughput,
     }
+    if apply != "never" and sum(1 for c in per_element.values() if c > 0) >= 2:
+        from ..problem import evaluate
+
+        sp, split_mapping, split = _apply_split(problem, split_base, layer, per_element,
+                                                split_base.assignment[layer])
+        metrics = evaluate(sp, split_mapping)
+        notes["split_throughput"] = metrics.throughput
+        if apply == "always" or metrics.throughput > based.metrics.throughput:
+            notes["applied"] = f"{layer!r} split as {dict(zip(per_element, split.channels))}"
+            notes["keep_design"] = apply == "always"
+            return SearchResult(split_mapping, metrics, [], based.evaluations,
+                                time.perf_counter() - t0, None, notes, sp, [split])
+        notes["applied"] = (f"no: the split was predicted at {metrics.throughput:.1f} frames/s, "
+                            f"the {base} mapping at {based.metrics.throughput:.1f}")
+    else:
+        notes["applied"] = "no" + (" (apply=never)" if apply == "never" else
+                                   ": the best split uses one element")
     return SearchResult(mapping, based.metrics, [], based.evaluations, time.perf_counter() - t0,
                         None, notes)
 
