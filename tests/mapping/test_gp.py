@@ -130,3 +130,19 @@ def test_apply_must_be_a_known_choice(factory):
     p = factory.problem(6, factory.elements(2), seed=0)
     with pytest.raises(InputError, match="apply='sometimes'"):
         gp.search(p, apply="sometimes")
+
+
+def test_without_cvxpy_gp_says_what_to_install(factory, monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_cvxpy(name, *a, **kw):
+        if name == "cvxpy":
+            raise ImportError("No module named 'cvxpy'")
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_cvxpy)
+    p = factory.problem(6, factory.elements(2), seed=0)
+    with pytest.raises(InputError, match=r"needs cvxpy.*hetflow\[search\]"):
+        gp.search(p)

@@ -141,8 +141,11 @@ def _import_cvxpy():
         from ortools.sat.python import cp_model  # noqa: F401
     except ImportError:
         pass
-    import cvxpy
-
+    try:
+        import cvxpy
+    except ImportError:
+        raise InputError("gp: the geometric program needs cvxpy, which is not installed "
+                         "(pip install 'hetflow[search]')") from None
     return cvxpy
 
 
