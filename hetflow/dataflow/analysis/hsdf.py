@@ -298,11 +298,12 @@ def _retime(h: Hsdf) -> Hsdf:
     for _ in range(h.n + 1):
         new = p.copy()
         np.minimum.at(new, h.dst, p[h.src] + h.tokens)
-        if np.array_equal(new, p):
+        changed = new != p
+        if not changed.any():
             break
         p = new
     else:
-        stuck = sorted({h.actor[v] for v in np.flatnonzero(new != p).tolist()})
+        stuck = sorted({h.actor[v] for v in np.flatnonzero(changed).tolist()})
         raise DeadlockError(f"the firing orders make actors {', '.join(map(repr, stuck))} wait "
                             f"for later frames of themselves")
     return Hsdf(h.actor, h.firing, h.time, h.src, h.dst, h.tokens + p[h.src] - p[h.dst],
