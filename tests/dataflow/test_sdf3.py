@@ -216,7 +216,12 @@ def test_read_names_the_file(tmp_path):
 @settings(max_examples=60, deadline=None)
 @given(csdf_graphs(live=False, float_times=True) | csdf_graphs(live=False))
 def test_random_graphs_round_trip(g):
-    back = from_sdf3_xml(to_sdf3_xml(g))
+    try:
+        text = to_sdf3_xml(g)
+    except InputError as e:  # a self-loop bounded below one firing's claim (a deadlock)
+        assert "self-loop" in str(e)
+        return
+    back = from_sdf3_xml(text)
     assert back.to_dict() == g.to_dict()  # the strategy's times are whole microseconds
 
 
