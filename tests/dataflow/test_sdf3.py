@@ -1,7 +1,9 @@
 """SDF3 XML export and import."""
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -238,3 +240,15 @@ def test_a_plain_reader_of_a_mapped_graph_finds_hetflows_period():
     g = mapped_csdf()  # static order, capacity, transfer, concurrency 2 and unbounded
     period = sdf3_oracle.period(to_sdf3_xml(g)) * 1e-6  # the file counts microseconds
     assert period == pytest.approx(throughput_mcr(g).period, rel=1e-8)
+
+
+# Kiter's README: `kiter -f benchmarks/IB5CSDF/BlackScholes.xml -aKPeriodicThroughput` prints
+# "Maximum period is 42053349": the plain reader agrees with Kiter on Kiter's own file, and on
+# hetflow's export of the graph read from it. Set HETFLOW_KITER_BENCHMARKS to Kiter's benchmarks/.
+@pytest.mark.skipif(not os.environ.get("HETFLOW_KITER_BENCHMARKS"),
+                    reason="HETFLOW_KITER_BENCHMARKS (Kiter's benchmarks folder) not set")
+def test_the_plain_reader_agrees_with_kiter():
+    path = Path(os.environ["HETFLOW_KITER_BENCHMARKS"]) / "IB5CSDF" / "BlackScholes.xml"
+    assert sdf3_oracle.period(path.read_text()) == pytest.approx(42053349, rel=1e-9)
+    exported = to_sdf3_xml(read_sdf3(path, time_unit=1.0), time_unit=1.0)
+    assert sdf3_oracle.period(exported) == pytest.approx(42053349, rel=1e-9)
