@@ -31,12 +31,35 @@ def inspect_summary(graph) -> dict:
     }
 
 
+def _layer_times(prof, graph, element: Optional[str]):
+    """The profile's time of each layer on `element` (the profile's only one by default)."""
+    from hetflow.errors import InputError
+
+    prof.check_matches(graph)
+    elements = sorted(prof.layer_times)
+    if element is None:
+        if len(elements) != 1:
+            raise InputError(f"profile {prof.source} times {len(elements)} elements "
+                             f"({', '.join(elements)}); say which with --element")
+        element = elements[0]
+    if element not in prof.layer_times:
+        raise InputError(f"profile {prof.source} has no element {element!r} (it has "
+                         f"{', '.join(elements) or 'none'})")
+    return lambda layer: prof.layer_time(layer, element)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def inspect(
         model: str = typer.Argument(..., help="ONNX file or zoo model name"),
         json_out: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
         sdf3: Optional[Path] = typer.Option(None, "--sdf3", help="also write the SDF graph as SDF3 XML"),
+        profile: Optional[Path] = typer.Option(None, "--profile",
+                                               help="with --sdf3: execution times from this "
+                                                    "profile (else every time is 0)"),
+        element: Optional[str] = typer.Option(None, "--element",
+                                              help="with --profile: the element whose layer "
+                                                   "times are written (needed if it has several)"),
         fuse: bool = typer.Option(True, "--fuse/--no-fuse",
                                   help="fuse Conv+BatchNorm+activation chains, as profile, map and "
                                        "bench do (--no-fuse: one layer per ONNX node)"),
@@ -48,13 +71,26 @@ def register(app: typer.Typer) -> None:
         from hetflow.model import parse_input_shapes, resolve_model
 
         check_writable(sdf3)
+        if (profile is not None or element is not None) and sdf3 is None:
+            raise typer.BadParameter("--profile and --element only set the times --sdf3 writes",
+                                     param_hint="--profile")
+        if element is not None and profile is None:
+            raise typer.BadParameter("--element needs --profile", param_hint="--element")
+        layer_time = None
+        if profile is not None:
+            from hetflow.profile.profile import Profile
+
+            prof = Profile.load(profile)
+            fuse = bool(prof.meta.get("fused", fuse))
         graph = resolve_model(model, parse_input_shapes(input_shape), fuse)
+        if profile is not None:
+            layer_time = _layer_times(prof, graph, element)
         info = inspect_summary(graph)
         if sdf3 is not None:
             from hetflow.dataflow.sdf import cnn_to_sdf
             from hetflow.dataflow.sdf3 import write_sdf3
 
-            write_sdf3(cnn_to_sdf(graph), sdf3)
+            write_sdf3(cnn_to_sdf(graph, layer_time), sdf3)
         if json_out:
             print_json(info)
             return

@@ -3,27 +3,28 @@
 The standard part follows SDF3's schema (sdf3-sdf.xsd / sdf3-csdf.xsd):
 `<sdf3 type="sdf|csdf" version="1.0">`, `<applicationGraph>` with `<sdf|csdf>` (actors with ports
 whose `rate` is a comma-separated sequence for CSDF, channels with `initialTokens`) and
-`<sdfProperties|csdfProperties>` (per actor a default `<processor>` with `<executionTime>`, per
-bounded channel `<bufferSize sz=...>`).
+`<sdfProperties|csdfProperties>` (per actor a default `<processor>` with `<executionTime>`, one
+time per phase).
 
 Time: SDF3 counts execution times in integer time units. We export `round(t / time_unit)`
 (default unit 1e-6 s, microseconds), so a time is off by at most half a unit after a round trip,
 and a non-zero time below half a unit becomes 0. Import multiplies by the unit.
 
-Semantics that SDF3 lacks or treats differently:
-- SDF3 actors may overlap with themselves without limit. A finite `concurrency` k is exported as
-  a self-loop channel `<actor>__concurrency` with k tokens, rate 1 per phase: SDF3 then bounds the
-  overlap to k, as hetflow does (hetflow additionally hands firings to replicas in turn, which
-  only differs for phases of unequal length). Graphs read from other tools get concurrency None.
-- SDF3 frees buffer space when the consumer *ends*; hetflow frees it when the consumer *starts*
-  (graphs.py), so other tools find slightly lower throughput for the same `bufferSize`.
-- `transfer_time`, `processor`, `static_order` and the time unit have no place in the
-  application graph; they go in a `<settings type="hetflow">` element (the schema allows any
-  content there), which other tools ignore and `from_sdf3_xml` reads back.
-- `attrs` dictionaries are not exported.
+The application graph written is `plain_graph(g)`: hetflow's transfer times, capacities (space
+freed when the consumer *starts*), concurrency bounds and static orders rewritten as actors and
+channels with initial tokens, so that SDF3 or Kiter, reading only the standard part, compute the
+period hetflow's analysis computes (see `plain_graph` for each construction and for what it
+refuses). No `bufferSize` is written: SDF3 frees that space when the consumer *ends*.
+
+hetflow's own compact graph (with processors, capacities, transfer times, static orders; times
+in time units) goes in `<settings type="hetflow">`, which the schema leaves free and other tools
+ignore; `from_sdf3_xml` reads it back when present. A file without it is read with plain SDF3
+semantics: concurrency None, no capacities (a `bufferSize` is not hetflow's capacity and is
+ignored), no processors. `attrs` dictionaries survive only in the settings block.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import xml.etree.ElementTree as ET
@@ -41,73 +42,55 @@ _XSI = "http://www.w3.org/2001/XMLSchema-instance"
 
 
 def to_sdf3_xml(g: CsdfGraph, time_unit: float = DEFAULT_TIME_UNIT) -> str:
-    """The graph as SDF3 XML text, times rounded to integer multiples of `time_unit` seconds."""
-    g.validate()
+    """The graph as SDF3 XML text, times rounded to integer multiples of `time_unit` seconds.
+
+    The application graph is `plain_graph(g)`: the model hetflow analyses, in constructs other
+    tools read. hetflow's own compact graph goes in `<settings type="hetflow">` for round trips.
+    """
+    plain = plain_graph(g)
     if not time_unit > 0:
         raise InputError(f"SDF3 export of graph {g.name!r}: time unit must be positive")
     names = [c.name for c in g.channels]
     if len(set(names)) != len(names):
         raise InputError(f"SDF3 export of graph {g.name!r}: duplicate channel names")
-    kind = "sdf" if g.is_sdf else "csdf"
-    channels = list(g.channels)
-    concurrency_channel = {}
-    for a in g.actors:
-        if a.concurrency is not None:
-            name = _unique(f"{a.name}{CONCURRENCY_SUFFIX}", names)
-            names.append(name)
-            concurrency_channel[a.name] = name
-            channels.append(Channel(name, a.name, a.name, [1] * a.phases, [1] * a.phases,
-                                    a.concurrency))
+    kind = "sdf" if plain.is_sdf else "csdf"
+
+    def units(times) -> list[int]:
+        return [round(t / time_unit) for t in times]
 
     root = ET.Element("sdf3", {"type": kind, "version": "1.0"})
     root.set("xmlns:xsi", _XSI)
     root.set("xsi:noNamespaceSchemaLocation", f"http://www.es.ele.tue.nl/sdf3/xsd/sdf3-{kind}.xsd")
     app = ET.SubElement(root, "applicationGraph", {"name": g.name})
     graph = ET.SubElement(app, kind, {"name": g.name, "type": g.name})
-    for a in g.actors:
+    for a in plain.actors:
         actor = ET.SubElement(graph, "actor", {"name": a.name, "type": a.name})
-        for c in channels:
+        for c in plain.channels:
             if c.dst == a.name:
                 ET.SubElement(actor, "port", {"name": f"in_{c.name}", "type": "in",
                                               "rate": _seq(c.consumption)})
             if c.src == a.name:
                 ET.SubElement(actor, "port", {"name": f"out_{c.name}", "type": "out",
                                               "rate": _seq(c.production)})
-    for c in channels:
+    for c in plain.channels:
         ET.SubElement(graph, "channel", {
             "name": c.name, "srcActor": c.src, "srcPort": f"out_{c.name}", "dstActor": c.dst,
             "dstPort": f"in_{c.name}", "initialTokens": str(c.initial_tokens)})
 
     props = ET.SubElement(app, f"{kind}Properties")
-    for a in g.actors:
+    processor = {a.name: a.processor for a in g.actors}
+    for a in plain.actors:
         actor = ET.SubElement(props, "actorProperties", {"actor": a.name})
-        proc = ET.SubElement(actor, "processor", {"type": a.processor or "default",
+        proc = ET.SubElement(actor, "processor", {"type": processor.get(a.name) or "default",
                                                   "default": "true"})
-        ET.SubElement(proc, "executionTime",
-                      {"time": _seq([round(t / time_unit) for t in a.exec_times])})
-    for c in g.channels:
-        channel = ET.SubElement(props, "channelProperties", {"channel": c.name})
-        if c.capacity is not None:
-            ET.SubElement(channel, "bufferSize", {"sz": str(c.capacity)})
+        ET.SubElement(proc, "executionTime", {"time": _seq(units(a.exec_times))})
 
     settings = ET.SubElement(root, "settings", {"type": "hetflow"})
     ET.SubElement(settings, "timeUnit", {"seconds": repr(float(time_unit))})
-    for a in g.actors:
-        attrs = {"name": a.name,
-                 "concurrency": "unbounded" if a.concurrency is None else str(a.concurrency)}
-        if a.processor is not None:
-            attrs["processor"] = a.processor
-        if a.name in concurrency_channel:
-            attrs["concurrencyChannel"] = concurrency_channel[a.name]
-        ET.SubElement(settings, "actor", attrs)
-    for c in g.channels:
-        if c.transfer_time:
-            ET.SubElement(settings, "channel", {"name": c.name,
-                                                "transferTime": repr(float(c.transfer_time))})
-    for proc, order in g.static_order.items():
-        node = ET.SubElement(settings, "staticOrder", {"processor": proc})
-        for name in order:
-            ET.SubElement(node, "firing", {"actor": name})
+    compact = g.to_dict()
+    for a in compact["actors"]:
+        a["exec_times"] = units(a["exec_times"])  # like the standard part, in time units
+    ET.SubElement(settings, "graph").text = json.dumps(compact, sort_keys=True)
     ET.indent(root, "  ")
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
@@ -154,6 +137,9 @@ def from_sdf3_xml(text: str, time_unit: float | None = None) -> CsdfGraph:
     if time_unit is None:
         unit = settings.find("timeUnit") if settings is not None else None
         time_unit = float(unit.get("seconds")) if unit is not None else DEFAULT_TIME_UNIT
+    compact = settings.find("graph") if settings is not None else None
+    if compact is not None:
+        return _compact_graph(compact.text or "", time_unit)
 
     ports: dict[tuple[str, str], tuple[str, list[int]]] = {}
     actor_names = []
@@ -175,12 +161,6 @@ def from_sdf3_xml(text: str, time_unit: float | None = None) -> CsdfGraph:
             name = _attr(ap, "actor")
             what = f"execution time of actor {name!r}"
             times[name] = [_number(t, what) for t in _sequence(_attr(exec_node, "time"), what)]
-    capacity = {}
-    for cp in (props.findall("channelProperties") if props is not None else []):
-        size = cp.find("bufferSize")
-        if size is not None:
-            capacity[_attr(cp, "channel")] = _integer(_attr(size, "sz"), "bufferSize")
-
     raw_channels = []
     for ch in graph.findall("channel"):
         name = _attr(ch, "name")
@@ -201,32 +181,27 @@ def from_sdf3_xml(text: str, time_unit: float | None = None) -> CsdfGraph:
     def cyclic(seq: list, n: int) -> list:
         return [seq[i % len(seq)] for i in range(n)]
 
-    meta = {a.get("name"): a for a in settings.findall("actor")} if settings is not None else {}
-    dropped = {m.get("concurrencyChannel") for m in meta.values()} - {None}
-    actors = []
-    for name in actor_names:
-        m = meta.get(name)
-        conc: int | None = None
-        processor = None
-        if m is not None:
-            c = m.get("concurrency", "unbounded")
-            conc = None if c == "unbounded" else _integer(c, f"concurrency of actor {name!r}")
-            processor = m.get("processor")
-        seconds = [float(t * Decimal(repr(float(time_unit)))) for t in cyclic(times[name],
-                                                                             phases[name])]
-        actors.append(Actor(name, seconds, processor, conc))
-    transfer = {}
-    orders: dict[str, list[str]] = {}
-    if settings is not None:
-        for c in settings.findall("channel"):
-            transfer[c.get("name")] = float(_number(c.get("transferTime", "0"),
-                                                    f"transfer time of {c.get('name')!r}"))
-        for o in settings.findall("staticOrder"):
-            orders[_attr(o, "processor")] = [_attr(f, "actor") for f in o.findall("firing")]
+    actors = [Actor(name, [float(t * Decimal(repr(float(time_unit))))
+                           for t in cyclic(times[name], phases[name])], None, None)
+              for name in actor_names]
     channels = [Channel(name, src, dst, cyclic(prod, phases[src]), cyclic(cons, phases[dst]),
-                        tokens, capacity.get(name), transfer.get(name, 0.0))
-                for name, src, dst, prod, cons, tokens in raw_channels if name not in dropped]
-    g = CsdfGraph(app.get("name") or graph.get("name") or "sdf3", actors, channels, orders)
+                        tokens)
+                for name, src, dst, prod, cons, tokens in raw_channels]
+    g = CsdfGraph(app.get("name") or graph.get("name") or "sdf3", actors, channels)
+    g.validate()
+    return g
+
+
+def _compact_graph(text: str, time_unit: float) -> CsdfGraph:
+    """hetflow's own graph from its settings block, execution times in time units."""
+    try:
+        d = json.loads(text)
+        for a in d["actors"]:
+            a["exec_times"] = [float(_number(str(t), f"execution time of {a['name']!r}")
+                                     * Decimal(repr(float(time_unit)))) for t in a["exec_times"]]
+        g = CsdfGraph.from_dict(d)
+    except (ValueError, KeyError, TypeError) as e:
+        raise InputError(f"SDF3 XML: hetflow's <graph> setting is malformed: {e}") from None
     g.validate()
     return g
 
@@ -290,3 +265,155 @@ def _port(ports, actor: str, port: str, channel: str) -> tuple[str, list[int]]:
         raise InputError(f"SDF3 channel {channel!r} names unknown port {port!r} of actor "
                          f"{actor!r}")
     return ports[(actor, port)]
+
+
+def plain_graph(g: CsdfGraph) -> CsdfGraph:
+    """`g` rebuilt with plain (C)SDF constructs only, so that a tool knowing nothing of hetflow
+    (SDF3, Kiter: actors that may overlap with themselves without limit, firings starting in
+    order, tokens consumed at a firing's start and produced at its end) computes the same
+    timing as hetflow's analysis of `g`. The result has no capacities, transfer times,
+    concurrency bounds, processors or static orders; every constraint is a channel:
+
+    - transfer time t of channel c: an actor `c__transfer` (one phase per producing phase of the
+      source, time t each) between source and destination; the initial tokens sit after it
+      (tokens already delivered). Its firings overlap freely and last equally long, so tokens
+      reach the consumer in order, t after the end of the firing that made them.
+    - capacity of channel c (space freed when the consumer *starts*, claimed when the producer
+      starts): the consumer d is split into a zero-time actor `d__start` that consumes d's
+      inputs, then hands a token to d (which keeps d's times and outputs). `d__start` ends when
+      d starts, so a reverse channel `c__space` from `d__start` to the producer (or its own start
+      actor) with capacity - initial tokens frees space exactly at d's start. A reverse channel
+      from d itself would free it at d's end (SDF3's bufferSize semantics), later than hetflow.
+      `d__start` fires in order (a one-token self-loop) and waits for the end of the firing k
+      back of d (channel `d__free`, k tokens) when d has concurrency k, so it starts exactly when
+      hetflow starts d.
+    - concurrency k: a channel `a__concurrency` from a to itself (or to `a__start`) with k
+      tokens (firing n waits for the end of firing n - k). While firings end in start order
+      (one phase, equal phase times, k = 1, or serialised by a static order) that is hetflow's
+      meaning. Otherwise a count of ended firings no longer names one firing, and hetflow
+      delivers tokens in firing order where plain CSDF delivers them as firings end; then a
+      reports each phase's end on its own channel `a__donej` (firings of one phase end in
+      order) to a zero-time serial actor `a__deliver` that produces a's outputs in firing order,
+      and the concurrency channel is split per phase likewise (`a__concurrencyj`, from phase j
+      to phase j + k). Cycle replicas of several phases start out of order, which a plain CSDF
+      actor cannot; the export refuses them rather than write another model.
+    - capacity of a self-loop: its space is freed by an earlier start of the same actor, which
+      in-order starts already imply; nothing is written (a bound below one firing's claim is a
+      deadlock and refused).
+    - static order of a processor: the actors on it get one phase per firing of an iteration,
+      and a channel `p__orderj` from the end of the j-th listed firing to the start of the next
+      (one token on the wrap-around), exactly hetflow's order edges.
+
+    Raises InputError for the cases above that have no plain equivalent here.
+    """
+    from .analysis.repetition import repetition_vector
+
+    from .analysis.hsdf import Expander
+    from .analysis.orders import processor_schedules
+
+    g.validate()
+    q = repetition_vector(g)
+    processor_schedules(g, q)  # orders that list each actor's firings of one iteration
+    by_name = {a.name: a for a in g.actors}
+    ordered = {n for order in g.static_order.values() for n in order}
+    out_of_order = set()  # actors whose firings may end out of start order
+    for a in g.actors:
+        k = a.concurrency
+        if a.name in ordered or k == 1 or a.phases == 1:
+            continue
+        if a.attrs.get("replicate") == "cycle" and k is not None:
+            raise InputError(f"SDF3 export of graph {g.name!r}: actor {a.name!r} is replicated "
+                             f"{k} times over cycles of {a.phases} phases, which plain SDF3 "
+                             f"cannot express without writing the replicas out")
+        if len(set(a.exec_times)) > 1:
+            out_of_order.add(a.name)
+    expander = Expander(g, q)
+    for c in g.channels:
+        if c.capacity is None or c.src != c.dst:
+            continue
+        # a self-loop's space is freed by a start of its own actor: implied by in-order starts
+        # when that firing is not a later one; a later one would be a deadlock
+        e = expander.capacity_edges(c, c.capacity)
+        if any(d < 0 or (d == 0 and u > v) for u, v, d in zip(e.src, e.dst, e.tokens)):
+            raise InputError(f"SDF3 export of graph {g.name!r}: self-loop {c.name!r} is bounded "
+                             f"below what one firing claims; the graph deadlocks")
+    taken = [a.name for a in g.actors] + [c.name for c in g.channels]
+
+    def fresh(name: str) -> str:
+        name = _unique(name, taken)
+        taken.append(name)
+        return name
+
+    phases = {a.name: q[a.name] if a.name in ordered else a.phases for a in g.actors}
+
+    def ext(seq: list, name: str) -> list:
+        return [seq[i % len(seq)] for i in range(phases[name])]
+
+    split = {c.dst for c in g.channels if c.capacity is not None and c.src != c.dst}
+    start = {n: fresh(f"{n}__start") for n in by_name if n in split}
+    deliver = {n: fresh(f"{n}__deliver") for n in by_name if n in out_of_order}
+
+    def exit_(name: str) -> str:  # the actor whose end delivers `name`'s tokens
+        return deliver.get(name, name)
+
+    def entry(name: str) -> str:  # the actor whose start is `name`'s start
+        return start.get(name, name)
+
+    actors = [Actor(a.name, [float(t) for t in ext(a.exec_times, a.name)], None, None)
+              for a in g.actors]
+    actors += [Actor(s, [0.0] * phases[n], None, None) for n, s in start.items()]
+    actors += [Actor(d, [0.0] * phases[n], None, None) for n, d in deliver.items()]
+    channels = []
+    ones = {n: [1] * p for n, p in phases.items()}
+    for c in g.channels:
+        prod, cons = ext(c.production, c.src), ext(c.consumption, c.dst)
+        if c.transfer_time > 0:
+            moved = [x for x in c.production if x > 0]
+            t = fresh(f"{c.name}__transfer")
+            actors.append(Actor(t, [float(c.transfer_time)] * len(moved), None, None))
+            channels.append(Channel(fresh(f"{c.name}__out"), exit_(c.src), t, prod, moved))
+            channels.append(Channel(c.name, t, entry(c.dst), moved, cons, c.initial_tokens))
+        else:
+            channels.append(Channel(c.name, exit_(c.src), entry(c.dst), prod, cons,
+                                    c.initial_tokens))
+        if c.capacity is not None and c.src != c.dst:
+            channels.append(Channel(fresh(f"{c.name}__space"), start[c.dst], entry(c.src), cons,
+                                    prod, c.capacity - c.initial_tokens))
+    for a in g.actors:
+        if a.name in start:
+            s = start[a.name]
+            channels.append(Channel(fresh(f"{a.name}__go"), s, a.name, ones[a.name],
+                                    ones[a.name]))
+            channels.append(Channel(fresh(f"{s}__order"), s, s, ones[a.name], ones[a.name], 1))
+        if a.name in deliver:
+            # one channel per phase: firings of one phase last equally long and start in
+            # order, so they end in order, and a count on that channel names one firing
+            d, n, k = deliver[a.name], a.phases, a.concurrency
+            for j in range(n):
+                one = [int(i == j) for i in range(n)]
+                channels.append(Channel(fresh(f"{a.name}__done{j}"), a.name, d, one, one))
+                if k is not None:  # firing m waits for the end of firing m - k
+                    to = [int(i == (j + k) % n) for i in range(n)]
+                    channels.append(Channel(fresh(f"{a.name}{CONCURRENCY_SUFFIX}{j}"), a.name,
+                                            entry(a.name), one, to, (j + k) // n))
+            channels.append(Channel(fresh(f"{d}__order"), d, d, ones[a.name], ones[a.name], 1))
+        elif a.concurrency is not None:
+            channels.append(Channel(fresh(f"{a.name}{CONCURRENCY_SUFFIX}"), a.name,
+                                    entry(a.name), ones[a.name], ones[a.name], a.concurrency))
+    for proc, order in g.static_order.items():
+        if not order:
+            continue
+        seen: dict[str, int] = {}
+        firings = []
+        for n in order:
+            firings.append((n, seen.get(n, 0)))
+            seen[n] = seen.get(n, 0) + 1
+        for j, (x, rx) in enumerate(firings):
+            y, ry = firings[(j + 1) % len(firings)]
+            prod = [int(i == rx) for i in range(phases[x])]
+            cons = [int(i == ry) for i in range(phases[y])]
+            channels.append(Channel(fresh(f"{proc}__order{j}"), x, entry(y), prod, cons,
+                                    int(j + 1 == len(firings))))
+    plain = CsdfGraph(g.name, actors, channels)
+    plain.validate()
+    return plain

@@ -1,7 +1,9 @@
 """SDF3 XML export and import."""
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -9,9 +11,11 @@ from hypothesis import given, settings, strategies as st
 
 from hetflow.dataflow.analysis import throughput_mcr
 from hetflow.dataflow.graphs import Actor, Channel, CsdfGraph
-from hetflow.dataflow.sdf3 import from_sdf3_xml, read_sdf3, to_sdf3_xml, write_sdf3
-from hetflow.errors import InputError
+from hetflow.dataflow.sdf3 import (from_sdf3_xml, plain_graph, read_sdf3, to_sdf3_xml,
+                                   write_sdf3)
+from hetflow.errors import DeadlockError, InputError
 
+import sdf3_oracle
 from strategies import csdf_graphs
 
 
@@ -23,8 +27,8 @@ def mapped_csdf() -> CsdfGraph:
          Actor("fc", [0.5e-3, 0.75e-3, 2e-3], processor="cpu0", concurrency=None)],
         [Channel("frames", "cam", "conv", [1], [1, 0], capacity=4),
          Channel("feat", "conv", "fc", [3, 0], [1, 1, 1], transfer_time=0.125e-3),
-         Channel("ack", "fc", "cam", [0, 0, 2], [1], initial_tokens=2)],
-        {"cpu0": ["cam", "cam", "fc", "fc", "fc"]})
+         Channel("ack", "fc", "cam", [0, 0, 1], [1], initial_tokens=2)],
+        {"cpu0": ["cam", "fc", "fc", "fc"]})
 
 
 def test_round_trip_keeps_the_graph():
@@ -36,20 +40,75 @@ def test_export_uses_the_sdf3_schema():
     root = ET.fromstring(to_sdf3_xml(mapped_csdf()))
     assert root.tag == "sdf3" and root.get("type") == "csdf" and root.get("version") == "1.0"
     app = root.find("applicationGraph")
-    conv = app.find("csdf/actor[@name='conv']")
-    rates = {p.get("name"): (p.get("type"), p.get("rate")) for p in conv.findall("port")}
-    assert rates["in_frames"] == ("in", "1,0") and rates["out_feat"] == ("out", "3,0")
-    channel = app.find("csdf/channel[@name='ack']")
-    assert (channel.get("srcActor"), channel.get("dstActor"), channel.get("initialTokens")) == \
-        ("fc", "cam", "2")
+    # cam and fc share cpu0's static order: one phase per firing of an iteration
+    cam = app.find("csdf/actor[@name='cam']")
+    rates = {p.get("name"): (p.get("type"), p.get("rate")) for p in cam.findall("port")}
+    assert rates["out_frames"] == ("out", "1")
+    assert app.find("csdf/actor[@name='fc']/port[@name='in_feat']").get("rate") == "1,1,1"
+    order = app.find("csdf/channel[@name='cpu0__order0']")
+    assert (order.get("srcActor"), order.get("dstActor")) == ("cam", "fc")
     times = app.find("csdfProperties/actorProperties[@actor='conv']/processor/executionTime")
-    assert times.get("time") == "3000,1000"  # microseconds
-    assert app.find("csdfProperties/channelProperties[@channel='frames']/bufferSize"
-                    ).get("sz") == "4"
-    # concurrency 2 becomes a 2-token self-loop that SDF3 and Kiter understand
-    loop = app.find("csdf/channel[@name='conv__concurrency']")
-    assert loop.get("srcActor") == loop.get("dstActor") == "conv"
-    assert loop.get("initialTokens") == "2"
+    assert times.get("time") == "3000,1000"  # microseconds, one per phase
+    # no bufferSize (SDF3 frees that space at the consumer's end): a reverse channel from
+    # conv's zero-time start actor to cam instead, with the capacity as tokens
+    assert app.find("csdfProperties/channelProperties") is None
+    space = app.find("csdf/channel[@name='frames__space']")
+    assert (space.get("srcActor"), space.get("dstActor"), space.get("initialTokens")) == \
+        ("conv__start", "cam", "4")
+    start = app.find("csdfProperties/actorProperties[@actor='conv__start']/processor/"
+                     "executionTime")
+    assert start.get("time") == "0,0"
+    # the 0.125 ms transfer is an actor of its own on the channel
+    transfer = app.find("csdfProperties/actorProperties[@actor='feat__transfer']/processor/"
+                        "executionTime")
+    assert transfer.get("time") == "125"
+    assert app.find("csdf/channel[@name='feat']").get("srcActor") == "feat__transfer"
+    # conv's two phases of unequal times on 2 replicas: delivered in firing order
+    assert app.find("csdf/channel[@name='feat__out']").get("srcActor") == "conv__deliver"
+
+
+def test_the_issue_example_has_hetflows_period_for_a_plain_reader():
+    # a (1 s) -> b (1 s), one-frame FIFO, 5 s transfer: b frees the slot when it starts, 6 s
+    # after a started, so a fires every 6 s; a plain reader of the old export found 1 s
+    g = CsdfGraph("ex", [Actor("a", [1.0]), Actor("b", [1.0])],
+                  [Channel("c", "a", "b", [1], [1], capacity=1, transfer_time=5.0)])
+    assert throughput_mcr(g).period == pytest.approx(6.0)
+    assert sdf3_oracle.period(to_sdf3_xml(g, time_unit=1.0)) == pytest.approx(6.0, rel=1e-8)
+    # freed at the consumer's end (SDF3's bufferSize) would give 7 s: the split matters
+    end = CsdfGraph("ex", [Actor("a", [1.0]), Actor("b", [1.0])],
+                    [Channel("c", "a", "b", [1], [1], transfer_time=5.0),
+                     Channel("r", "b", "a", [1], [1], initial_tokens=1)])
+    assert sdf3_oracle.period(to_sdf3_xml(end, time_unit=1.0)) == pytest.approx(7.0, rel=1e-8)
+
+
+@settings(max_examples=80, deadline=None)
+@given(csdf_graphs() | csdf_graphs(mapped=False) | csdf_graphs(cycle_replicas=True))
+def test_a_plain_reader_of_the_export_finds_hetflows_period(g):
+    """Random graphs -> XML -> an independent plain-SDF3 reader (tests/dataflow/sdf3_oracle.py,
+    networkx max cycle ratio) -> the period of hetflow's analysis of the graph itself."""
+    try:
+        text = to_sdf3_xml(g, time_unit=1.0)
+    except InputError as e:
+        assert "replicated" in str(e)  # multi-phase cycle replicas: the one refused case
+        return
+    assert sdf3_oracle.period(text) == pytest.approx(throughput_mcr(g).period, rel=1e-8,
+                                                     abs=1e-8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(csdf_graphs(live=False))
+def test_a_plain_reader_finds_the_same_deadlocks(g):
+    try:
+        text = to_sdf3_xml(g, time_unit=1.0)
+    except InputError:
+        return  # a self-loop bounded below one firing's claim: refused, a deadlock
+    try:
+        expected = throughput_mcr(g).period
+    except DeadlockError:
+        with pytest.raises(ValueError, match="deadlock"):
+            sdf3_oracle.period(text)
+        return
+    assert sdf3_oracle.period(text) == pytest.approx(expected, rel=1e-8, abs=1e-8)
 
 
 def test_sdf_graphs_export_as_sdf():
@@ -105,20 +164,21 @@ def test_import_of_a_foreign_file():
     assert (x.exec_times, x.concurrency, x.processor) == ([3.0, 4.0], None, None)
     assert y.exec_times == [2.0, 2.0, 2.0]
     xy, yx = g.channels
-    assert (xy.production, xy.consumption, xy.capacity) == ([2, 1], [1, 1, 1], 5)
+    # SDF3's bufferSize frees space at the consumer's end, not hetflow's capacity: ignored
+    assert (xy.production, xy.consumption, xy.capacity) == ([2, 1], [1, 1, 1], None)
     assert (yx.production, yx.consumption, yx.initial_tokens) == ([1, 1, 1], [1, 1], 4)
 
 
-def test_settings_are_ignored_by_the_standard_part():
-    # without hetflow's settings (as another tool reads the file) concurrency 1 is kept by the
-    # exported self-loops, so throughput is unchanged when nothing else needs the settings
+def test_without_settings_the_file_reads_as_the_plain_graph():
+    # as another tool reads the file: the constructs are ordinary actors and channels
     g = CsdfGraph("p", [Actor("a", [1e-3, 2e-3]), Actor("b", [3e-3], concurrency=None)],
-                  [Channel("c", "a", "b", [1, 1], [2]), Channel("d", "b", "a", [2], [1, 1], 4)])
+                  [Channel("c", "a", "b", [1, 1], [2], transfer_time=1e-3),
+                   Channel("d", "b", "a", [2], [1, 1], 4, capacity=6)])
     text = re.sub(r"<settings.*</settings>", "", to_sdf3_xml(g), flags=re.S)
     foreign = from_sdf3_xml(text)
     assert all(a.concurrency is None for a in foreign.actors)
-    assert len(foreign.channels) == 3  # a's concurrency self-loop is an ordinary channel now
-    assert throughput_mcr(foreign).period == pytest.approx(throughput_mcr(g).period)
+    assert {a.name for a in foreign.actors} == {"a", "b", "a__start", "c__transfer"}
+    assert foreign.to_dict() == from_sdf3_xml(to_sdf3_xml(plain_graph(g))).to_dict()
 
 
 @pytest.mark.parametrize("text,message", [
@@ -158,7 +218,12 @@ def test_read_names_the_file(tmp_path):
 @settings(max_examples=60, deadline=None)
 @given(csdf_graphs(live=False, float_times=True) | csdf_graphs(live=False))
 def test_random_graphs_round_trip(g):
-    back = from_sdf3_xml(to_sdf3_xml(g))
+    try:
+        text = to_sdf3_xml(g)
+    except InputError as e:  # a self-loop bounded below one firing's claim (a deadlock)
+        assert "self-loop" in str(e)
+        return
+    back = from_sdf3_xml(text)
     assert back.to_dict() == g.to_dict()  # the strategy's times are whole microseconds
 
 
@@ -169,3 +234,21 @@ def test_times_come_back_within_half_a_unit(times, unit):
     g = CsdfGraph("t", [Actor("a", times)], [])
     back = from_sdf3_xml(to_sdf3_xml(g, time_unit=unit)).actors[0].exec_times
     assert all(abs(b - t) <= unit / 2 * (1 + 1e-9) + 1e-12 for b, t in zip(back, times))
+
+
+def test_a_plain_reader_of_a_mapped_graph_finds_hetflows_period():
+    g = mapped_csdf()  # static order, capacity, transfer, concurrency 2 and unbounded
+    period = sdf3_oracle.period(to_sdf3_xml(g)) * 1e-6  # the file counts microseconds
+    assert period == pytest.approx(throughput_mcr(g).period, rel=1e-8)
+
+
+# Kiter's README: `kiter -f benchmarks/IB5CSDF/BlackScholes.xml -aKPeriodicThroughput` prints
+# "Maximum period is 42053349": the plain reader agrees with Kiter on Kiter's own file, and on
+# hetflow's export of the graph read from it. Set HETFLOW_KITER_BENCHMARKS to Kiter's benchmarks/.
+@pytest.mark.skipif(not os.environ.get("HETFLOW_KITER_BENCHMARKS"),
+                    reason="HETFLOW_KITER_BENCHMARKS (Kiter's benchmarks folder) not set")
+def test_the_plain_reader_agrees_with_kiter():
+    path = Path(os.environ["HETFLOW_KITER_BENCHMARKS"]) / "IB5CSDF" / "BlackScholes.xml"
+    assert sdf3_oracle.period(path.read_text()) == pytest.approx(42053349, rel=1e-9)
+    exported = to_sdf3_xml(read_sdf3(path, time_unit=1.0), time_unit=1.0)
+    assert sdf3_oracle.period(exported) == pytest.approx(42053349, rel=1e-9)

@@ -35,7 +35,7 @@ import numpy as np
 from hetflow.errors import DeadlockError, InputError
 
 from ..graphs import Channel, CsdfGraph
-from .orders import processor_schedules
+from .orders import FiringOrders, check_firing_orders, processor_schedules
 from .repetition import repetition_vector
 
 MAX_NODES = 100_000
@@ -102,9 +102,12 @@ class _Edges:
 class Expander:
     """Builds the edges of each constraint; kept so buffer sizing can redo one channel cheaply."""
 
-    def __init__(self, g: CsdfGraph, q: dict[str, int] | None = None, max_nodes: int = MAX_NODES):
+    def __init__(self, g: CsdfGraph, q: dict[str, int] | None = None, max_nodes: int = MAX_NODES,
+                 orders: FiringOrders | None = None):
         self.g = g
         self.q = q if q is not None else repetition_vector(g)
+        self.orders = orders or {}
+        check_firing_orders(g, self.q, self.orders)
         total = sum(self.q.values())
         if total > max_nodes:
             raise InputError(f"graph {g.name!r}: one iteration has {total} firings, more than "
@@ -137,7 +140,10 @@ class Expander:
         e = _Edges()
         for c in self.g.channels:
             self._data_edges(e, c)
+        in_order = {f.actor for order in self.orders.values() for f in order}
         for a in self.g.actors:
+            if a.name in in_order:
+                continue  # its firing order serialises it (and may interleave iterations)
             if a.attrs.get("replicate") == "cycle" and a.concurrency not in (None, 1):
                 self._cycle_replica_edges(e, a.name, a.concurrency, a.phases)
             else:
@@ -147,6 +153,14 @@ class Expander:
                 nxt_name, nxt_i = firings[(j + 1) % len(firings)]
                 e.add(self.node(name, i), self.node(nxt_name, nxt_i),
                       1 if j + 1 == len(firings) else 0, True)
+        for order in self.orders.values():
+            # round r runs f_j of iteration r + offset_j: from f_j to f_{j+1} the iteration
+            # advances by offset_{j+1} - offset_j (plus one round at the wrap-around); a
+            # negative count is removed by `_retime`
+            for j, f in enumerate(order):
+                nxt = order[(j + 1) % len(order)]
+                e.add(self.node(f.actor, f.firing), self.node(nxt.actor, nxt.firing),
+                      nxt.frame_offset - f.frame_offset + (j + 1 == len(order)), True)
         return e
 
     def _data_edges(self, e: _Edges, c: Channel) -> None:
@@ -259,14 +273,41 @@ class Expander:
             tok += p.tokens
             wt += p.with_time
             dl += p.delay
-        return _dedupe(Hsdf(self.actor, self.firing, self.time, np.asarray(src, dtype=np.int64),
-                            np.asarray(dst, dtype=np.int64), np.asarray(tok, dtype=np.int64),
-                            np.asarray(wt, dtype=bool), np.asarray(dl, dtype=float)))
+        return _dedupe(_retime(Hsdf(self.actor, self.firing, self.time,
+                                    np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64),
+                                    np.asarray(tok, dtype=np.int64), np.asarray(wt, dtype=bool),
+                                    np.asarray(dl, dtype=float))))
 
 
-def expand(g: CsdfGraph, q: dict[str, int] | None = None, max_nodes: int = MAX_NODES) -> Hsdf:
-    """The constraint graph of `g` (see the module docstring); InputError if it is too large."""
-    return Expander(g, q, max_nodes).build()
+def expand(g: CsdfGraph, q: dict[str, int] | None = None, max_nodes: int = MAX_NODES,
+           orders: FiringOrders | None = None) -> Hsdf:
+    """The constraint graph of `g` (see the module docstring), with the processors' firing
+    orders if given; InputError if it is too large."""
+    return Expander(g, q, max_nodes, orders).build()
+
+
+def _retime(h: Hsdf) -> Hsdf:
+    """The same constraints with no negative token count (edges of firing orders that reach into
+    later iterations have some). Node v is renumbered by a potential p(v) (its iteration k becomes
+    k - p(v)), p the shortest token distances, so every edge's count d + p(u) - p(v) is >= 0 and
+    every cycle keeps its count (hence the period). DeadlockError if a cycle has fewer than zero
+    tokens: a firing would wait for a later iteration of itself."""
+    if len(h.tokens) == 0 or h.tokens.min() >= 0:
+        return h
+    p = np.zeros(h.n, dtype=np.int64)
+    for _ in range(h.n + 1):
+        new = p.copy()
+        np.minimum.at(new, h.dst, p[h.src] + h.tokens)
+        changed = new != p
+        if not changed.any():
+            break
+        p = new
+    else:
+        stuck = sorted({h.actor[v] for v in np.flatnonzero(changed).tolist()})
+        raise DeadlockError(f"the firing orders make actors {', '.join(map(repr, stuck))} wait "
+                            f"for later frames of themselves")
+    return Hsdf(h.actor, h.firing, h.time, h.src, h.dst, h.tokens + p[h.src] - p[h.dst],
+                h.with_time, h.delay)
 
 
 def _last_needed(cum: list[int], need: int) -> int:

@@ -9,6 +9,7 @@ from ..graphs import CsdfGraph
 from .hsdf import Hsdf, expand, zero_token_order
 from .liveness import check_liveness
 from .mcr import max_cycle_ratio
+from .orders import FiringOrders
 
 
 @dataclass
@@ -22,14 +23,15 @@ class ThroughputResult:
         return asdict(self)
 
 
-def throughput_mcr(g: CsdfGraph) -> ThroughputResult:
-    """Self-timed throughput as 1 / maximum cycle ratio of the constraint graph (hsdf.py).
+def throughput_mcr(g: CsdfGraph, orders: FiringOrders | None = None) -> ThroughputResult:
+    """Self-timed throughput as 1 / maximum cycle ratio of the constraint graph (hsdf.py), with
+    the processors' frame-interleaved firing `orders` (orders.py) if given.
 
-    Raises DeadlockError (naming blocked actors and channels) if the graph cannot run, InputError
-    on an inconsistent or malformed graph.
+    Raises DeadlockError (naming blocked actors and channels) if the graph cannot run, or if the
+    orders make a firing wait for itself, InputError on an inconsistent or malformed graph.
     """
     check_liveness(g)
-    h = expand(g)
+    h = expand(g, orders=orders)
     period, cycle = critical_cycle(h)
     if period <= 0:
         return ThroughputResult(math.inf, 0.0, [], "mcr")
