@@ -12,9 +12,7 @@ from hetflow.platform.spec import ProcessingElement
 
 from .mapping import Mapping, group_members
 
-PLAN_VERSION = 1
-DISPATCH_MODES = ("dynamic", "static")  # how the runtime hands frames to a group's members
-PHASE_POLICIES = ("paper", "maximal")  # Algorithm 2's phase rules (cnn_to_csdf)
+PLAN_VERSION = 1  # plan_schema.PlanFile describes it
 
 
 def _check_agree(source: str, name_a: str, a: dict[str, str], name_b: str,
@@ -56,33 +54,30 @@ class Plan:
                 "mapping": self.mapping.to_dict(), "app": self.app.to_dict()}
 
     @staticmethod
-    def from_dict(d: dict[str, Any], source: str = "plan") -> "Plan":
-        if d.get("version") != PLAN_VERSION:
-            raise InputError(f"{source}: plan version {d.get('version')!r} is not supported "
-                             f"(this hetflow reads version {PLAN_VERSION})")
-        try:
-            plan = Plan(d["model_name"], d["model_hash"], d.get("model_source", ""),
-                        d["platform_name"], Mapping.from_dict(d["mapping"]),
-                        CsdfApp.from_dict(d["app"]),
-                        {k: ProcessingElement.from_dict(v) for k, v in d["elements"].items()},
-                        int(d["capacity_frames"]), d["predicted"], d["strategy"],
-                        d.get("search", {}), bool(d.get("fuse", False)),
-                        d.get("input_shapes", {}))
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise InputError(f"{source}: not a valid hetflow plan ({type(e).__name__}: {e})") from None
+    def from_dict(d: Any, source: str = "plan") -> "Plan":
+        from hetflow.schema import validate
+
+        from .plan_schema import PlanFile
+
+        return Plan.from_file(validate(PlanFile, d, source, "hetflow plan"), source)
+
+    @staticmethod
+    def from_file(f: Any, source: str = "plan") -> "Plan":
+        """The Plan of a validated plan_schema.PlanFile, once its meaning is checked too."""
+        plan = Plan(f.model_name, f.model_hash, f.model_source, f.platform_name,
+                    Mapping(**f.mapping.model_dump()), CsdfApp.from_dict(f.app.model_dump()),
+                    {k: ProcessingElement.from_dict(v.model_dump(exclude_defaults=True))
+                     for k, v in f.elements.items()},
+                    f.capacity_frames, f.predicted, f.strategy, f.search, f.fuse,
+                    f.input_shapes)
         plan.check(source)
         return plan
 
     def check(self, source: str = "plan") -> None:
         """Refuse a plan that is not what `hetflow map` wrote, as a hand edit leaves it: the
-        runtime executes `app`, so a `mapping` that says otherwise would silently not be run."""
+        runtime executes `app`, so a `mapping` that says otherwise would silently not be run.
+        (The file's shape and types are the schema's job: plan_schema.PlanFile.)"""
         m, app = self.mapping, self.app
-        if m.dispatch_mode not in DISPATCH_MODES:
-            raise InputError(f"{source}: mapping.dispatch_mode {m.dispatch_mode!r} is not one of "
-                             f"{', '.join(DISPATCH_MODES)}")
-        if m.policy not in PHASE_POLICIES:
-            raise InputError(f"{source}: mapping.policy {m.policy!r} is not one of "
-                             f"{', '.join(PHASE_POLICIES)}")
         _check_agree(source, "mapping.assignment", m.assignment, "app.assignment",
                      app.assignment)
         # the layers that run: each in a phase of the actor its assignment names

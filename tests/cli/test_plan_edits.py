@@ -37,7 +37,8 @@ def phase_moved(d):  # the app's own assignment edited, its phases not
     (move_first_layer, "mapping.assignment and app.assignment disagree (layer "),
     (rename_element, "element 'cpu1' (of actor 'cpu1') is not among the plan's elements "
                      "(cpu0, gpu7)"),
-    (dispatch_mode, "mapping.dispatch_mode 'round-robin' is not one of dynamic, static"),
+    (dispatch_mode, "not a valid hetflow plan: mapping.dispatch_mode: expected 'dynamic' or "
+                    "'static', got 'round-robin'"),
     (phase_moved, "app.assignment and app.phases disagree (layer "),
 ])
 def test_an_edited_plan_is_refused_in_one_line(hetflow, plan_file, edit, says):
