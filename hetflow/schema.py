@@ -3,9 +3,9 @@ against a pydantic model before any dataclass is built from it, and a bad file b
 naming the file, the field path and what was expected."""
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from hetflow.errors import InputError
 
@@ -17,6 +17,17 @@ class FileModel(BaseModel):
     edit would otherwise be ignored silently)."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
+
+
+def exact_version(n: int) -> Any:
+    """The type of a file's `version` key: exactly the integer n (not `true`, which a
+    Literal[1] would take as 1)."""
+    def check(v: int) -> int:
+        if v != n:
+            raise ValueError(f"expected {n}")
+        return v
+
+    return Annotated[int, AfterValidator(check)]
 
 
 def _path(loc: tuple) -> str:

@@ -85,6 +85,16 @@ class Plan:
         _check_agree(source, "app.assignment", {k: app.assignment[k] for k in phase_actor
                                                 if k in app.assignment},
                      "app.phases", phase_actor)
+        # every actor the app's channels and model inputs/outputs name has the phases they name
+        named = [(f"app.channels {c.name!r}", a, i) for c in app.channels
+                 for a, i in ((c.src, c.src_phase), (c.dst, c.dst_phase))]
+        named += [(f"app.model_inputs {t!r}", a, 0) for t, actors in app.model_inputs.items()
+                  for a in actors]
+        named += [(f"app.model_outputs {t!r}", a, 0) for t, a in app.model_outputs.items()]
+        for where, actor, index in named:
+            if index >= len(app.phases.get(actor, [])):
+                raise InputError(f"{source}: {where} names phase {index} of actor {actor!r}, "
+                                 f"which app.phases does not have; run `hetflow map` again")
         for actor in [*m.actors, *app.actors, *m.dispatch]:
             for e in group_members(actor):
                 if e not in self.elements:

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from hetflow.schema import FileModel
+from hetflow.schema import FileModel, exact_version
 
 from .plan import PLAN_VERSION
 
@@ -68,7 +68,7 @@ class AppFile(FileModel):
 
 
 class PlanFile(FileModel):
-    version: Literal[PLAN_VERSION]  # type: ignore[valid-type]
+    version: exact_version(PLAN_VERSION)  # type: ignore[valid-type]
     model_name: str
     model_hash: str
     model_source: str = ""

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from hetflow.mapping.plan_schema import PlanFile
-from hetflow.schema import FileModel
+from hetflow.schema import FileModel, exact_version
 
 from .multiplan import MULTIPLAN_VERSION
 
@@ -21,7 +21,7 @@ class AppEntryFile(FileModel):
 
 
 class MultiPlanFile(FileModel):
-    version: Literal[MULTIPLAN_VERSION]  # type: ignore[valid-type]
+    version: exact_version(MULTIPLAN_VERSION)  # type: ignore[valid-type]
     kind: Literal["hetflow-multiplan"]
     platform_name: str
     # derived from `apps` when written; read back only to be ignored

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict
 
-from hetflow.schema import FileModel
+from hetflow.schema import FileModel, exact_version
 
 from .profile import PROFILE_VERSION
 
@@ -33,7 +33,7 @@ class LinkFile(FileModel):
 
 
 class ProfileFile(FileModel):
-    version: Literal[PROFILE_VERSION]  # type: ignore[valid-type]
+    version: exact_version(PROFILE_VERSION)  # type: ignore[valid-type]
     model_name: str
     model_hash: str
     platform_name: str

@@ -33,6 +33,10 @@ def phase_moved(d):  # the app's own assignment edited, its phases not
     d["mapping"]["assignment"][layer] = d["app"]["assignment"][layer] = "cpu1"
 
 
+def actor_phases_dropped(d):  # the channels into cpu1 still name its phases
+    del d["app"]["phases"]["cpu1"]
+
+
 @pytest.mark.parametrize("edit, says", [
     (move_first_layer, "mapping.assignment and app.assignment disagree (layer "),
     (rename_element, "element 'cpu1' (of actor 'cpu1') is not among the plan's elements "
@@ -40,6 +44,8 @@ def phase_moved(d):  # the app's own assignment edited, its phases not
     (dispatch_mode, "not a valid hetflow plan: mapping.dispatch_mode: expected 'dynamic' or "
                     "'static', got 'round-robin'"),
     (phase_moved, "app.assignment and app.phases disagree (layer "),
+    (actor_phases_dropped, "app.channels 't2:cpu0->cpu1' names phase 1 of actor 'cpu1', which "
+                           "app.phases does not have"),
 ])
 def test_an_edited_plan_is_refused_in_one_line(hetflow, plan_file, edit, says):
     edited(plan_file, edit)
