@@ -82,19 +82,32 @@ class Plan:
                      app.assignment)
         # the layers that run: each in a phase of the actor its assignment names
         phase_actor = {layer: actor for layer, (actor, _) in app.phase_of().items()}
-        _check_agree(source, "app.assignment", {k: app.assignment[k] for k in phase_actor
-                                                if k in app.assignment},
-                     "app.phases", phase_actor)
-        # every actor the app's channels and model inputs/outputs name has the phases they name
-        named = [(f"app.channels {c.name!r}", a, i) for c in app.channels
-                 for a, i in ((c.src, c.src_phase), (c.dst, c.dst_phase))]
-        named += [(f"app.model_inputs {t!r}", a, 0) for t, actors in app.model_inputs.items()
-                  for a in actors]
-        named += [(f"app.model_outputs {t!r}", a, 0) for t, a in app.model_outputs.items()]
-        for where, actor, index in named:
-            if index >= len(app.phases.get(actor, [])):
+        _check_agree(source, "app.assignment", app.assignment, "app.phases", phase_actor)
+        if not app.model_inputs or not app.model_outputs:
+            raise InputError(f"{source}: app.model_inputs and app.model_outputs must name the "
+                             "model's inputs and outputs; run `hetflow map` again")
+        # each tensor the app hands on is made and read by the phases that say so: a channel
+        # from its source phase's outputs to its destination phase's inputs, a model input
+        # read by its actors, a model output made by its actor
+        uses = [(f"app.channels {c.name!r}", c.tensor, c.src, c.src_phase, "outputs")
+                for c in app.channels]
+        uses += [(f"app.channels {c.name!r}", c.tensor, c.dst, c.dst_phase, "inputs")
+                 for c in app.channels]
+        uses += [(f"app.model_inputs {t!r}", t, a, None, "inputs")
+                 for t, actors in app.model_inputs.items() for a in actors]
+        uses += [(f"app.model_outputs {t!r}", t, a, None, "outputs")
+                 for t, a in app.model_outputs.items()]
+        for where, tensor, actor, index, side in uses:
+            phases = app.phases.get(actor, [])
+            if index is not None and index >= len(phases):
                 raise InputError(f"{source}: {where} names phase {index} of actor {actor!r}, "
                                  f"which app.phases does not have; run `hetflow map` again")
+            if not any(tensor in getattr(p, side) for p in
+                       (phases if index is None else [phases[index]])):
+                raise InputError(f"{source}: {where}: tensor {tensor!r} is not among the "
+                                 f"{side} of actor {actor!r}"
+                                 + (f" phase {index}" if index is not None else "")
+                                 + " in app.phases; run `hetflow map` again")
         for actor in [*m.actors, *app.actors, *m.dispatch]:
             for e in group_members(actor):
                 if e not in self.elements:
