@@ -13,9 +13,7 @@ from hetflow.platform.spec import ProcessingElement
 
 from .mapping import Mapping, group_members
 
-PLAN_VERSION = 1
-DISPATCH_MODES = ("dynamic", "static")  # how the runtime hands frames to a group's members
-PHASE_POLICIES = ("paper", "maximal")  # Algorithm 2's phase rules (cnn_to_csdf)
+PLAN_VERSION = 1  # plan_schema.PlanFile describes it
 
 
 def _check_agree(source: str, name_a: str, a: dict[str, str], name_b: str,
@@ -60,41 +58,61 @@ class Plan:
                 **({"splits": [x.to_dict() for x in self.splits]} if self.splits else {})}
 
     @staticmethod
-    def from_dict(d: dict[str, Any], source: str = "plan") -> "Plan":
-        if d.get("version") != PLAN_VERSION:
-            raise InputError(f"{source}: plan version {d.get('version')!r} is not supported "
-                             f"(this hetflow reads version {PLAN_VERSION})")
-        try:
-            plan = Plan(d["model_name"], d["model_hash"], d.get("model_source", ""),
-                        d["platform_name"], Mapping.from_dict(d["mapping"]),
-                        CsdfApp.from_dict(d["app"]),
-                        {k: ProcessingElement.from_dict(v) for k, v in d["elements"].items()},
-                        int(d["capacity_frames"]), d["predicted"], d["strategy"],
-                        d.get("search", {}), bool(d.get("fuse", False)),
-                        d.get("input_shapes", {}),
-                        [LayerSplit.from_dict(x, source) for x in d.get("splits", [])])
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise InputError(f"{source}: not a valid hetflow plan ({type(e).__name__}: {e})") from None
+    def from_dict(d: Any, source: str = "plan") -> "Plan":
+        from hetflow.schema import validate
+
+        from .plan_schema import PlanFile
+
+        return Plan.from_file(validate(PlanFile, d, source, "hetflow plan"), source)
+
+    @staticmethod
+    def from_file(f: Any, source: str = "plan") -> "Plan":
+        """The Plan of a validated plan_schema.PlanFile, once its meaning is checked too."""
+        plan = Plan(f.model_name, f.model_hash, f.model_source, f.platform_name,
+                    Mapping(**f.mapping.model_dump()), CsdfApp.from_dict(f.app.model_dump()),
+                    {k: ProcessingElement.from_dict(v.model_dump(exclude_defaults=True))
+                     for k, v in f.elements.items()},
+                    f.capacity_frames, f.predicted, f.strategy, f.search, f.fuse,
+                    f.input_shapes,
+                    [LayerSplit(x.layer, tuple(x.channels)) for x in f.splits])
         plan.check(source)
         return plan
 
     def check(self, source: str = "plan") -> None:
         """Refuse a plan that is not what `hetflow map` wrote, as a hand edit leaves it: the
-        runtime executes `app`, so a `mapping` that says otherwise would silently not be run."""
+        runtime executes `app`, so a `mapping` that says otherwise would silently not be run.
+        (The file's shape and types are the schema's job: plan_schema.PlanFile.)"""
         m, app = self.mapping, self.app
-        if m.dispatch_mode not in DISPATCH_MODES:
-            raise InputError(f"{source}: mapping.dispatch_mode {m.dispatch_mode!r} is not one of "
-                             f"{', '.join(DISPATCH_MODES)}")
-        if m.policy not in PHASE_POLICIES:
-            raise InputError(f"{source}: mapping.policy {m.policy!r} is not one of "
-                             f"{', '.join(PHASE_POLICIES)}")
         _check_agree(source, "mapping.assignment", m.assignment, "app.assignment",
                      app.assignment)
         # the layers that run: each in a phase of the actor its assignment names
         phase_actor = {layer: actor for layer, (actor, _) in app.phase_of().items()}
-        _check_agree(source, "app.assignment", {k: app.assignment[k] for k in phase_actor
-                                                if k in app.assignment},
-                     "app.phases", phase_actor)
+        _check_agree(source, "app.assignment", app.assignment, "app.phases", phase_actor)
+        if not app.model_inputs or not app.model_outputs:
+            raise InputError(f"{source}: app.model_inputs and app.model_outputs must name the "
+                             "model's inputs and outputs; run `hetflow map` again")
+        # each tensor the app hands on is made and read by the phases that say so: a channel
+        # from its source phase's outputs to its destination phase's inputs, a model input
+        # read by its actors, a model output made by its actor
+        uses = [(f"app.channels {c.name!r}", c.tensor, c.src, c.src_phase, "outputs")
+                for c in app.channels]
+        uses += [(f"app.channels {c.name!r}", c.tensor, c.dst, c.dst_phase, "inputs")
+                 for c in app.channels]
+        uses += [(f"app.model_inputs {t!r}", t, a, None, "inputs")
+                 for t, actors in app.model_inputs.items() for a in actors]
+        uses += [(f"app.model_outputs {t!r}", t, a, None, "outputs")
+                 for t, a in app.model_outputs.items()]
+        for where, tensor, actor, index, side in uses:
+            phases = app.phases.get(actor, [])
+            if index is not None and index >= len(phases):
+                raise InputError(f"{source}: {where} names phase {index} of actor {actor!r}, "
+                                 f"which app.phases does not have; run `hetflow map` again")
+            if not any(tensor in getattr(p, side) for p in
+                       (phases if index is None else [phases[index]])):
+                raise InputError(f"{source}: {where}: tensor {tensor!r} is not among the "
+                                 f"{side} of actor {actor!r}"
+                                 + (f" phase {index}" if index is not None else "")
+                                 + " in app.phases; run `hetflow map` again")
         for actor in [*m.actors, *app.actors, *m.dispatch]:
             for e in group_members(actor):
                 if e not in self.elements:

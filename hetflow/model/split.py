@@ -38,15 +38,6 @@ class LayerSplit:
     def to_dict(self) -> dict[str, Any]:
         return {"layer": self.layer, "channels": list(self.channels)}
 
-    @staticmethod
-    def from_dict(d: dict[str, Any], source: str = "plan") -> "LayerSplit":
-        try:
-            layer, channels = d["layer"], tuple(int(c) for c in d["channels"])
-        except (KeyError, TypeError, ValueError):
-            raise InputError(f"{source}: a split needs 'layer' (a name) and 'channels' (a list of "
-                             f"whole numbers); got {d!r}") from None
-        return LayerSplit(str(layer), channels)
-
 
 def part_name(layer: str, i: int) -> str:
     """The name of part i of `layer` in the split graph (the fused layer takes its first

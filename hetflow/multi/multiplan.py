@@ -29,12 +29,6 @@ class AppEntry:
         return {"name": self.name, "period_s": self.period, "priority": self.priority,
                 "predicted": self.predicted, "plan": self.plan.to_dict()}
 
-    @staticmethod
-    def from_dict(d: dict[str, Any], source: str) -> "AppEntry":
-        return AppEntry(str(d["name"]), float(d["period_s"]), int(d["priority"]),
-                        Plan.from_dict(d["plan"], f"{source} (application {d['name']})"),
-                        dict(d.get("predicted", {})))
-
 
 @dataclass
 class MultiPlan:
@@ -60,9 +54,6 @@ class MultiPlan:
             if a.name in names:
                 raise InputError(f"{source}: application {a.name!r} appears twice")
             names.add(a.name)
-            if a.period <= 0:
-                raise InputError(f"{source}: application {a.name} has period {a.period} s; a "
-                                 "period must be positive")
             if a.priority in prios:
                 raise InputError(f"{source}: priority clash: applications {prios[a.priority]} and "
                                  f"{a.name} both have priority {a.priority}")
@@ -88,19 +79,20 @@ class MultiPlan:
                 "apps": [a.to_dict() for a in self.apps]}
 
     @staticmethod
-    def from_dict(d: dict[str, Any], source: str = "multi-plan") -> "MultiPlan":
-        if not isinstance(d, dict) or d.get("kind") != "hetflow-multiplan":
-            raise InputError(f"{source}: not a hetflow multi-plan (a single-application plan "
-                             "runs with `hetflow run`)")
-        if d.get("version") != MULTIPLAN_VERSION:
-            raise InputError(f"{source}: multi-plan version {d.get('version')!r} is not "
-                             f"supported (this hetflow reads version {MULTIPLAN_VERSION})")
-        try:
-            apps = [AppEntry.from_dict(a, source) for a in d["apps"]]
-            mp = MultiPlan(str(d["platform_name"]), sorted(apps, key=lambda a: a.priority),
-                           dict(d.get("predicted", {})), dict(d.get("search", {})))
-        except (KeyError, TypeError, ValueError) as e:
-            raise InputError(f"{source}: not a valid multi-plan ({type(e).__name__}: {e})") from None
+    def from_dict(d: Any, source: str = "multi-plan") -> "MultiPlan":
+        from hetflow.schema import validate
+
+        from .multiplan_schema import MultiPlanFile
+
+        if isinstance(d, dict) and "kind" not in d and "mapping" in d:
+            raise InputError(f"{source}: a single-application plan, not a multi-plan: run it "
+                             "with `hetflow run`")
+        f = validate(MultiPlanFile, d, source, "hetflow multi-plan")
+        apps = [AppEntry(a.name, a.period_s, a.priority,
+                         Plan.from_file(a.plan, f"{source} (application {a.name})"), a.predicted)
+                for a in f.apps]
+        mp = MultiPlan(f.platform_name, sorted(apps, key=lambda a: a.priority), f.predicted,
+                       f.search)
         mp.validate(source)
         return mp
 

@@ -156,21 +156,13 @@ class Profile:
         return d
 
     @staticmethod
-    def from_dict(d: dict[str, Any], source: str = "") -> "Profile":
-        where = source or "profile"
-        if not isinstance(d, dict) or "model_hash" not in d or "layer_times" not in d:
-            raise InputError(f"{where}: not a hetflow profile")
-        if d.get("version") != PROFILE_VERSION:
-            raise InputError(f"{where}: profile format version {d.get('version')!r}, this hetflow "
-                             f"reads version {PROFILE_VERSION}; profile again")
-        known = set(Profile.__dataclass_fields__) - {"source"}
-        unknown = set(d) - known
-        if unknown:
-            raise InputError(f"{where}: unknown profile keys {sorted(unknown)}")
-        try:
-            return Profile(**d, source=source)
-        except TypeError as e:
-            raise InputError(f"{where}: not a hetflow profile ({e})") from None
+    def from_dict(d: Any, source: str = "") -> "Profile":
+        from hetflow.schema import validate
+
+        from .profile_schema import ProfileFile
+
+        f = validate(ProfileFile, d, source or "profile", "hetflow profile")
+        return Profile(**f.model_dump(), source=source)
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write atomically (a reader never sees half a file)."""

@@ -33,12 +33,41 @@ def phase_moved(d):  # the app's own assignment edited, its phases not
     d["mapping"]["assignment"][layer] = d["app"]["assignment"][layer] = "cpu1"
 
 
+def actor_phases_dropped(d):  # the channels into cpu1 still name its phases
+    del d["app"]["phases"]["cpu1"]
+
+
+def channel_phase_moved(d):
+    d["app"]["channels"][0]["src_phase"] = 5
+
+
+def layer_dropped(d):  # a layer assigned to cpu0 that no phase runs
+    d["app"]["phases"]["cpu0"][0]["layers"].pop()
+
+
+def outputs_cleared(d):
+    d["app"]["model_outputs"].clear()
+
+
+def channel_source_lost(d):  # the phase no longer makes what its channel carries
+    d["app"]["phases"]["cpu0"][0]["outputs"].clear()
+
+
 @pytest.mark.parametrize("edit, says", [
     (move_first_layer, "mapping.assignment and app.assignment disagree (layer "),
     (rename_element, "element 'cpu1' (of actor 'cpu1') is not among the plan's elements "
                      "(cpu0, gpu7)"),
-    (dispatch_mode, "mapping.dispatch_mode 'round-robin' is not one of dynamic, static"),
+    (dispatch_mode, "not a valid hetflow plan: mapping.dispatch_mode: expected 'dynamic' or "
+                    "'static', got 'round-robin'"),
     (phase_moved, "app.assignment and app.phases disagree (layer "),
+    (layer_dropped, "app.assignment and app.phases disagree (layer 'l2': 'cpu0' vs unmapped"),
+    (outputs_cleared, "app.model_inputs and app.model_outputs must name the model's inputs and "
+                      "outputs"),
+    (channel_source_lost, "app.channels 't2:cpu0->cpu1': tensor 't2' is not among the outputs "
+                          "of actor 'cpu0' phase 0 in app.phases"),
+    (actor_phases_dropped, "app.assignment and app.phases disagree (layer "),
+    (channel_phase_moved, "app.channels 't2:cpu0->cpu1' names phase 5 of actor 'cpu0', which "
+                          "app.phases does not have"),
 ])
 def test_an_edited_plan_is_refused_in_one_line(hetflow, plan_file, edit, says):
     edited(plan_file, edit)

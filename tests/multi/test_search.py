@@ -120,10 +120,13 @@ def test_multiplan_validation(tmp_path, two_apps):
         MultiPlan.from_dict(d, "m.json")
     d["apps"][1]["priority"] = 2
     d["apps"][0]["period_s"] = 0
-    with pytest.raises(InputError, match="period must be positive"):
+    with pytest.raises(InputError, match=r"m.json: not a valid hetflow multi-plan: "
+                                         r"apps\[0\].period_s: expected greater than 0, got 0$"):
         MultiPlan.from_dict(d, "m.json")
-    with pytest.raises(InputError, match="not a hetflow multi-plan"):
+    with pytest.raises(InputError, match="plan.json: not a valid hetflow multi-plan: kind: missing"):
         MultiPlan.from_dict({"version": 1}, "plan.json")
+    with pytest.raises(InputError, match="a single-application plan, not a multi-plan"):
+        MultiPlan.from_dict(d["apps"][0]["plan"], "plan.json")
     with pytest.raises(InputError, match="no such multi-plan"):
         MultiPlan.load(tmp_path / "missing.json")
 

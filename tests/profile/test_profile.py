@@ -88,10 +88,12 @@ def test_bad_files(tmp_path):
     with pytest.raises(InputError, match="not a hetflow profile"):
         Profile.load(f)
     f.write_text(json.dumps({"model_hash": "x", "layer_times": {}, "version": 99}))
-    with pytest.raises(InputError, match="format version 99"):
+    with pytest.raises(InputError, match="p.json: not a valid hetflow profile: version: expected 1, "
+                                         "got 99"):
         Profile.load(f)
     f.write_text(json.dumps([1]))
-    with pytest.raises(InputError, match="not a hetflow profile"):
+    with pytest.raises(InputError, match=r"not a valid hetflow profile: \(top level\): expected a "
+                                         "JSON object"):
         Profile.load(f)
     with pytest.raises(InputError, match="cannot read"):
         Profile.load(tmp_path / "missing.json")

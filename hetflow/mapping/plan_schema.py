@@ -1,0 +1,90 @@
+"""The plan file's schema, checked on load before the dataclasses are built (pydantic is
+imported only here, when a file is read)."""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from hetflow.schema import FileModel, exact_version
+
+from .plan import PLAN_VERSION
+
+
+class ElementFile(FileModel):
+    name: str
+    kind: Literal["cpu", "gpu", "accel"]
+    cores: list[int] = []
+    cluster: str | None = None
+    device_index: int | None = None
+    freq_mhz: float | None = None
+    power_w: float | None = None
+    speed_factor: float | None = None
+    relative_to: str | None = None
+    peak_gflops: float | None = None
+    mem_gbps: float | None = None
+    backend: str | None = None
+    model: str | None = None
+    resources: dict[str, float] = {}
+
+
+class MappingFile(FileModel):
+    assignment: dict[str, str]  # layer -> actor
+    policy: Literal["paper", "maximal"] = "maximal"  # Algorithm 2's phase rules
+    meta: dict[str, Any] = {}
+    dispatch: dict[str, list[int]] = {}
+    # how the runtime hands frames to a group's members
+    dispatch_mode: Literal["dynamic", "static"] = "dynamic"
+    lanes: dict[str, Annotated[int, Field(ge=1)]] = {}  # GPU element -> frames in flight
+
+
+class PhaseFile(FileModel):
+    actor: str
+    index: int = Field(ge=0)
+    layers: list[str]
+    inputs: list[str]
+    outputs: list[str]
+
+
+class ChannelFile(FileModel):
+    name: str
+    tensor: str
+    src: str
+    src_phase: int = Field(ge=0)
+    dst: str
+    dst_phase: int = Field(ge=0)
+    tokens: int = Field(ge=0)
+    nbytes: int = Field(ge=0)
+
+
+class AppFile(FileModel):
+    model_name: str
+    model_hash: str
+    assignment: dict[str, str]
+    phases: dict[str, list[PhaseFile]]
+    channels: list[ChannelFile]
+    model_inputs: dict[str, list[str]]
+    model_outputs: dict[str, str]
+
+
+class SplitFile(FileModel):
+    layer: str
+    channels: list[Annotated[int, Field(ge=1)]] = Field(min_length=2)
+
+
+class PlanFile(FileModel):
+    version: exact_version(PLAN_VERSION)  # type: ignore[valid-type]
+    model_name: str
+    model_hash: str
+    model_source: str = ""
+    platform_name: str
+    strategy: str
+    search: dict[str, Any] = {}
+    fuse: bool = False
+    input_shapes: dict[str, list[int]] = {}
+    capacity_frames: int = Field(ge=1)
+    predicted: dict[str, Any]
+    elements: dict[str, ElementFile]
+    mapping: MappingFile
+    app: AppFile
+    splits: list[SplitFile] = []

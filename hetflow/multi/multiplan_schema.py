@@ -1,0 +1,32 @@
+"""The multi-plan file's schema, checked on load before the MultiPlan is built (pydantic is
+imported only here, when a file is read)."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from hetflow.mapping.plan_schema import PlanFile
+from hetflow.schema import FileModel, exact_version
+
+from .multiplan import MULTIPLAN_VERSION
+
+
+class AppEntryFile(FileModel):
+    name: str
+    period_s: float = Field(gt=0)  # also the deadline
+    priority: int  # lower number = higher priority
+    predicted: dict[str, Any] = {}
+    plan: PlanFile
+
+
+class MultiPlanFile(FileModel):
+    version: exact_version(MULTIPLAN_VERSION)  # type: ignore[valid-type]
+    kind: Literal["hetflow-multiplan"]
+    platform_name: str
+    # derived from `apps` when written; read back only to be ignored
+    shared_elements: dict[str, list[str]] = {}
+    priorities: dict[str, int] = {}
+    predicted: dict[str, Any] = {}
+    search: dict[str, Any] = {}
+    apps: list[AppEntryFile]

@@ -1,0 +1,51 @@
+"""The profile file's schema, checked on load before the Profile is built (pydantic is imported
+only here, when a file is read)."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import ConfigDict
+
+from hetflow.schema import FileModel, exact_version
+
+from .profile import PROFILE_VERSION
+
+
+class StatsFile(FileModel):
+    """A time's statistics: the median is what the cost model reads; p10/p90/max/n and others
+    are kept as written."""
+
+    model_config = ConfigDict(extra="allow")
+    median: float
+
+
+class ElementInfoFile(FileModel):
+    model_config = ConfigDict(extra="allow")  # cores, cluster, profiled_as, ...
+    kind: Literal["cpu", "gpu", "accel"]
+
+
+class LinkFile(FileModel):
+    """A fitted link: seconds = a + b * bytes (and whatever the fit adds, e.g. r2)."""
+
+    model_config = ConfigDict(extra="allow")
+    a: float
+    b: float
+
+
+class ProfileFile(FileModel):
+    version: exact_version(PROFILE_VERSION)  # type: ignore[valid-type]
+    model_name: str
+    model_hash: str
+    platform_name: str
+    platform_hash: str
+    estimated: bool = False
+    elements: dict[str, ElementInfoFile] = {}
+    layer_times: dict[str, dict[str, StatsFile]]
+    subnet_times: dict[str, dict[str, StatsFile]] = {}
+    whole_model: dict[str, StatsFile] = {}
+    gpu_lanes: dict[str, dict[str, Any]] = {}
+    comm: dict[str, LinkFile] = {}
+    comm_raw: dict[str, list[list[float]]] = {}
+    cpu_freq_mhz: dict[str, float | None] = {}
+    calibration: dict[str, Any] = {}
+    meta: dict[str, Any] = {}
