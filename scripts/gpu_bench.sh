@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU machine's benchmark (issues 5 and 6): hetflow bench over the papers' nine CNNs on one
 # GPU + 16 CPU cores, plans against the baselines measured in the same run.
-# Usage (repository root on the GPU machine, .whl/ holding the onnx2torch wheel):
+# Usage (repository root on the GPU machine, .whl/ holding the wheels the device lacks: onnx2torch, pydantic, pydantic_core, annotated_types, typing_inspection):
 #   bash scripts/gpu_bench.sh [MODEL ...]
 # Since the bench pilots three designs per plan kind (PILOTS=1: trust the prediction), the nine
 # CNNs take longer than one 10-minute device call: run them in two calls, e.g.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Real exports on the GPU machine: torchvision models exported by torch.onnx.export (random
 # weights, opset 17), each through `hetflow bench` (quick) on the GPU and a few CPU cores.
-# Usage (repository root on the GPU machine, .whl/ holding the onnx2torch wheel):
+# Usage (repository root on the GPU machine, .whl/ holding the wheels the device lacks: onnx2torch, pydantic, pydantic_core, annotated_types, typing_inspection):
 #   CORES=11-15 bash scripts/gpu_exports_bench.sh NAME ...
 # CORES: the cores hetflow may use (taskset; the platform is detected from them, the GPU driven
 # by one of them). Each model has its own report folder and time limit (MODEL_TIMEOUT).

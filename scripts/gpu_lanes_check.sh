@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU lanes on the GPU machine: how lanes are driven (block vs spin, alone and beside busy CPU
 # copies), then `hetflow bench` of MODELS (default resnet18) with lanes, quick settings.
-# Usage (repository root on the GPU machine, .whl/ holding the onnx2torch wheel):
+# Usage (repository root on the GPU machine, .whl/ holding the wheels the device lacks: onnx2torch, pydantic, pydantic_core, annotated_types, typing_inspection):
 #   bash scripts/gpu_lanes_check.sh [MODEL ...]
 # SYNC_MODELS: models of the sync A/B (default resnet18; empty: none); ENGINE_MODELS: models of
 # scripts/engine_vs_copies.py (default none); BENCH_TIMEOUT: seconds for the bench.

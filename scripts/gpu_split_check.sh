@@ -2,7 +2,7 @@
 # A split plan on the GPU machine against the best unsplit plans of the same profile: hetflow
 # profile, then map + run for the pipeline strategy, the gp strategy as it chooses (apply=auto)
 # and the gp split forced (apply=always), outputs checked.
-# Usage (repository root on the GPU machine, .whl/ holding the onnx2torch wheel):
+# Usage (repository root on the GPU machine, .whl/ holding the wheels the device lacks: onnx2torch, pydantic, pydantic_core, annotated_types, typing_inspection):
 #   CORES=11-15 bash scripts/gpu_split_check.sh MODEL ...
 set -uo pipefail
 OUT=${OUT:-./out}
