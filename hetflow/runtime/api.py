@@ -68,14 +68,14 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
             "none": lambda f: False}[check]
     pp = prepare(plan, graph, progress)
     try:
-        report, kept, shared = run_prepared(pp, source, frames, min(warmup, frames // 4), keep,
-                                            stall_timeout, trace_path is not None, on_frame)
+        report, kept, state = run_prepared(pp, source, frames, min(warmup, frames // 4), keep,
+                                           stall_timeout, trace_path is not None, on_frame)
     finally:
         pp.close()
     if kept:
         report.max_abs_error = check_outputs(graph, plan.app, kept, source)
         report.checked_frames = len(kept)
-    if trace_path is not None and shared.events:
-        t0 = min(e[4] for e in shared.events)
-        write_trace(trace_path, shared.events, t0)
+    if trace_path is not None and state.events:
+        t0 = min(e[4] for e in state.events)
+        write_trace(trace_path, state.events, t0)
     return report

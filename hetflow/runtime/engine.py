@@ -15,10 +15,11 @@ Why threads: the backends (ONNX Runtime, CUDA graph replay) release the GIL whil
 and a hand-off between threads passes a reference, not a copy. DESIGN.md measured 15 ORT sessions
 and a CUDA-graph replay loop in one process at 98% of their separate rates.
 
-Faults: a worker that raises stops every other worker (all blocking waits poll a stop event every
-50 ms) and the run raises RuntimeFault naming the element, stage, phase and layers. A watchdog
-raises RuntimeFault naming the channel each worker waits on when no frame completes for
-`stall_timeout` seconds. Ctrl-C stops the workers and returns what was measured so far.
+What to fire comes from `schedule` (each actor's firings, the dispatch of frames to members
+and lanes, in-order release, channel windows); faults, stalls and Ctrl-C are handled by
+`harness`, as in the other engines: a worker that raises stops every other one and the run
+raises RuntimeFault naming the element, stage, phase and layers; no frame for `stall_timeout`
+seconds names the channel each worker waits on; Ctrl-C returns what was measured so far.
 """
 from __future__ import annotations
 
@@ -33,19 +34,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hetflow.errors import RuntimeFault
 from hetflow.mapping.mapping import group_members
 from hetflow.mapping.plan import Plan
 from hetflow.model.graph import CnnGraph
 
+from .harness import POLL, Control, Stopped, fault_text, stop_threads, supervise
 from .report import RunReport, latency_stats, steady_throughput
+from .schedule import Dispatch, InOrder, channel_windows, firings
 
-POLL = 0.05
 RELEASE_POLL = 0.005  # how often the calling thread looks for completed frames
-
-
-class _Stopped(Exception):
-    pass
 
 
 @contextlib.contextmanager
@@ -69,20 +66,6 @@ def frozen_heap(switch_interval: float | None = None):
         gc.unfreeze()
 
 
-@dataclass
-class _Fault:
-    message: str
-
-
-@dataclass
-class _Shared:
-    stop: threading.Event = field(default_factory=threading.Event)
-    fault: list[_Fault] = field(default_factory=list)
-    first_start: dict[int, float] = field(default_factory=dict)  # frame -> first phase start
-    events: list = field(default_factory=list)  # trace events
-    busy: dict[str, float] = field(default_factory=dict)  # element -> seconds computing
-    waiting: dict[str, str] = field(default_factory=dict)  # element -> what it waits on now
-
 
 class FrameChannel:
     """A bounded channel of frame-indexed items: `put(f, x)`, `get(f)`.
@@ -104,15 +87,15 @@ class FrameChannel:
         self.space = threading.Condition(self.lock)  # producers wait here for the window
         self.wanted: dict[int, threading.Event] = {}  # frame -> event of the waiting consumer
 
-    def put(self, f: int, item: Any, shared: "_Shared", element: str, what: str) -> None:
+    def put(self, f: int, item: Any, control: Control, element: str, what: str) -> None:
         with self.lock:
             if f >= self.low + self.capacity:
-                shared.waiting[element] = what
+                control.waiting[element] = what
                 while f >= self.low + self.capacity:
-                    if shared.stop.is_set():
-                        raise _Stopped
+                    if control.stop.is_set():
+                        raise Stopped
                     self.space.wait(POLL)
-                shared.waiting[element] = "running"
+                control.waiting[element] = "running"
             self.items[f] = item
             ev = self.wanted.pop(f, None)
         if ev is not None:
@@ -140,52 +123,20 @@ class FrameChannel:
             ev = self.wanted.setdefault(f, threading.Event())
         return ev.wait(timeout)
 
-    def get(self, f: int, shared: "_Shared", element: str, what: str) -> Any:
+    def get(self, f: int, control: Control, element: str, what: str) -> Any:
         ok, item = self.try_get(f)
         if ok:
             return item
-        shared.waiting[element] = what
+        control.waiting[element] = what
         while True:
-            if shared.stop.is_set():
-                raise _Stopped
+            if control.stop.is_set():
+                raise Stopped
             self.wait_for(f, POLL)
             ok, item = self.try_get(f)
             if ok:
-                shared.waiting[element] = "running"
+                control.waiting[element] = "running"
                 return item
 
-
-class _Dispatch:
-    """Which frames a member of an actor takes: by the actor's static pattern, or dynamically
-    (the next frame goes to whichever member asks first: idle members never wait on busy ones,
-    so members of different or varying speed all stay busy). The lanes of one member share
-    its frames, each lane taking the member's next one."""
-
-    def __init__(self, pattern: list[int] | None, frames: int):
-        self.pattern, self.frames = pattern, frames
-        self.next = 0
-        self.lock = threading.Lock()
-        self._static: dict[int, Any] = {}  # member -> iterator over its frames
-
-    def _frames_of(self, j: int):
-        mine = [off for off, m in enumerate(self.pattern) if m == j]
-        for base in range(0, self.frames, len(self.pattern)):
-            for off in mine:
-                if base + off < self.frames:
-                    yield base + off
-
-    def take(self, j: int) -> int | None:
-        """Member j's next frame, or None when it has none left."""
-        with self.lock:
-            if self.pattern:
-                return next(self._static.setdefault(j, self._frames_of(j)), None)
-            f = self.next
-            self.next += 1
-        return f if f < self.frames else None
-
-    def frames_of(self, j: int):
-        while (f := self.take(j)) is not None:
-            yield f
 
 
 @dataclass
@@ -237,112 +188,105 @@ def prepare(plan: Plan, graph: CnnGraph, progress: Callable[[str], None] | None 
     return pp
 
 
+
+@dataclass
+class RunState:
+    """What a run leaves besides its report: trace events (element, actor, phase, frame, start,
+    end)."""
+
+    events: list = field(default_factory=list)
+
+
 def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]], frames: int,
                  warmup: int = 0, keep_outputs: Callable[[int], bool] = lambda f: False,
                  stall_timeout: float = 30.0, trace: bool = False,
-                 on_frame: Callable[[int], None] | None = None) -> tuple[RunReport, dict, _Shared]:
+                 on_frame: Callable[[int], None] | None = None) -> tuple[RunReport, dict, RunState]:
     """Stream `frames` frames through the pipeline. Returns the report, the kept outputs
-    {frame: {tensor: array}} and the raw shared state (trace events)."""
+    {frame: {tensor: array}} and the trace events."""
     from hetflow.backends import caller_cores_of, control_cores, pin_current_thread, pinned
 
     plan, app = pp.plan, pp.plan.app
-    control = control_cores(plan.elements.values())
-    cap = max(1, plan.capacity_frames)
     members = {a: group_members(a) for a in app.phases}
     lanes = {el: plan.mapping.lanes_of(el) for ms in members.values() for el in ms}
     static = plan.mapping.dispatch_mode == "static"
-    dispatch = {a: _Dispatch(plan.mapping.pattern(a) if static else None, frames)
+    dispatch = {a: Dispatch(plan.mapping.pattern(a) if static else None, frames)
                 for a in app.phases}
-
-    def window(*actors: str) -> int:
-        # room for `cap` frames per pattern slot or worker: while a slow member works on one
-        # frame, the fast ones complete the rest of a pattern period, and outputs leave in
-        # order, so a smaller window would stall the fast members behind the slow one
-        return cap * max(max(len(plan.mapping.pattern(a)), sum(lanes[e] for e in members[a]))
-                         for a in actors)
-
-    shared = _Shared()
-    chans = {c.name: FrameChannel(c.name, window(c.src, c.dst)) for c in app.channels}
-    reads = {a: [t for t, rs in app.model_inputs.items() if a in rs] for a in app.phases}
-    writes = {a: [t for t, w in app.model_outputs.items() if w == a] for a in app.phases}
+    schedule: dict[str, list] = {a: [] for a in app.phases}  # actor -> its firings, in order
+    for fi in firings(app):
+        schedule[fi.actor].append(fi)
+    chans = {name: FrameChannel(name, w) for name, w in channel_windows(plan).items()}
+    reads = {a: [t for fi in fs for t in fi.source_inputs] for a, fs in schedule.items()}
+    writes = {a: [t for fi in fs for t in fi.outputs] for a, fs in schedule.items()}
     n_out = len(set(app.model_outputs.values()))
-    # frames leave in order: frame f is released once it and every frame before it completed,
-    # at the latest of their completion times. The workers record completions; the calling
-    # thread releases (no collector or feeder thread: at thousands of frames per second their
-    # hand-offs cost as much as a stage)
+    control, state, order = Control(), RunState(), InOrder()
+    first_start: dict[int, float] = {}  # frame -> its first firing's start
+    busy: dict[tuple[str, int], float] = {}  # (element, lane) -> seconds computing
     done_lock = threading.Lock()
     parts: dict[int, int] = {}  # frame -> output actors that delivered it so far
-    finished: dict[int, float] = {}  # frame -> when its last output was produced
-    outputs: dict[int, dict[str, np.ndarray]] = {}  # kept outputs
-    # what each phase receives from channels / sends
-    recv = {(a, p.index): [c for c in app.channels if c.dst == a and c.dst_phase == p.index]
-            for a, ps in app.phases.items() for p in ps}
-    send = {(a, p.index): [c for c in app.channels if c.src == a and c.src_phase == p.index]
-            for a, ps in app.phases.items() for p in ps}
+    outputs: dict[int, dict[str, np.ndarray]] = {}  # kept outputs, until released
 
     def deliver(f: int, outs: dict[str, np.ndarray]) -> None:
         now = time.perf_counter()
+        if n_out == 1:  # one writer per frame: no lock (two dict stores)
+            if keep_outputs(f):
+                outputs[f] = outs
+            order.complete(f, now)
+            return
         with done_lock:
             if keep_outputs(f):
                 outputs.setdefault(f, {}).update(outs)
             got = parts.pop(f, 0) + 1
             if got == n_out:
-                finished[f] = now
+                order.complete(f, now)
             else:
                 parts[f] = got
 
     def worker(actor: str, j: int, lane: int) -> None:
         el = members[actor][j]
         element = plan.elements[el]
-        phases = app.phases[actor]
-        runner = {p.index: pp.runner(el, p.index, lane) for p in phases}
-        track = f"{el}/lane{lane}" if lanes[el] > 1 else el
-        ph = None
+        steps = [(fi, pp.runner(el, fi.phase, lane),
+                  [(chans[c.name], c.tensor, f"channel {c.name} (from {c.src})") for c in fi.recv],
+                  [(chans[c.name], c.tensor, f"space in channel {c.name} (to {c.dst})")
+                   for c in fi.send]) for fi in schedule[actor]]
+        me = f"{el}/lane{lane}" if lanes[el] > 1 else el
+        source, delivers, stop = reads[actor], writes[actor], control.stop
+        spent, fi = 0.0, None
         try:
-            pin_current_thread(caller_cores_of(runner.values(), element))
-            shared.busy.setdefault(el, 0.0)
+            pin_current_thread(caller_cores_of((r for _, r, _, _ in steps), element))
             for f in dispatch[actor].frames_of(j):
-                ph = None
+                fi = None
                 local: dict[str, np.ndarray] = {}
-                if reads[actor]:
+                if source:
                     try:
                         x = inputs(f)
-                        local.update({t: x[t] for t in reads[actor]})
                     except BaseException as e:
-                        shared.fault.append(_Fault(f"frame source, frame {f}: "
-                                                   f"{type(e).__name__}: {e}"))
-                        shared.stop.set()
+                        control.fail(f"frame source, frame {f}: {type(e).__name__}: {e}")
                         return
-                for ph in phases:
-                    for c in recv[(actor, ph.index)]:
-                        local[c.tensor] = chans[c.name].get(f, shared, el,
-                                                            f"channel {c.name} (from {c.src})")
-                    feeds = {t: local[t] for t in ph.inputs}
+                    local.update({t: x[t] for t in source})
+                    first_start.setdefault(f, time.perf_counter())
+                for fi, runner, recv, send in steps:
+                    for ch, t, what in recv:
+                        local[t] = ch.get(f, control, me, what)
                     t0 = time.perf_counter()
-                    shared.first_start.setdefault(f, t0)
-                    out = runner[ph.index].run(feeds)
+                    out = runner.run({t: local[t] for t in fi.inputs})
                     t1 = time.perf_counter()
-                    shared.busy[el] += (t1 - t0) / lanes[el]
+                    spent += t1 - t0
                     if trace:
-                        shared.events.append((track, actor, ph.index, f, t0, t1))
+                        state.events.append((me, actor, fi.phase, f, t0, t1))
                     local.update(out)
-                    for c in send[(actor, ph.index)]:
-                        chans[c.name].put(f, local[c.tensor], shared, el,
-                                          f"space in channel {c.name} (to {c.dst})")
-                if writes[actor]:
-                    deliver(f, {t: local[t] for t in writes[actor]})
-                if shared.stop.is_set():
+                    for ch, t, what in send:
+                        ch.put(f, local[t], control, me, what)
+                if delivers:
+                    deliver(f, {t: local[t] for t in delivers})
+                if stop.is_set():
                     return
-        except _Stopped:
+        except Stopped:
             return
         except BaseException as e:  # any failure stops the whole run, naming where it happened
-            where = (f"stage {actor} phase {ph.index} (layers {ph.layers[0]}..{ph.layers[-1]})"
-                     if ph is not None else f"stage {actor}")
-            if lanes[el] > 1:
-                where = f"lane {lane}, {where}"
-            shared.fault.append(_Fault(f"element {el}, {where}: {type(e).__name__}: "
-                                       f"{str(e).splitlines()[0] if str(e) else ''}"))
-            shared.stop.set()
+            where = fi.where if fi is not None else f"stage {actor}"
+            control.fail(fault_text(el, f"lane {lane}, {where}" if lanes[el] > 1 else where, e))
+        finally:
+            busy[(el, lane)] = spent
 
     threads = [threading.Thread(target=worker, args=(a, j, lane), name=f"hetflow-{m}-{lane}",
                                 daemon=True)
@@ -350,55 +294,39 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     done_at: list[float] = []
     latencies: list[float] = []
     kept: dict[int, dict[str, np.ndarray]] = {}
-    complete = True
-    t_start = time.perf_counter()
-    stack = contextlib.ExitStack()
-    stack.enter_context(frozen_heap())
-    stack.enter_context(pinned(control))  # this thread only releases frames and watches
-    for t in threads:
-        t.start()
-    try:
-        last, released = time.perf_counter(), 0
-        while released < frames:
-            with done_lock:
-                ready = []
-                while released + len(ready) < frames and released + len(ready) in finished:
-                    f = released + len(ready)
-                    ready.append((f, finished.pop(f), outputs.pop(f, None)))
-            for f, at, result in ready:
-                at = max(at, done_at[-1]) if done_at else at
-                done_at.append(at)
-                latencies.append(at - shared.first_start.get(f, at))
-                if result is not None:
-                    kept[f] = result
-                released = f + 1
-                if on_frame:
-                    on_frame(f)
-            now = time.perf_counter()
-            if ready:
-                last = now
-                continue
-            if shared.fault:
-                raise RuntimeFault(shared.fault[0].message)
-            if now - last > stall_timeout:
-                waits = "; ".join(f"{el} waits on {w}" for el, w in
-                                  sorted(shared.waiting.items()) if w != "running")
-                raise RuntimeFault(f"stall: no frame completed for {stall_timeout:.0f}"
-                                   f" s at frame {released}; {waits or 'every element runs'}")
+
+    def release() -> int | None:
+        ready = order.release(frames)
+        for f, at in ready:
+            done_at.append(at)
+            latencies.append(at - first_start.pop(f, at))
+            if f in outputs:
+                kept[f] = outputs.pop(f)
+            if on_frame:
+                on_frame(f)
+        if order.next >= frames:
+            return None
+        if not ready:
             time.sleep(RELEASE_POLL)
-    except KeyboardInterrupt:
-        complete = False
-    finally:
-        shared.stop.set()
+        return order.next
+
+    t_start = time.perf_counter()
+    # this thread only releases frames and watches: off the cores of the stages
+    with frozen_heap(), pinned(control_cores(plan.elements.values())):
         for t in threads:
-            t.join(timeout=2.0)
-        stack.close()
-    if shared.fault:
-        raise RuntimeFault(shared.fault[0].message)
+            t.start()
+        try:
+            complete = supervise(release, control, stall_timeout)
+        finally:
+            stop_threads(control, threads)
+    control.raise_fault()
     n = len(done_at)
     thr, window, w = steady_throughput(done_at, warmup)
-    util = {el: min(1.0, b / (done_at[-1] - t_start)) for el, b in shared.busy.items()} if n else {}
+    per_el: dict[str, float] = {}
+    for (el, _), b in busy.items():
+        per_el[el] = per_el.get(el, 0.0) + b / lanes[el]
+    util = {el: min(1.0, b / (done_at[-1] - t_start)) for el, b in per_el.items()} if n else {}
     report = RunReport("plan", n, w, thr, latency_stats(latencies[w:]), util,
                        dict(plan.predicted), complete=complete,
                        notes={"wall_s": (done_at[-1] - t_start) if n else 0.0, "window_s": window})
-    return report, kept, shared
+    return report, kept, state

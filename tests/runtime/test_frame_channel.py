@@ -6,11 +6,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from hetflow.mapping.mapping import weighted_pattern
-from hetflow.runtime.engine import FrameChannel, _Shared, _Stopped
+from hetflow.runtime.engine import FrameChannel
+from hetflow.runtime.harness import Control, Stopped
 
 
 def test_window_blocks_until_the_lowest_frame_is_taken():
-    ch, sh = FrameChannel("c", 2), _Shared()
+    ch, sh = FrameChannel("c", 2), Control()
     ch.put(0, "a", sh, "p", "w")
     ch.put(1, "b", sh, "p", "w")
     done = threading.Event()
@@ -31,9 +32,9 @@ def test_window_blocks_until_the_lowest_frame_is_taken():
 
 
 def test_stop_releases_a_blocked_consumer():
-    ch, sh = FrameChannel("c", 1), _Shared()
+    ch, sh = FrameChannel("c", 1), Control()
     threading.Timer(0.1, sh.stop.set).start()
-    with pytest.raises(_Stopped):
+    with pytest.raises(Stopped):
         ch.get(5, sh, "q", "w")
 
 

@@ -1,0 +1,83 @@
+"""What every engine does around its schedule: one stop signal, the first fault, a stall
+watchdog and Ctrl-C, the same way for threads, processes and Ray workers.
+
+An engine's supervising loop calls `supervise(step, ...)`: `step()` does the engine's own part
+(release frames, read messages) and says how many frames are done, or None when the run is
+complete. A fault reported by any worker (`Control.fail`) ends the loop with RuntimeFault naming
+where it happened; no progress for `stall_timeout` seconds ends it with RuntimeFault naming what
+each worker waits on; Ctrl-C ends it normally, marked incomplete, so that what was measured so
+far is reported.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Iterable
+
+from hetflow.errors import RuntimeFault
+
+POLL = 0.05  # s: how often a blocked worker looks at the stop signal
+JOIN = 2.0  # s: how long the engine waits for a stopped worker
+
+
+class Stopped(Exception):
+    """Raised inside a worker that was waiting when the run stopped."""
+
+
+class Control:
+    """The stop signal, the faults, and what each worker waits on (for a stall's message)."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.faults: list[str] = []
+        self.waiting: dict[str, str] = {}  # worker -> what it waits on ("running" when not)
+
+    def fail(self, message: str) -> None:
+        self.faults.append(message)
+        self.stop.set()
+
+    def raise_fault(self) -> None:
+        if self.faults:
+            raise RuntimeFault(self.faults[0])
+
+    def waits(self) -> str:
+        return "; ".join(f"{w} waits on {what}" for w, what in sorted(self.waiting.items())
+                         if what != "running")
+
+
+def fault_text(element: str, where: str, e: BaseException) -> str:
+    """'element E, WHERE: Type: first line of the message' — how every engine names a fault."""
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"element {element}, {where}: {type(e).__name__}: {msg}"
+
+
+def supervise(step: Callable[[], int | None], control: Control, stall_timeout: float,
+              describe: Callable[[], str] | None = None) -> bool:
+    """Call `step` until it returns None (the run is complete: True) or Ctrl-C (False). A fault
+    or `stall_timeout` seconds without a new frame raises RuntimeFault. `step` paces itself
+    (it waits when there is nothing to do)."""
+    seen, last = -1, time.perf_counter()
+    try:
+        while True:
+            done = step()
+            if done is None:
+                return True
+            control.raise_fault()
+            now = time.perf_counter()
+            if done != seen:
+                seen, last = done, now
+            elif now - last > stall_timeout:
+                why = (describe or control.waits)()
+                raise RuntimeFault(f"stall: no frame completed for {stall_timeout:.0f} s at "
+                                   f"frame {done}; {why or 'every element runs'}")
+    except KeyboardInterrupt:
+        return False
+
+
+def stop_threads(control: Control, threads: Iterable[threading.Thread],
+                 timeout: float = JOIN) -> None:
+    """Signal the stop and wait for the workers (each looks at the signal every POLL)."""
+    control.stop.set()
+    deadline = time.perf_counter() + timeout
+    for t in threads:
+        t.join(timeout=max(0.0, deadline - time.perf_counter()))

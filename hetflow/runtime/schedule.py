@@ -1,0 +1,243 @@
+"""The schedule every engine runs, as data: no threads, no processes, no backends.
+
+- `firings(app)`: one frame's firings (actor, phase) in a topological order, each with what it
+  reads from the frame source and from channels, what it sends and delivers, and the firings it
+  depends on in its frame. An actor's phases come in their cyclic order (Algorithm 2's order,
+  so the application cannot deadlock); phase 0 of frame f+1 follows the actor's last phase of
+  frame f.
+- `Readiness`: which firings of which frames may start, given the ones that ended (the multi-CNN
+  engines' ready queues, in threads or one process per element).
+- `Dispatch`: which member of a replica group (or which lane of a GPU) takes frame f.
+- `InOrder`: frames released in input order, each at the latest completion so far.
+- `channel_windows` / `frames_in_flight`: how many frames the engines let run ahead.
+
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from hetflow.dataflow.csdf import AppChannel, CsdfApp
+from hetflow.errors import InputError
+from hetflow.mapping.mapping import group_members
+
+
+@dataclass(frozen=True)
+class Firing:
+    """One phase of one actor, as fired once per frame."""
+
+    actor: str
+    phase: int
+    layers: tuple[str, ...]
+    inputs: tuple[str, ...]  # every tensor its sub-network reads
+    source_inputs: tuple[str, ...]  # model inputs it reads from the frame source
+    recv: tuple[AppChannel, ...]  # channels it reads (from other actors)
+    send: tuple[AppChannel, ...]  # channels it writes
+    outputs: tuple[str, ...]  # model outputs it produces
+    deps: tuple[int, ...]  # firings of the same frame that end before it starts
+    succs: tuple[int, ...]
+    first: bool  # the actor's phase 0
+    last: bool  # the actor's last phase: a worker may forget the frame's tensors afterwards
+
+    @property
+    def where(self) -> str:
+        return (f"stage {self.actor} phase {self.phase} "
+                f"(layers {self.layers[0]}..{self.layers[-1]})" if self.layers
+                else f"stage {self.actor} phase {self.phase}")
+
+
+def firings(app: CsdfApp) -> list[Firing]:
+    """The firings of one frame, producers before consumers, ties by actor then phase."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    rank: dict[tuple[str, int], int] = {}
+    for a, ps in app.phases.items():
+        for p in ps:
+            g.add_node((a, p.index))
+            rank[(a, p.index)] = len(rank)
+            if p.index:
+                g.add_edge((a, p.index - 1), (a, p.index))
+    for c in app.channels:
+        g.add_edge((c.src, c.src_phase), (c.dst, c.dst_phase))
+    try:
+        order = list(nx.lexicographical_topological_sort(g, key=rank.__getitem__))
+    except nx.NetworkXUnfeasible:
+        raise InputError(f"plan for {app.model_name}: its phases wait on each other in a cycle; "
+                         "make the plan again") from None
+    pos = {node: i for i, node in enumerate(order)}
+    out = []
+    for a, i in order:
+        ph = app.phases[a][i]
+        recv = tuple(c for c in app.channels if c.dst == a and c.dst_phase == i)
+        send = tuple(c for c in app.channels if c.src == a and c.src_phase == i)
+        reads = tuple(t for t, rs in app.model_inputs.items() if a in rs and t in ph.inputs)
+        outs = tuple(t for t, w in app.model_outputs.items() if w == a and t in ph.outputs)
+        out.append(Firing(a, i, tuple(ph.layers), tuple(ph.inputs), reads, recv, send, outs,
+                          tuple(sorted(pos[p] for p in g.predecessors((a, i)))),
+                          tuple(sorted(pos[s] for s in g.successors((a, i)))),
+                          i == 0, i == len(app.phases[a]) - 1))
+    return out
+
+
+# ---- readiness of firings, frame by frame ------------------------------------------------------
+@dataclass
+class FrameState:
+    release: float  # when the frame was (due to be) released
+    tensors: dict[str, Any]
+    waiting: list[int]  # per firing: inputs or predecessors still missing
+    left: int  # firings (and parts from elsewhere) still to end
+    last_end: float = 0.0
+    exec: float = 0.0  # seconds its firings ran (the rest of its response is waiting)
+
+
+class Readiness:
+    """The firings of one application that may start. `local`: the firings this engine runs
+    (default all; one element's process runs its own); `parts`: completions from elsewhere that
+    a frame also waits for (the process that measures the response hears from the others)."""
+
+    def __init__(self, schedule: list[Firing], local: set[int] | None = None, parts: int = 0):
+        self.schedule = schedule
+        self.local = set(range(len(schedule))) if local is None else set(local)
+        self.parts = parts
+        self.first = {f.actor: i for i, f in enumerate(schedule) if f.first}
+        self.frames: dict[int, FrameState] = {}
+        self.actor_done: dict[str, int] = {}  # actor -> last frame it finished
+
+    def open(self, k: int, release: float, tensors: dict[str, Any]) -> list[int]:
+        """Frame k arrives; returns its firings that are ready at once."""
+        waiting = [len(f.deps) for f in self.schedule]
+        for i in self.local:  # phase 0 after the actor's last phase of frame k - 1
+            f = self.schedule[i]
+            if f.first and self.actor_done.get(f.actor, -1) < k - 1:
+                waiting[i] += 1
+        self.frames[k] = FrameState(release, dict(tensors), waiting,
+                                    len(self.local) + self.parts, release)
+        return [i for i in sorted(self.local) if waiting[i] == 0]
+
+    def satisfy(self, k: int, i: int) -> bool:
+        """One missing input of firing i of frame k arrived; True when it is now ready."""
+        fr = self.frames[k]
+        fr.waiting[i] -= 1
+        return fr.waiting[i] == 0
+
+    def ended(self, k: int, i: int, end: float, ran: float
+              ) -> tuple[list[tuple[int, int]], list[int], bool]:
+        """Firing i of frame k ended at `end` after running `ran` seconds. Returns the
+        (frame, firing) pairs it made ready here, its successors that run elsewhere, and whether
+        frame k has nothing left here."""
+        f, fr = self.schedule[i], self.frames[k]
+        fr.exec += ran
+        fr.last_end = max(fr.last_end, end)
+        fr.left -= 1
+        ready, elsewhere = [], []
+        for s in f.succs:
+            if s not in self.local:
+                elsewhere.append(s)
+            elif self.satisfy(k, s):
+                ready.append((k, s))
+        if f.last:
+            self.actor_done[f.actor] = k
+            j = self.first[f.actor]
+            if k + 1 in self.frames and self.satisfy(k + 1, j):
+                ready.append((k + 1, j))
+        return ready, elsewhere, fr.left == 0
+
+    def part_ended(self, k: int, end: float, ran: float) -> bool:
+        """Another element finished its firings of frame k; True when nothing is left here."""
+        fr = self.frames[k]
+        fr.exec += ran
+        fr.last_end = max(fr.last_end, end)
+        fr.left -= 1
+        return fr.left == 0
+
+
+# ---- replica groups and lanes ------------------------------------------------------------------
+class Dispatch:
+    """Which frames a member of an actor takes: by the actor's static pattern (member
+    pattern[f % len(pattern)] takes frame f), or dynamically (the next frame goes to whichever
+    member asks first: idle members never wait on busy ones, so members of different or varying
+    speed all stay busy). The lanes of one member share its frames."""
+
+    def __init__(self, pattern: list[int] | None, frames: int):
+        self.pattern, self.frames = pattern, frames
+        self._next = itertools.count()  # its __next__ is one C call: atomic under the GIL
+        self._lock = threading.Lock()
+        self._static: dict[int, Any] = {}  # member -> iterator over its frames
+
+    def _frames_of(self, j: int):
+        mine = [off for off, m in enumerate(self.pattern) if m == j]
+        for base in range(0, self.frames, len(self.pattern)):
+            for off in mine:
+                if base + off < self.frames:
+                    yield base + off
+
+    def take(self, j: int) -> int | None:
+        """Member j's next frame, or None when it has none left."""
+        if self.pattern:
+            with self._lock:  # a generator shared by a member's lanes
+                return next(self._static.setdefault(j, self._frames_of(j)), None)
+        f = next(self._next)
+        return f if f < self.frames else None
+
+    def frames_of(self, j: int):
+        while (f := self.take(j)) is not None:
+            yield f
+
+
+def member_of(pattern: list[int], f: int) -> int:
+    """The member that takes frame f under a static pattern."""
+    return pattern[f % len(pattern)]
+
+
+# ---- in-order release -------------------------------------------------------------------------
+class InOrder:
+    """Frames leave in input order: frame f is released once it and every frame before it
+    completed, at the latest of their completion times. `complete` may be called from any
+    thread (one dict store); `release` from one."""
+
+    def __init__(self) -> None:
+        self.finished: dict[int, float] = {}
+        self.next = 0
+        self.last = float("-inf")
+
+    def complete(self, f: int, at: float) -> None:
+        self.finished[f] = at
+
+    def release(self, limit: int) -> list[tuple[int, float]]:
+        """The frames (below `limit`) that may leave now, with their release times."""
+        out = []
+        while self.next < limit and self.next in self.finished:
+            self.last = max(self.last, self.finished.pop(self.next))
+            out.append((self.next, self.last))
+            self.next += 1
+        return out
+
+
+# ---- how far frames may run ahead --------------------------------------------------------------
+def lanes_of(mapping, actor: str) -> int:
+    return sum(mapping.lanes_of(e) for e in group_members(actor))
+
+
+def channel_windows(plan) -> dict[str, int]:
+    """Frames a channel may hold ahead of its consumer: `capacity_frames` per pattern slot or
+    worker of the wider end. While a slow member works on one frame the fast ones complete the
+    rest of a pattern period, and outputs leave in order, so a smaller window would stall the
+    fast members behind the slow one."""
+    cap = max(1, plan.capacity_frames)
+    m = plan.mapping
+
+    def width(a: str) -> int:
+        return max(len(m.pattern(a)), lanes_of(m, a))
+
+    return {c.name: cap * max(width(c.src), width(c.dst)) for c in plan.app.channels}
+
+
+def frames_in_flight(plan) -> int:
+    """One global bound (the Ray driver's): one frame per worker, all busy, plus
+    `capacity_frames` dispatch periods of slack that hide the driver's round trip."""
+    workers = sum(lanes_of(plan.mapping, a) for a in plan.app.phases)
+    period = max(len(plan.mapping.pattern(a)) for a in plan.app.phases)
+    return workers + max(1, plan.capacity_frames) * period
