@@ -1,7 +1,7 @@
 """The engine's own cost, measured: the parallel-copies design (the whole model on every
 element of the finest configuration, the GPU at LANES lanes, dynamic dispatch, outputs released
 in order and checked) run by hetflow's engine, against the same copies run side by side with no
-engine (`measure_parallel`), alternately, REPEATS times each, in one process.
+engine (`measure_parallel`), alternately, REPEATS times each (medians), in one process.
 Usage: python scripts/engine_vs_copies.py [--lanes K] [--seconds S] [--repeats R] MODEL ..."""
 from __future__ import annotations
 
@@ -26,13 +26,14 @@ def main() -> None:
     ap.add_argument("models", nargs="+")
     ap.add_argument("--lanes", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=2.0)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args()
     plat = resolve_platform("auto", check_devices=True)
     finest = resolve_config(plat, {cl.name: [1] * len(plat.free_cores(cl)) for cl in plat.clusters})
     els = [e for e in finest.elements if e.backend != "none"]
     lanes = {e.name: a.lanes for e in els if e.kind == "gpu"}
     rows = []
+    path = os.path.join(os.environ.get("OUT", "."), "engine_vs_copies.json")
     for name in a.models:
         graph = resolve_model(name, fuse=True)
         actor = group_name([e.name for e in els])
@@ -56,11 +57,11 @@ def main() -> None:
         row["ratio"] = row["engine_fps"] / row["copies_fps"]
         rows.append(row)
         print(json.dumps(row), flush=True)
+        with open(path, "w") as f:  # after every model: a time limit keeps what was measured
+            json.dump(rows, f, indent=1)
     print(f"{'model':16} {'engine fps':>11} {'copies fps':>11} {'ratio':>6}")
     for r in rows:
         print(f"{r['model']:16} {r['engine_fps']:>11.1f} {r['copies_fps']:>11.1f} {r['ratio']:>6.3f}")
-    with open(os.path.join(os.environ.get("OUT", "."), "engine_vs_copies.json"), "w") as f:
-        json.dump(rows, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ import time
 from typing import Callable
 
 from hetflow.errors import InputError, RuntimeFault
+from hetflow.runtime.harness import Control, fault_text, supervise
+from hetflow.runtime.schedule import firings
 
 from .multiplan import MultiPlan
 
@@ -53,16 +55,15 @@ def hosts(mp: MultiPlan) -> dict[str, list[str]]:
 
 def collector(entry) -> str:
     """The element that measures an application's response: the one running its last firing."""
-    from .runtime import firing_graph
-
-    return firing_graph(entry)[0][-1].actor
+    return firings(entry.plan.app)[-1].actor
 
 
 # ------------------------------------------------------------------ the element process
 
 
 class _Element:
-    """The state of one element's loop (in its own process)."""
+    """The state of one element's loop (in its own process): its applications' schedules,
+    restricted to its own firings (`make_app(..., element)`), and a ready queue."""
 
     def __init__(self, element: str, apps, max_in_flight: int, keep: Callable[[int], bool],
                  trace: bool, inboxes: dict):
@@ -75,12 +76,8 @@ class _Element:
         self.ready: list[tuple] = []
         self.next_frame = {a.index: 0 for a in apps}
         self.late_counted = {a.index: -1 for a in apps}
-        self.local = {a.index: {i for i, f in enumerate(a.firings) if f.actor == element}
-                      for a in apps}
-        self.collector = {a.index: collector(a.entry) for a in apps}
-        self.collects = {ai: c == element for ai, c in self.collector.items()}
-        self.parts = {a.index: len({f.actor for f in a.firings} - {element})
-                      if self.collects[a.index] else 0 for a in apps}
+        self.collects = {a.index: a.schedule[-1].actor == element for a in apps}
+        self.collector = {a.index: a.schedule[-1].actor for a in apps}
         self.pending: dict[tuple[int, int], list] = {}  # messages for frames not created yet
         self.busy = 0.0
         self.dispatch = [0.0, 0]
@@ -90,79 +87,58 @@ class _Element:
     def _push(self, a, k: int, i: int, when: float) -> None:
         heapq.heappush(self.ready, (a.entry.priority, k, i, a.index, when))
 
-    def _satisfy(self, a, k: int, i: int, when: float) -> None:
-        """One input of firing i of frame k is there; ready it once all are."""
-        fr = a.frames[k]
-        fr.waiting[i] -= 1
-        if fr.waiting[i] == 0:
-            self._push(a, k, i, when)
-
     def release_due(self, t0: float, now: float) -> None:
-        from .runtime import _Frame
-
         for a in self.apps:
             while True:
                 k = self.next_frame[a.index]
                 when = t0 + k * a.entry.period
                 if when > now:
                     break
-                if len(a.frames) >= self.max_in_flight:
+                if len(a.flow.frames) >= self.max_in_flight:
                     if self.late_counted[a.index] != k:
                         a.late_releases += 1
                         self.late_counted[a.index] = k
                     break
-                local = self.local[a.index]
-                waiting = [len(f.deps) for f in a.firings]
-                for i in local:  # CSDF order: phase 0 after the actor's last phase of k - 1
-                    if a.firings[i].first_of_actor and a.actor_done.get(a.firings[i].actor,
-                                                                       -1) < k - 1:
-                        waiting[i] += 1
-                fr = _Frame(when, dict(a.source(k)), waiting, len(local) + self.parts[a.index],
-                            when)
-                a.frames[k] = fr
-                a.peak_in_flight = max(a.peak_in_flight, len(a.frames))
+                for i in a.flow.open(k, when, a.source(k)):
+                    self._push(a, k, i, when)
+                a.peak_in_flight = max(a.peak_in_flight, len(a.flow.frames))
                 self.next_frame[a.index] = k + 1
-                for i in local:
-                    if waiting[i] == 0:
-                        self._push(a, k, i, when)
                 for msg in self.pending.pop((a.index, k), []):  # (each pushes what it readies)
                     self._apply(a, k, msg, now)
 
     def next_release(self, t0: float) -> float:
         times = [t0 + self.next_frame[a.index] * a.entry.period for a in self.apps
-                 if len(a.frames) < self.max_in_flight]
+                 if len(a.flow.frames) < self.max_in_flight]
         return min(times) if times else time.perf_counter() + 0.01
 
     # ---- messages from other elements
     def receive(self, msg) -> None:
         ai, k = msg[1], msg[2]
         a = self.by_index[ai]
-        if k in a.frames:
+        if k in a.flow.frames:
             self._apply(a, k, msg, time.perf_counter())
         else:
             self.pending.setdefault((ai, k), []).append(msg)
 
     def _apply(self, a, k: int, msg, now: float) -> None:
-        fr = a.frames[k]
+        fr = a.flow.frames[k]
         if msg[0] == "dep":  # ("dep", app, frame, firing, tensors)
             _, _, _, s, tensors = msg
             fr.tensors.update(tensors)
-            self._satisfy(a, k, s, now)
+            if a.flow.satisfy(k, s):
+                self._push(a, k, s, now)
         else:  # ("part", app, frame, end, exec, outputs): another element finished its firings
             _, _, _, end, ran, outputs = msg
             fr.tensors.update(outputs)
-            fr.exec += ran
-            fr.last_end = max(fr.last_end, end)
-            fr.left -= 1
-            if fr.left == 0:
+            if a.flow.part_ended(k, end, ran):
                 self._done_here(a, k)
 
     # ---- firing
     def fire(self) -> str:
         _, k, i, ai, ready_at = heapq.heappop(self.ready)
         a = self.by_index[ai]
-        f = a.firings[i]
-        fr = a.frames[k]
+        f = a.schedule[i]
+        fr = a.flow.frames[k]
         feeds = {t: fr.tensors[t] for t in f.inputs}
         t0 = time.perf_counter()
         out = a.runners[(f.actor, f.phase)].run(feeds)
@@ -174,36 +150,24 @@ class _Element:
         if self.events is not None:
             self.events.append((self.element, f"{a.name}:{f.actor}", f.phase, k, t0, t1))
         fr.tensors.update(out)
-        fr.exec += t1 - t0
-        fr.last_end = max(fr.last_end, t1)
-        fr.left -= 1
-        local = self.local[ai]
-        for s in f.succs:
-            if s in local:
-                self._satisfy(a, k, s, t1)
-            else:
-                needs = {t: out[t] for t in a.firings[s].inputs if t in out}
-                self.inboxes[a.firings[s].actor].put(("dep", ai, k, s, needs))
-        if f.last_of_actor:
-            a.actor_done[f.actor] = k
-            if k + 1 in a.frames:
-                self._satisfy(a, k + 1, a.first_firing[f.actor], t1)
-        if fr.left == 0:
+        ready, elsewhere, done = a.flow.ended(k, i, t1, t1 - t0)
+        for k2, i2 in ready:
+            self._push(a, k2, i2, t1)
+        for s in elsewhere:
+            needs = {t: out[t] for t in a.schedule[s].inputs if t in out}
+            self.inboxes[a.schedule[s].actor].put(("dep", ai, k, s, needs))
+        if done:
             self._done_here(a, k)
         return f"application {a.name}, stage {f.actor} phase {f.phase}, frame {k}"
 
     def _done_here(self, a, k: int) -> None:
         """Every firing of frame k that this element waits for is done."""
-        fr = a.frames.pop(k)
+        fr = a.flow.frames.pop(k)
         keep = self.keep(k)
-        outputs = a.entry.plan.app.model_outputs
         if self.collects[a.index]:
-            a.responses.append(fr.last_end - fr.release)
-            a.execs.append(fr.exec)
-            a.done_at.append(fr.last_end)
-            if keep:
-                a.kept[k] = {t: fr.tensors[t] for t in outputs}
+            a.record(fr, k, fr.last_end, keep)
         else:
+            outputs = a.entry.plan.app.model_outputs
             mine = {t: fr.tensors[t] for t in outputs if t in fr.tensors} if keep else {}
             self.inboxes[self.collector[a.index]].put(("part", a.index, k, fr.last_end, fr.exec,
                                                            mine))
@@ -223,7 +187,7 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
         from hetflow.runtime.engine import frozen_heap, prepare
         from hetflow.runtime.inputs import random_source
 
-        from .runtime import _App, _prewarm, firing_graph
+        from .runtime import _prewarm, make_app
 
         mp = MultiPlan.from_dict(plan)
         el = next(a.plan.elements[element] for a in mp.apps if a.name in names)
@@ -235,9 +199,8 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
             graphs[entry.name] = graph = load_plan_model(entry.plan)
             pp = prepare(entry.plan, graph, only={element})
             prepared.append(pp)
-            firings, first = firing_graph(entry)
-            apps.append(_App(i, entry, pp.runners, random_source(graph, settings["seed"] + i),
-                             firings, first))
+            apps.append(make_app(i, entry, pp.runners,
+                                 random_source(graph, settings["seed"] + i), element))
         # this thread (the loop, and the caller of every run) on the runners' caller core: ONNX
         # Runtime's pool threads have the element's other cores, and the loop must not share
         # one with them (letting the pool threads spin as well made one run's tail 40x longer)
@@ -248,9 +211,9 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
                         lambda k: warmup <= k < warmup + n_check, settings["trace"], inboxes)
         for a in apps:
             what = f"warm-up of {a.name}"
-            _prewarm(a, graphs[a.name], loop.local[a.index])
+            _prewarm(a, graphs[a.name], a.flow.local)
         inbox = inboxes[element]
-        split = any(len({f.actor for f in a.firings}) > 1 for a in apps)
+        split = any(len({f.actor for f in a.schedule}) > 1 for a in apps)
         # frozen before the start: a full collection with torch loaded takes ~0.1 s, which
         # at the start made the first hundred frames late (measured on the GPU machine)
         with frozen_heap(), contextlib.ExitStack() as during:
@@ -297,8 +260,7 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
             "busy": loop.busy, "dispatch": loop.dispatch, "events": loop.events or [],
             "realtime": rt}))
     except BaseException as e:  # report where it happened; the parent stops the others
-        msg = str(e).splitlines()[0] if str(e) else ""
-        out.put(("fault", element, f"element {element}, {what}: {type(e).__name__}: {msg}"))
+        out.put(("fault", element, fault_text(element, what, e)))
     finally:
         for pp in prepared:
             try:
@@ -339,7 +301,6 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
     target = warmup + frames
     counts = {a.name: 0 for a in mp.apps}
     results: dict[str, dict] = {}
-    complete = True
     t_stop = None
 
     def dead() -> str | None:
@@ -376,21 +337,19 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
             progress(f"running {len(mp.apps)} applications on {len(procs)} processes")
         start.value = time.perf_counter() + 0.02
         go.value = 1
-        last_change, last_total = time.perf_counter(), -1
-        try:
-            while any(n < target for n in counts.values()):
-                msg = next_message(0.1)
-                if msg is not None and msg[0] == "progress":
-                    counts.update(msg[2])
-                total = sum(counts.values())
-                if total != last_total:
-                    last_change, last_total = time.perf_counter(), total
-                elif time.perf_counter() - last_change > stall_timeout:
-                    behind = ", ".join(f"{n} {c}/{target}" for n, c in counts.items())
-                    raise RuntimeFault(f"stall: no frame completed for {stall_timeout:.0f} s "
-                                       f"({behind})")
-        except KeyboardInterrupt:
-            complete = False
+
+        def step() -> int | None:
+            if all(n >= target for n in counts.values()):
+                return None
+            msg = next_message(0.1)
+            if msg is not None and msg[0] == "progress":
+                counts.update(msg[2])
+            return sum(counts.values())
+
+        def behind(_: int) -> str:
+            return "(" + ", ".join(f"{n} {c}/{target}" for n, c in counts.items()) + ")"
+
+        complete = supervise(step, Control(), stall_timeout, behind)
         t_stop = time.perf_counter()
         stop.value = 1
         deadline = time.perf_counter() + 60.0

@@ -27,33 +27,13 @@ from typing import Callable
 
 import numpy as np
 
-from hetflow.errors import InputError, RuntimeFault
+from hetflow.runtime.harness import Control, fault_text, stop_threads, supervise
 from hetflow.runtime.report import RunReport, latency_stats
+from hetflow.runtime.schedule import Firing, FrameState, Readiness, firings
 
 from .multiplan import AppEntry, MultiPlan
 
 POLL = 0.05
-
-
-@dataclass
-class _Firing:
-    actor: str
-    phase: int
-    inputs: list[str]
-    deps: list[int]  # firings of the same frame that must be done first
-    succs: list[int] = field(default_factory=list)
-    first_of_actor: bool = False
-    last_of_actor: bool = False
-
-
-@dataclass
-class _Frame:
-    release: float
-    tensors: dict
-    waiting: list[int]
-    left: int
-    last_end: float = 0.0  # (process engine) the latest end of its firings seen so far
-    exec: float = 0.0  # seconds its firings ran (the rest of its response is waiting)
 
 
 @dataclass
@@ -62,10 +42,8 @@ class _App:
     entry: AppEntry
     runners: dict  # (element, phase index) -> Runner
     source: Callable[[int], dict]
-    firings: list[_Firing]
-    first_firing: dict[str, int]  # actor -> index of its phase 0
-    frames: dict[int, _Frame] = field(default_factory=dict)
-    actor_done: dict[str, int] = field(default_factory=dict)  # actor -> last frame it finished
+    schedule: list[Firing]  # one frame's firings, in a topological order
+    flow: Readiness
     responses: list[float] = field(default_factory=list)
     execs: list[float] = field(default_factory=list)  # per frame, as responses
     done_at: list[float] = field(default_factory=list)
@@ -78,48 +56,26 @@ class _App:
     def name(self) -> str:
         return self.entry.name
 
+    def record(self, fr: FrameState, k: int, end: float, keep: bool) -> None:
+        """Frame k's response ended at `end`."""
+        self.responses.append(end - fr.release)
+        self.execs.append(fr.exec)
+        self.done_at.append(end)
+        if keep:
+            self.kept[k] = {t: fr.tensors[t] for t in self.entry.plan.app.model_outputs}
 
-def firing_graph(entry: AppEntry) -> tuple[list[_Firing], dict[str, int]]:
-    """The firings of one frame in a topological order, with their dependencies."""
-    app = entry.plan.app
-    index: dict[tuple[str, int], int] = {}
-    firings: list[_Firing] = []
-    for actor, phases in app.phases.items():
-        for ph in phases:
-            index[(actor, ph.index)] = len(firings)
-            deps = [index[(actor, ph.index - 1)]] if ph.index else []
-            firings.append(_Firing(actor, ph.index, list(ph.inputs), deps,
-                                   first_of_actor=ph.index == 0,
-                                   last_of_actor=ph.index == len(phases) - 1))
-    for c in app.channels:
-        d = firings[index[(c.dst, c.dst_phase)]]
-        s = index[(c.src, c.src_phase)]
-        if s not in d.deps:
-            d.deps.append(s)
-    for i, f in enumerate(firings):
-        for d in f.deps:
-            firings[d].succs.append(i)
-    # topological order, so that equal-priority ties go to the earlier phase of a frame
-    order, indeg = [], [len(f.deps) for f in firings]
-    ready = [i for i, n in enumerate(indeg) if n == 0]
-    while ready:
-        i = ready.pop(0)
-        order.append(i)
-        for j in firings[i].succs:
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                ready.append(j)
-    if len(order) != len(firings):
-        raise InputError(f"application {entry.name}: the plan's phases depend on each other in "
-                         "a cycle")
-    remap = {old: new for new, old in enumerate(order)}
-    out = []
-    for old in order:
-        f = firings[old]
-        out.append(_Firing(f.actor, f.phase, f.inputs, [remap[d] for d in f.deps],
-                           [remap[s] for s in f.succs], f.first_of_actor, f.last_of_actor))
-    first = {f.actor: i for i, f in enumerate(out) if f.first_of_actor}
-    return out, first
+
+def make_app(index: int, entry: AppEntry, runners: dict, source: Callable[[int], dict],
+             element: str | None = None) -> _App:
+    """An application's schedule; with `element`, the part one element's process runs (it
+    measures the response when it runs the last firing, hearing from every other element)."""
+    schedule = firings(entry.plan.app)
+    if element is None:
+        return _App(index, entry, runners, source, schedule, Readiness(schedule))
+    local = {i for i, f in enumerate(schedule) if f.actor == element}
+    others = {f.actor for f in schedule} - {element}
+    parts = len(others) if schedule[-1].actor == element else 0
+    return _App(index, entry, runners, source, schedule, Readiness(schedule, local, parts))
 
 
 @dataclass
@@ -151,8 +107,8 @@ class _Engine:
         self.progress = threading.Condition(self.lock)
         for a in apps:
             a.space = threading.Condition(self.lock)
-        self.stop = threading.Event()
-        self.faults: list[str] = []
+        self.control = Control()
+        self.stop, self.faults = self.control.stop, self.control.faults
         self.busy = {e: 0.0 for e in elements}
         # dispatch delay: from a firing being ready (and its element free) to its start
         self.dispatch = {e: [0.0, 0] for e in elements}
@@ -160,54 +116,19 @@ class _Engine:
         self.doing: dict[str, str] = {e: "idle" for e in elements}
         self.events: list[tuple] | None = [] if trace else None
         self.keep: Callable[[int, int], bool] = lambda app, f: False
-        self.last_done = time.perf_counter()
         self.t0 = 0.0
 
     # ---- readiness (called with the lock held) ----
     def _push(self, app: _App, frame: int, i: int) -> None:
-        el = app.firings[i].actor
+        el = app.schedule[i].actor
         heapq.heappush(self.ready[el], (app.entry.priority, frame, i, app.index,
                                         time.perf_counter()))
         self.wake[el].notify()
 
-    def _satisfy(self, app: _App, frame: int, i: int) -> None:
-        fr = app.frames[frame]
-        fr.waiting[i] -= 1
-        if fr.waiting[i] == 0:
-            self._push(app, frame, i)
-
     def release(self, app: _App, k: int, when: float, inputs: dict) -> None:
-        waiting = [len(f.deps) for f in app.firings]
-        for actor, i in app.first_firing.items():
-            if app.actor_done.get(actor, -1) < k - 1:
-                waiting[i] += 1  # the actor has not finished the previous frame yet
-        app.frames[k] = _Frame(when, dict(inputs), waiting, len(app.firings))
-        app.peak_in_flight = max(app.peak_in_flight, len(app.frames))
-        for i, n in enumerate(waiting):
-            if n == 0:
-                self._push(app, k, i)
-
-    def _complete(self, app: _App, k: int, i: int, now: float) -> None:
-        f = app.firings[i]
-        fr = app.frames[k]
-        fr.left -= 1
-        for s in f.succs:
-            self._satisfy(app, k, s)
-        if f.last_of_actor:
-            app.actor_done[f.actor] = k
-            if k + 1 in app.frames:
-                self._satisfy(app, k + 1, app.first_firing[f.actor])
-        if fr.left == 0:
-            app.responses.append(now - fr.release)
-            app.execs.append(fr.exec)
-            app.done_at.append(now)
-            if self.keep(app.index, k):
-                graph_outputs = app.entry.plan.app.model_outputs
-                app.kept[k] = {t: fr.tensors[t] for t in graph_outputs}
-            del app.frames[k]
-            self.last_done = now
-            app.space.notify_all()
-            self.progress.notify_all()
+        for i in app.flow.open(k, when, inputs):
+            self._push(app, k, i)
+        app.peak_in_flight = max(app.peak_in_flight, len(app.flow.frames))
 
     # ---- threads ----
     def worker(self, el: str) -> None:
@@ -228,10 +149,10 @@ class _Engine:
                         return
                     _, k, i, ai, ready_at = heapq.heappop(self.ready[el])
                     app = self.apps[ai]
-                    f = app.firings[i]
+                    f = app.schedule[i]
                     what = f"application {app.name}, stage {f.actor} phase {f.phase}, frame {k}"
                     self.doing[el] = what
-                    feeds = {t: app.frames[k].tensors[t] for t in f.inputs}
+                    feeds = {t: app.flow.frames[k].tensors[t] for t in f.inputs}
                 t0 = time.perf_counter()
                 out = app.runners[(el, f.phase)].run(feeds)
                 t1 = time.perf_counter()
@@ -244,12 +165,16 @@ class _Engine:
                     self.doing[el] = "idle"
                     if self.events is not None:
                         self.events.append((el, f"{app.name}:{f.actor}", f.phase, k, t0, t1))
-                    app.frames[k].tensors.update(out)
-                    app.frames[k].exec += t1 - t0
-                    self._complete(app, k, i, t1)
+                    app.flow.frames[k].tensors.update(out)
+                    ready, _, done = app.flow.ended(k, i, t1, t1 - t0)
+                    for k2, i2 in ready:
+                        self._push(app, k2, i2)
+                    if done:
+                        app.record(app.flow.frames.pop(k), k, t1, self.keep(app.index, k))
+                        app.space.notify_all()
+                        self.progress.notify_all()
         except BaseException as e:  # stop everything, naming where it happened
-            msg = str(e).splitlines()[0] if str(e) else ""
-            self.faults.append(f"element {el}, {what or 'worker'}: {type(e).__name__}: {msg}")
+            self.faults.append(fault_text(el, what or "worker", e))
             self.stop.set()
             with self.lock:
                 self.progress.notify_all()
@@ -268,9 +193,10 @@ class _Engine:
                         return
                 inputs = app.source(k)
                 with self.lock:
-                    if len(app.frames) >= self.max_in_flight:
+                    if len(app.flow.frames) >= self.max_in_flight:
                         app.late_releases += 1
-                        while len(app.frames) >= self.max_in_flight and not self.stop.is_set():
+                        while (len(app.flow.frames) >= self.max_in_flight
+                               and not self.stop.is_set()):
                             app.space.wait(POLL)
                     if self.stop.is_set():
                         return
@@ -287,30 +213,26 @@ class _Engine:
                                     daemon=True) for e in self.elements]
         threads += [threading.Thread(target=self.source, args=(a,), name=f"hetflow-src-{a.name}",
                                      daemon=True) for a in self.apps]
-        self.t0 = self.last_done = time.perf_counter() + 0.01
+        self.t0 = time.perf_counter() + 0.01
         for t in threads:
             t.start()
-        complete = True
         target = frames + warmup
-        try:
+
+        def step() -> int | None:
             with self.lock:
-                while any(len(a.responses) < target for a in self.apps):
-                    if self.faults:
-                        break
-                    self.progress.wait(POLL)
-                    if time.perf_counter() - self.last_done > stall_timeout:
-                        doing = "; ".join(f"{e}: {d}" for e, d in sorted(self.doing.items()))
-                        self.faults.append(f"stall: no frame completed for {stall_timeout:.0f} "
-                                           f"s; {doing}")
-                        break
-        except KeyboardInterrupt:
-            complete = False
+                if all(len(a.responses) >= target for a in self.apps):
+                    return None
+                self.progress.wait(POLL)
+                return sum(len(a.responses) for a in self.apps)
+
+        def doing(_: int) -> str:
+            return "(" + "; ".join(f"{e}: {d}" for e, d in sorted(self.doing.items())) + ")"
+
+        try:
+            complete = supervise(step, self.control, stall_timeout, doing)
         finally:
-            self.stop.set()
-            for t in threads:
-                t.join(timeout=5.0)
-        if self.faults:
-            raise RuntimeFault(self.faults[0])
+            stop_threads(self.control, threads)
+        self.control.raise_fault()
         return complete, time.perf_counter() - self.t0
 
 
@@ -359,7 +281,7 @@ def _prewarm(app: _App, graph, only: set[int] | None = None) -> None:
     from hetflow.runtime.inputs import _NP
 
     tensors = dict(app.source(0))
-    for i, f in enumerate(app.firings):
+    for i, f in enumerate(app.schedule):
         if only is not None and i not in only:
             continue
         for t in f.inputs:
@@ -385,9 +307,8 @@ def run_threads(mp: MultiPlan, graphs: dict, frames: int, warmup: int, n_check: 
     try:
         apps = []
         for i, entry in enumerate(mp.apps):
-            firings, first = firing_graph(entry)
-            apps.append(_App(i, entry, prepared[entry.name].runners,
-                             random_source(graphs[entry.name], seed + i), firings, first))
+            apps.append(make_app(i, entry, prepared[entry.name].runners,
+                                 random_source(graphs[entry.name], seed + i)))
         for a in apps:
             if progress:
                 progress(f"warming up {a.name}")

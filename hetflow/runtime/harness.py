@@ -52,10 +52,11 @@ def fault_text(element: str, where: str, e: BaseException) -> str:
 
 
 def supervise(step: Callable[[], int | None], control: Control, stall_timeout: float,
-              describe: Callable[[], str] | None = None) -> bool:
+              describe: Callable[[int], str] | None = None) -> bool:
     """Call `step` until it returns None (the run is complete: True) or Ctrl-C (False). A fault
-    or `stall_timeout` seconds without a new frame raises RuntimeFault. `step` paces itself
-    (it waits when there is nothing to do)."""
+    or `stall_timeout` seconds without a new frame raises RuntimeFault, its message ending with
+    `describe(frames done)` (default: which frame, and what each worker waits on). `step` paces
+    itself (it waits when there is nothing to do)."""
     seen, last = -1, time.perf_counter()
     try:
         while True:
@@ -67,9 +68,9 @@ def supervise(step: Callable[[], int | None], control: Control, stall_timeout: f
             if done != seen:
                 seen, last = done, now
             elif now - last > stall_timeout:
-                why = (describe or control.waits)()
-                raise RuntimeFault(f"stall: no frame completed for {stall_timeout:.0f} s at "
-                                   f"frame {done}; {why or 'every element runs'}")
+                why = (describe(done) if describe else
+                       f"at frame {done}; {control.waits() or 'every element runs'}")
+                raise RuntimeFault(f"stall: no frame completed for {stall_timeout:.0f} s {why}")
     except KeyboardInterrupt:
         return False
 

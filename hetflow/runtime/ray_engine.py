@@ -41,13 +41,14 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from hetflow.dataflow.csdf import CsdfApp
 from hetflow.errors import InputError, RuntimeFault
 from hetflow.mapping.mapping import group_members
 from hetflow.mapping.plan import Plan
 from hetflow.model.graph import CnnGraph
 
+from .harness import fault_text
 from .report import RunReport, latency_stats, steady_throughput
+from .schedule import Firing, firings, frames_in_flight, member_of
 
 RAY_MISSING = "--engine ray needs Ray: pip install 'hetflow[ray]'"
 POLL = 0.05
@@ -84,61 +85,10 @@ def ray_session(address: str | None = None) -> Iterator[Any]:
         ray.shutdown()
 
 
-# ---- the static schedule: which task fires what, with which arguments --------------------------
-@dataclass(frozen=True)
-class Firing:
-    """One phase of one actor, as the driver submits it for every frame."""
-
-    actor: str
-    phase: int
-    source_inputs: tuple[str, ...]  # model inputs it receives (first phase of a reading actor)
-    recv: tuple[str, ...]  # tensors it receives through channels, in argument order
-    returns: tuple[str, ...]  # tensors it returns: sent on channels, or model outputs
-    last: bool  # the actor's last phase: the worker forgets the frame afterwards
-
-
-def firing_order(app: CsdfApp) -> list[Firing]:
-    """The phases in an order where every channel's producer comes before its consumer and an
-    actor's phases come in their cyclic order (Algorithm 2's liveness makes one exist)."""
-    import networkx as nx
-
-    g = nx.DiGraph()
-    rank = {}
-    for a, ps in app.phases.items():
-        for p in ps:
-            g.add_node((a, p.index))
-            rank[(a, p.index)] = len(rank)
-            if p.index:
-                g.add_edge((a, p.index - 1), (a, p.index))
-    for c in app.channels:
-        g.add_edge((c.src, c.src_phase), (c.dst, c.dst_phase))
-    try:
-        order = list(nx.lexicographical_topological_sort(g, key=rank.__getitem__))
-    except nx.NetworkXUnfeasible:
-        raise InputError(f"plan for {app.model_name}: its phases wait on each other in a cycle; "
-                         "make the plan again") from None
-    readers = {a for rs in app.model_inputs.values() for a in rs}
-    out = []
-    for a, i in order:
-        ph = app.phases[a][i]
-        recv = tuple(dict.fromkeys(c.tensor for c in app.channels
-                                   if c.dst == a and c.dst_phase == i))
-        sent = [c.tensor for c in app.channels if c.src == a and c.src_phase == i]
-        outs = [t for t, actor in app.model_outputs.items() if actor == a and t in ph.outputs]
-        src = tuple(t for t, rs in app.model_inputs.items() if a in rs) if (
-            i == 0 and a in readers) else ()
-        out.append(Firing(a, i, src, recv, tuple(dict.fromkeys(sent + outs)),
-                          i == len(app.phases[a]) - 1))
-    return out
-
-
 def default_inflight(plan: Plan) -> int:
-    """Frames in flight: one per element (all busy) plus `capacity_frames` dispatch periods of
-    slack, which hides the driver's round trip. A global bound, unlike the local engine's
-    per-channel FIFOs: a fast stage may run ahead of a slow one by up to this many frames."""
-    members = sum(len(group_members(a)) for a in plan.app.phases)
-    period = max(len(plan.mapping.pattern(a)) for a in plan.app.phases)
-    return members + max(1, plan.capacity_frames) * period
+    """Frames in flight: a global bound, unlike the local engine's per-channel windows (a fast
+    stage may run ahead of a slow one by up to this many frames); see `frames_in_flight`."""
+    return frames_in_flight(plan)
 
 
 def element_placement(plan: Plan, element: str) -> dict[str, float]:
@@ -174,7 +124,7 @@ class ElementWorker:
         self.actor, self.element_name, self.node = actor, element, node
         self.element = self.plan.elements[element]
         self.phases = self.plan.app.phases[actor]
-        self.firings = {f.phase: f for f in firing_order(self.plan.app) if f.actor == actor}
+        self.firings = {f.phase: f for f in firings(self.plan.app) if f.actor == actor}
         pin_current_thread(self.element.cores)
         self.runners = {}
         for ph in self.phases:
@@ -210,15 +160,14 @@ class ElementWorker:
         f = self.firings[phase]
         ph = self.phases[phase]
         local = self.local.setdefault(frame, {})
-        local.update(zip(f.source_inputs + f.recv, arrays))
+        local.update(zip(f.source_inputs + f.recv_tensors, arrays))
         wall = time.time()
         t0 = time.perf_counter()
         try:
             out = self.runners[phase].run({t: local[t] for t in ph.inputs})
         except Exception as e:
-            self.failed = (f"element {self.element_name} (node {self.node}), stage {self.actor} "
-                           f"phase {phase} (layers {ph.layers[0]}..{ph.layers[-1]}), frame "
-                           f"{frame}: {type(e).__name__}: {_first_line(e)}")
+            self.failed = fault_text(f"{self.element_name} (node {self.node})",
+                                     f"{f.where}, frame {frame}", e)
             raise StageFault(self.failed) from None
         t1 = time.perf_counter()
         self.busy += t1 - t0
@@ -280,7 +229,7 @@ class RayPipeline:
 
         self.ray = ray = import_ray()
         self.plan, self.graph = plan, graph
-        self.firings = firing_order(plan.app)
+        self.firings = firings(plan.app)
         self.patterns = {a: plan.mapping.pattern(a) for a in plan.app.phases}
         self.static = plan.mapping.dispatch_mode == "static"
         # per replica member: the last firing of each frame it was given and has not finished
@@ -383,7 +332,7 @@ class RayPipeline:
         for fi in self.firings:
             m = member[fi.actor]
             el = group_members(fi.actor)[m]
-            args = [refs[t] for t in fi.source_inputs + fi.recv]
+            args = [refs[t] for t in fi.source_inputs + fi.recv_tensors]
             out = self.workers[el].handle.fire.options(num_returns=1 + len(fi.returns)).remote(
                 f, fi.phase, *args)
             if fi.returns:
@@ -408,8 +357,7 @@ class RayPipeline:
         if len(members) == 1:
             return 0
         if self.static:
-            pat = self.patterns[actor]
-            return pat[f % len(pat)]
+            return member_of(self.patterns[actor], f)
         loads = []
         for el in members:
             q = self.outstanding.setdefault(el, deque())

@@ -42,6 +42,15 @@ class Firing:
     last: bool  # the actor's last phase: a worker may forget the frame's tensors afterwards
 
     @property
+    def recv_tensors(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c.tensor for c in self.recv))
+
+    @property
+    def returns(self) -> tuple[str, ...]:
+        """What it hands on: tensors sent on channels, then the model outputs it produces."""
+        return tuple(dict.fromkeys([c.tensor for c in self.send] + list(self.outputs)))
+
+    @property
     def where(self) -> str:
         return (f"stage {self.actor} phase {self.phase} "
                 f"(layers {self.layers[0]}..{self.layers[-1]})" if self.layers

@@ -8,7 +8,7 @@ from hetflow.mapping.mapping import Mapping
 from hetflow.multi.multiplan import MultiPlan, make_multiplan
 from hetflow.multi.problem import MultiProblem
 from hetflow.multi.run import run_multiplan
-from hetflow.multi.runtime import _App, _Engine, firing_graph
+from hetflow.multi.runtime import _Engine, make_app
 from hetflow.multi.search import MultiSearchResult, evaluate_joint, search_multi
 from hetflow.platform.spec import ProcessingElement
 
@@ -90,8 +90,7 @@ def test_ready_firings_are_served_by_priority_then_frame():
     plan = plan_of(mp, [Mapping({l.name: e0 for l in a.graph.layers}) for a in mp.apps])
     apps = []
     for i, entry in enumerate(plan.apps):
-        firings, first = firing_graph(entry)
-        apps.append(_App(i, entry, {}, lambda f: {}, firings, first))
+        apps.append(make_app(i, entry, {}, lambda f: {}))
     eng = _Engine(apps, {e0: plan.apps[0].plan.elements[e0]}, 4, False)
     low, high = apps[1], apps[0]  # plan.apps is ordered by priority
     assert (high.entry.priority, low.entry.priority) == (1, 2)

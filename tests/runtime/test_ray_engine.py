@@ -1,42 +1,20 @@
 """The Ray engine on a local three-node Ray cluster (ray.cluster_utils.Cluster): plans across
 nodes give the reference outputs in order, workers land on their nodes, a killed worker stops the
-run naming its element and node; without Ray, `run_plan_ray` says how to get it. The firing order
-(the driver's static schedule) is checked on random DAGs and mappings without Ray."""
+run naming its element and node; without Ray, `run_plan_ray` says how to get it. (The firing
+order the driver submits is `runtime.schedule.firings`, tested in test_schedule.py.)"""
 import sys
 
 import pytest
-from hypothesis import given, settings, strategies as st
 
-from hetflow.dataflow.csdf import cnn_to_csdf
 from hetflow.errors import InputError, RuntimeFault
 from hetflow.model.synthetic import random_cnn_graph
-from hetflow.runtime.ray_engine import RAY_MISSING, firing_order, run_plan_ray
+from hetflow.runtime.ray_engine import RAY_MISSING, run_plan_ray
 
 NODES = ("n0", "n1", "n2")
 GRAPHS = {s: random_cnn_graph(16, s) for s in range(4)}
 
 
 # ---- without a cluster ------------------------------------------------------------------------
-@settings(max_examples=40, deadline=None)
-@given(seed=st.sampled_from(sorted(GRAPHS)), data=st.data(),
-       policy=st.sampled_from(["paper", "maximal"]))
-def test_firing_order_puts_producers_first_and_phases_in_order(seed, data, policy):
-    graph = GRAPHS[seed]
-    assignment = {l.name: data.draw(st.sampled_from(["a", "b", "c"])) for l in graph.layers}
-    app = cnn_to_csdf(graph, assignment, policy)
-    order = firing_order(app)
-    pos = {(f.actor, f.phase): i for i, f in enumerate(order)}
-    assert sorted(pos) == sorted((a, p.index) for a, ps in app.phases.items() for p in ps)
-    for c in app.channels:
-        assert pos[(c.src, c.src_phase)] < pos[(c.dst, c.dst_phase)]
-    for a, ps in app.phases.items():
-        assert [pos[(a, p.index)] for p in ps] == sorted(pos[(a, p.index)] for p in ps)
-    for f in order:  # a firing returns every tensor it sends and every model output it makes
-        sent = {c.tensor for c in app.channels if c.src == f.actor and c.src_phase == f.phase}
-        assert sent <= set(f.returns)
-    assert {t for f in order for t in f.returns} >= set(app.model_outputs)
-
-
 def test_without_ray_says_how_to_get_it(plan_for, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
     graph = GRAPHS[0]
