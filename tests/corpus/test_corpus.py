@@ -44,10 +44,10 @@ def build(name: str):
     return getattr(torchvision.models, name)(weights=None).eval(), (1, 3, SIZE, SIZE)
 
 
-def export(model, shape, path, dtype=torch.float32, **kw) -> str:
+def export(model, shape, path, dtype=torch.float32, opset: int = 17, **kw) -> str:
     x = torch.randn(*shape, dtype=dtype)
     # not under no_grad: there torch's attention takes a fused path the exporter cannot export
-    torch.onnx.export(model, (x,), str(path), opset_version=17, dynamo=False,
+    torch.onnx.export(model, (x,), str(path), opset_version=opset, dynamo=False,
                       input_names=["input"], output_names=["output"], **kw)
     return str(path)
 
@@ -171,6 +171,34 @@ def test_dynamo_export_runs(tmp_path):
                              output_names=["output"], verbose=False)
     prog.save(str(path))
     through_the_path(str(path), tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("opset,folding", [(11, True), (11, False), (13, False), (16, True),
+                                           (20, True), (20, False)])
+def test_opsets_and_constant_folding(opset, folding, tmp_path):
+    """The TorchScript exporter from opset 11 (HardSwish decomposed, Clip bounds as inputs)
+    to 20, constant folding on and off: loaded, cut into three stages, run and checked."""
+    from hetflow.model import load_model
+
+    model, shape = build("mobilenet_v3_small")
+    path = export(model, shape, tmp_path / f"m{opset}.onnx", opset=opset,
+                  do_constant_folding=folding)
+    assert onnx.load(path).opset_import[0].version == opset
+    run_split(load_model(path, fuse=True), parts=3)
+
+
+@pytest.mark.slow
+def test_dynamo_export_at_opset_21(tmp_path):
+    pytest.importorskip("onnxscript", reason="torch's dynamo exporter needs onnxscript")
+    from hetflow.model import load_model
+
+    model, shape = build("squeezenet1_1")
+    path = tmp_path / "d21.onnx"
+    torch.onnx.export(model, (torch.randn(*shape),), dynamo=True, opset_version=21,
+                      input_names=["input"], output_names=["output"]).save(str(path))
+    assert onnx.load(str(path)).opset_import[0].version == 21
+    run_split(load_model(str(path), fuse=True), parts=3)
 
 
 @pytest.mark.slow
