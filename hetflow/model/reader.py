@@ -188,7 +188,8 @@ def _fold_constants(model: onnx.ModelProto) -> bool:
             folded.append(n)
             continue
         elif n.op_type in ("Shape", "Size"):
-            shape = _static_shape(vinfo, n.input[0])
+            shape = (list(consts[n.input[0]].dims) if n.input[0] in consts  # of a folded value
+                     else _static_shape(vinfo, n.input[0]))
             if shape is not None:
                 outs = [_shape_value(n, shape)]
         elif all(not t or t in consts for t in n.input):

@@ -2,8 +2,10 @@
 outputs checked against the reference. The models are exported here, on the CPU, from
 torchvision (random weights): shufflenet (Slice bounds computed by Div), mobilenet v3
 (HardSwish), efficientnet (weights deduplicated through Identity nodes), squeezenet, a small
-ViT (MatMul, LayerNormalization, Softmax, Erf, attention), a dynamo export, an fp16 model, a
-model with external data, initializers listed as inputs, and dynamic input dimensions.
+ViT (MatMul, LayerNormalization, Softmax, Erf, attention), a small Swin (shifted-window masks),
+TorchScript exports at opsets 11-20 with and without constant folding, dynamo exports (opset
+18 and 21), an fp16 model, a model with external data, initializers listed as inputs, and
+dynamic input dimensions.
 
 Needs torch and torchvision (the `test` extra); skips without them.
 """
@@ -171,6 +173,22 @@ def test_dynamo_export_runs(tmp_path):
                              output_names=["output"], verbose=False)
     prog.save(str(path))
     through_the_path(str(path), tmp_path)
+
+
+def test_swin_with_shifted_window_masks_runs_split(tmp_path):
+    """A small Swin transformer (torchvision's blocks): the shifted windows' attention mask is
+    computed from shapes of values that fold to constants (Shape of a folded tensor)."""
+    from torchvision.models.swin_transformer import SwinTransformer
+
+    from hetflow.model import load_model
+
+    torch.manual_seed(0)
+    model = SwinTransformer(patch_size=[4, 4], embed_dim=32, depths=[2, 2], num_heads=[2, 4],
+                            window_size=[4, 4], num_classes=10).eval()
+    g = load_model(export(model, (1, 3, 32, 32), tmp_path / "swin.onnx"), fuse=True)
+    ops = {op for l in g.layers for op in l.op_type.split("+")}  # fused chains: "MatMul+Add"
+    assert {"Softmax", "LayerNormalization", "MatMul"} <= ops, ops
+    run_split(g, parts=3)
 
 
 @pytest.mark.slow
