@@ -1,18 +1,10 @@
 """Run a multi-plan with one process per element (`run-multi --engine processes`).
 
-The thread engine (runtime.py) shares one interpreter: a worker whose firing is due can wait for
-another thread's Python code (the GIL), and on the GPU machine that showed as response-time
-tails of several to tens of milliseconds. Here every element is its own process, pinned to its
-cores, with its own interpreter and sessions, and it releases its applications' frames itself
-(no source thread to wake): a single loop that releases the frames that are due, runs the
-highest-priority ready firing (priority, then frame; non-preemptive), and otherwise waits for
-the next release or a message (sleeping, then spinning its last `SPIN` seconds on its core).
-
-An application split over elements: every process that runs some of its firings creates the
-frame at its release time; a firing whose successor runs elsewhere sends the tensors it needs
-to that element's inbox (a multiprocessing queue); the element running the application's last
-firing (its *collector*) also receives a "part done" from each other element and measures the
-response. An actor's phase 0 of frame k+1 waits for its last phase of frame k (CSDF order).
+The thread engine shares one interpreter: a firing that is due can wait for another thread's
+Python code (the GIL), and on the GPU machine that showed as response-time tails of several to
+tens of milliseconds. Here every element is its own process, pinned to its cores, with its own
+interpreter and sessions, running the same loop as a thread would (`element.Element`), with
+multiprocessing queues between elements.
 
 The parent spawns the processes, starts them together once each has loaded and warmed its
 sessions, watches progress (a stall or a dead process stops the run naming the element), stops
@@ -21,156 +13,22 @@ them when every application has its frames, and builds the same report as the th
 from __future__ import annotations
 
 import contextlib
-import heapq
 import multiprocessing as mp_
 import queue
 import signal
 import time
 from typing import Callable
 
-from hetflow.errors import InputError, RuntimeFault
+from hetflow.errors import RuntimeFault
 from hetflow.runtime.harness import Control, fault_text, supervise
-from hetflow.runtime.schedule import firings
 
+from .element import Element, hosts
 from .multiplan import MultiPlan
 
-SPIN = 3e-4  # s: the last stretch before a release is spun, not slept (wake-up latency)
-PROGRESS_EVERY = 0.2  # s
 READY_TIMEOUT = 600.0  # s: loading models and sessions in every process
 
 
-def hosts(mp: MultiPlan) -> dict[str, list[str]]:
-    """element -> the applications with a firing on it (replica groups are refused)."""
-    out: dict[str, list[str]] = {}
-    for a in mp.apps:
-        for actor in a.plan.app.phases:
-            if "|" in actor:
-                raise InputError(f"application {a.name}: replica group {actor!r} is not "
-                                 "supported in a multi-application plan")
-            out.setdefault(actor, [])
-            if a.name not in out[actor]:
-                out[actor].append(a.name)
-    return out
-
-
-def collector(entry) -> str:
-    """The element that measures an application's response: the one running its last firing."""
-    return firings(entry.plan.app)[-1].actor
-
-
 # ------------------------------------------------------------------ the element process
-
-
-class _Element:
-    """The state of one element's loop (in its own process): its applications' schedules,
-    restricted to its own firings (`make_app(..., element)`), and a ready queue."""
-
-    def __init__(self, element: str, apps, max_in_flight: int, keep: Callable[[int], bool],
-                 trace: bool, inboxes: dict):
-        self.element = element
-        self.apps = apps
-        self.by_index = {a.index: a for a in apps}
-        self.max_in_flight = max_in_flight
-        self.keep = keep
-        self.inboxes = inboxes
-        self.ready: list[tuple] = []
-        self.next_frame = {a.index: 0 for a in apps}
-        self.late_counted = {a.index: -1 for a in apps}
-        self.collects = {a.index: a.schedule[-1].actor == element for a in apps}
-        self.collector = {a.index: a.schedule[-1].actor for a in apps}
-        self.pending: dict[tuple[int, int], list] = {}  # messages for frames not created yet
-        self.busy = 0.0
-        self.dispatch = [0.0, 0]
-        self.free_at = 0.0
-        self.events: list[tuple] | None = [] if trace else None
-
-    def _push(self, a, k: int, i: int, when: float) -> None:
-        heapq.heappush(self.ready, (a.entry.priority, k, i, a.index, when))
-
-    def release_due(self, t0: float, now: float) -> None:
-        for a in self.apps:
-            while True:
-                k = self.next_frame[a.index]
-                when = t0 + k * a.entry.period
-                if when > now:
-                    break
-                if len(a.flow.frames) >= self.max_in_flight:
-                    if self.late_counted[a.index] != k:
-                        a.late_releases += 1
-                        self.late_counted[a.index] = k
-                    break
-                for i in a.flow.open(k, when, a.source(k)):
-                    self._push(a, k, i, when)
-                a.peak_in_flight = max(a.peak_in_flight, len(a.flow.frames))
-                self.next_frame[a.index] = k + 1
-                for msg in self.pending.pop((a.index, k), []):  # (each pushes what it readies)
-                    self._apply(a, k, msg, now)
-
-    def next_release(self, t0: float) -> float:
-        times = [t0 + self.next_frame[a.index] * a.entry.period for a in self.apps
-                 if len(a.flow.frames) < self.max_in_flight]
-        return min(times) if times else time.perf_counter() + 0.01
-
-    # ---- messages from other elements
-    def receive(self, msg) -> None:
-        ai, k = msg[1], msg[2]
-        a = self.by_index[ai]
-        if k in a.flow.frames:
-            self._apply(a, k, msg, time.perf_counter())
-        else:
-            self.pending.setdefault((ai, k), []).append(msg)
-
-    def _apply(self, a, k: int, msg, now: float) -> None:
-        fr = a.flow.frames[k]
-        if msg[0] == "dep":  # ("dep", app, frame, firing, tensors)
-            _, _, _, s, tensors = msg
-            fr.tensors.update(tensors)
-            if a.flow.satisfy(k, s):
-                self._push(a, k, s, now)
-        else:  # ("part", app, frame, end, exec, outputs): another element finished its firings
-            _, _, _, end, ran, outputs = msg
-            fr.tensors.update(outputs)
-            if a.flow.part_ended(k, end, ran):
-                self._done_here(a, k)
-
-    # ---- firing
-    def fire(self) -> str:
-        _, k, i, ai, ready_at = heapq.heappop(self.ready)
-        a = self.by_index[ai]
-        f = a.schedule[i]
-        fr = a.flow.frames[k]
-        feeds = {t: fr.tensors[t] for t in f.inputs}
-        t0 = time.perf_counter()
-        out = a.runners[(f.actor, f.phase)].run(feeds)
-        t1 = time.perf_counter()
-        self.busy += t1 - t0
-        self.dispatch[0] += max(0.0, t0 - max(ready_at, self.free_at))
-        self.dispatch[1] += 1
-        self.free_at = t1
-        if self.events is not None:
-            self.events.append((self.element, f"{a.name}:{f.actor}", f.phase, k, t0, t1))
-        fr.tensors.update(out)
-        ready, elsewhere, done = a.flow.ended(k, i, t1, t1 - t0)
-        for k2, i2 in ready:
-            self._push(a, k2, i2, t1)
-        for s in elsewhere:
-            needs = {t: out[t] for t in a.schedule[s].inputs if t in out}
-            self.inboxes[a.schedule[s].actor].put(("dep", ai, k, s, needs))
-        if done:
-            self._done_here(a, k)
-        return f"application {a.name}, stage {f.actor} phase {f.phase}, frame {k}"
-
-    def _done_here(self, a, k: int) -> None:
-        """Every firing of frame k that this element waits for is done."""
-        fr = a.flow.frames.pop(k)
-        keep = self.keep(k)
-        if self.collects[a.index]:
-            a.record(fr, k, fr.last_end, keep)
-        else:
-            outputs = a.entry.plan.app.model_outputs
-            mine = {t: fr.tensors[t] for t in outputs if t in fr.tensors} if keep else {}
-            self.inboxes[self.collector[a.index]].put(("part", a.index, k, fr.last_end, fr.exec,
-                                                           mine))
 
 
 def element_main(plan: dict, element: str, names: list[str], settings: dict, out, inboxes,
@@ -207,13 +65,11 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
         pin_current_thread(caller_cores_of((r for pp in prepared for r in pp.runners.values()),
                                            el))
         warmup, n_check = settings["warmup"], settings["check_frames"]
-        loop = _Element(element, apps, settings["max_in_flight"],
-                        lambda k: warmup <= k < warmup + n_check, settings["trace"], inboxes)
+        loop = Element(element, apps, settings["max_in_flight"],
+                       lambda k: warmup <= k < warmup + n_check, settings["trace"], inboxes)
         for a in apps:
             what = f"warm-up of {a.name}"
             _prewarm(a, graphs[a.name], a.flow.local)
-        inbox = inboxes[element]
-        split = any(len({f.actor for f in a.schedule}) > 1 for a in apps)
         # frozen before the start: a full collection with torch loaded takes ~0.1 s, which
         # at the start made the first hundred frames late (measured on the GPU machine)
         with frozen_heap(), contextlib.ExitStack() as during:
@@ -221,45 +77,14 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
             rt = during.enter_context(realtime_process()) if settings["realtime"] else False
             while not go.value:  # flags, not multiprocessing Events: a killed waiter would
                 time.sleep(0.001)  # hang an Event's set() (it waits for every sleeper)
-            t0 = start.value
-            last_progress = 0.0
-            while not stop.value:
-                now = time.perf_counter()
-                if split:
-                    while True:
-                        try:
-                            loop.receive(inbox.get_nowait())
-                        except queue.Empty:
-                            break
-                loop.release_due(t0, now)
-                if now - last_progress > PROGRESS_EVERY:
-                    out.put(("progress", element, {a.name: len(a.responses) for a in apps
-                                                   if loop.collects[a.index]}))
-                    last_progress = now
-                if loop.ready:
-                    what = loop.fire()
-                    continue
-                what = "waiting for the next release"
-                delay = loop.next_release(t0) - time.perf_counter()
-                if delay > SPIN:
-                    wait = min(delay - SPIN, PROGRESS_EVERY)
-                    if split:  # a message from another element may make a firing ready
-                        try:
-                            loop.receive(inbox.get(timeout=wait))
-                        except queue.Empty:
-                            pass
-                    else:
-                        time.sleep(wait)
-        out.put(("result", element, {
-            "apps": {a.name: {"responses": a.responses, "execs": a.execs,
-                              "done_at": a.done_at,
-                              "late_releases": a.late_releases,
-                              "peak_in_flight": a.peak_in_flight, "kept": a.kept,
-                              "collector": loop.collects[a.index]}
-                     for a in apps},
-            "busy": loop.busy, "dispatch": loop.dispatch, "events": loop.events or [],
-            "realtime": rt}))
+            what = "the loop"
+            loop.run(start.value, lambda: bool(stop.value), lambda: out.put((
+                "progress", element, {a.name: len(a.responses) for a in apps
+                                      if loop.collects[a.index]})))
+        out.put(("result", element, {**loop.results(), "realtime": rt}))
     except BaseException as e:  # report where it happened; the parent stops the others
+        if what == "the loop":
+            what = loop.what
         out.put(("fault", element, fault_text(element, what, e)))
     finally:
         for pp in prepared:
@@ -275,7 +100,7 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
 def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_frames: int,
                   max_in_flight: int, stall_timeout: float, trace_path, progress, seed: int,
                   realtime: bool = False, on_started: Callable[[list], None] | None = None):
-    from .runtime import MultiRunReport, app_report
+    from .runtime import multi_report
 
     placement = hosts(mp)
     ctx = mp_.get_context("spawn")  # CUDA in a child needs a fresh interpreter
@@ -375,22 +200,6 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
             q.close()
             q.cancel_join_thread()  # what is still queued is not wanted any more
         watching.close()
-    wall = t_stop - start.value
-    reports = []
-    for i, entry in enumerate(mp.apps):
-        parts = [r["apps"][entry.name] for r in results.values() if entry.name in r["apps"]]
-        d = next(p for p in parts if p["collector"])
-        reports.append(app_report(entry, i, d["responses"], d["done_at"],
-                                  sum(p["late_releases"] for p in parts),
-                                  max(p["peak_in_flight"] for p in parts), d["kept"], warmup,
-                                  complete, graphs[entry.name], seed, d["execs"]))
-    util = {el: min(1.0, r["busy"] / wall) for el, r in results.items()} if wall > 0 else {}
-    dispatch = {el: r["dispatch"][0] / r["dispatch"][1] for el, r in results.items()
-                if r["dispatch"][1]}
-    events = [ev for r in results.values() for ev in r["events"]]
-    if trace_path is not None and events:
-        from hetflow.runtime.trace import write_trace
-
-        write_trace(trace_path, events, min(ev[4] for ev in events))
     rt = all(r.get("realtime") for r in results.values()) if realtime else None
-    return MultiRunReport(reports, util, wall, complete, dispatch, "processes", rt)
+    return multi_report(mp, graphs, results, t_stop - start.value, complete, warmup, seed,
+                        trace_path, "processes", rt)

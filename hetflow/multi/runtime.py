@@ -1,25 +1,19 @@
 """Run a multi-plan: every application fed at its period, elements shared by priority.
 
-Unlike the single-application engine (one worker per element per application, FIFOs between
-them), here one worker thread per element serves a priority queue of *ready firings* of every
-application on it: (priority, frame, phase order). Non-preemptive: a running firing completes;
-then the worker takes the highest-priority ready firing. This is the scheduling model the
-schedulability analysis assumes (Eq. 11's blocking term is the firing that was already running).
-
-A firing (application, actor, phase, frame) is ready when the phases that produce its inputs in
-that frame are done and its actor's previous phase is done (for phase 0: the actor's last phase
-of the previous frame), so every actor fires its phases in CSDF order. Each application has a
-source thread that releases frame k at start + k * period; its response time is measured from
-that nominal release to the end of the frame's last firing, and a response longer than the
-period is a missed deadline. At most `max_in_flight` frames of an application are held; when
-that many are pending the source waits (its releases become late, which the response times
-show), so memory stays bounded however long the run.
+Each element runs `element.Element`'s loop: it releases its applications' frames at their
+periods, serves a priority queue of ready firings (non-preemptive), and hands tensors to the
+elements that need them. Here every element is a thread of this interpreter (tensors pass by
+reference through queue.Queue inboxes); `procs.py` runs the same loop in one process per
+element. An application's response time is measured from a frame's nominal release to the end
+of its last firing; a response longer than the period is a missed deadline. At most
+`max_in_flight` frames of an application are held by an element; past that its releases become
+late (which the response times show), so memory stays bounded however long the run.
 
 Sub-network sessions, the reference check and the report type are the single-app engine's.
 """
 from __future__ import annotations
 
-import heapq
+import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,6 +25,7 @@ from hetflow.runtime.harness import Control, fault_text, stop_threads, supervise
 from hetflow.runtime.report import RunReport, latency_stats
 from hetflow.runtime.schedule import Firing, FrameState, Readiness, firings
 
+from .element import Element, hosts
 from .multiplan import AppEntry, MultiPlan
 
 POLL = 0.05
@@ -50,7 +45,6 @@ class _App:
     late_releases: int = 0
     peak_in_flight: int = 0
     kept: dict[int, dict] = field(default_factory=dict)
-    space: threading.Condition | None = None
 
     @property
     def name(self) -> str:
@@ -93,147 +87,6 @@ class MultiRunReport:
                 "wall_s": self.wall_s, "complete": self.complete,
                 "dispatch_s": self.dispatch_s, "engine": self.engine,
                 "realtime": self.realtime}
-
-
-class _Engine:
-    """Shared state of one run, under one lock: ready queues per element, frames in flight."""
-
-    def __init__(self, apps: list[_App], elements: dict, max_in_flight: int, trace: bool):
-        self.apps, self.elements = apps, elements
-        self.max_in_flight = max_in_flight
-        self.lock = threading.Lock()
-        self.ready = {e: [] for e in elements}
-        self.wake = {e: threading.Condition(self.lock) for e in elements}
-        self.progress = threading.Condition(self.lock)
-        for a in apps:
-            a.space = threading.Condition(self.lock)
-        self.control = Control()
-        self.stop, self.faults = self.control.stop, self.control.faults
-        self.busy = {e: 0.0 for e in elements}
-        # dispatch delay: from a firing being ready (and its element free) to its start
-        self.dispatch = {e: [0.0, 0] for e in elements}
-        self.free_at = {e: 0.0 for e in elements}
-        self.doing: dict[str, str] = {e: "idle" for e in elements}
-        self.events: list[tuple] | None = [] if trace else None
-        self.keep: Callable[[int, int], bool] = lambda app, f: False
-        self.t0 = 0.0
-
-    # ---- readiness (called with the lock held) ----
-    def _push(self, app: _App, frame: int, i: int) -> None:
-        el = app.schedule[i].actor
-        heapq.heappush(self.ready[el], (app.entry.priority, frame, i, app.index,
-                                        time.perf_counter()))
-        self.wake[el].notify()
-
-    def release(self, app: _App, k: int, when: float, inputs: dict) -> None:
-        for i in app.flow.open(k, when, inputs):
-            self._push(app, k, i)
-        app.peak_in_flight = max(app.peak_in_flight, len(app.flow.frames))
-
-    # ---- threads ----
-    def worker(self, el: str) -> None:
-        from hetflow.backends import caller_cores_of, pin_current_thread
-
-        what = ""
-        try:
-            pin_current_thread(caller_cores_of(
-                (r for a in self.apps for (e, _), r in a.runners.items() if e == el),
-                self.elements[el]))
-            while True:
-                with self.lock:
-                    while not self.ready[el]:
-                        if self.stop.is_set():
-                            return
-                        self.wake[el].wait(POLL)
-                    if self.stop.is_set():
-                        return
-                    _, k, i, ai, ready_at = heapq.heappop(self.ready[el])
-                    app = self.apps[ai]
-                    f = app.schedule[i]
-                    what = f"application {app.name}, stage {f.actor} phase {f.phase}, frame {k}"
-                    self.doing[el] = what
-                    feeds = {t: app.flow.frames[k].tensors[t] for t in f.inputs}
-                t0 = time.perf_counter()
-                out = app.runners[(el, f.phase)].run(feeds)
-                t1 = time.perf_counter()
-                with self.lock:
-                    self.busy[el] += t1 - t0
-                    d = self.dispatch[el]
-                    d[0] += max(0.0, t0 - max(ready_at, self.free_at[el]))
-                    d[1] += 1
-                    self.free_at[el] = t1
-                    self.doing[el] = "idle"
-                    if self.events is not None:
-                        self.events.append((el, f"{app.name}:{f.actor}", f.phase, k, t0, t1))
-                    app.flow.frames[k].tensors.update(out)
-                    ready, _, done = app.flow.ended(k, i, t1, t1 - t0)
-                    for k2, i2 in ready:
-                        self._push(app, k2, i2)
-                    if done:
-                        app.record(app.flow.frames.pop(k), k, t1, self.keep(app.index, k))
-                        app.space.notify_all()
-                        self.progress.notify_all()
-        except BaseException as e:  # stop everything, naming where it happened
-            self.faults.append(fault_text(el, what or "worker", e))
-            self.stop.set()
-            with self.lock:
-                self.progress.notify_all()
-
-    def source(self, app: _App) -> None:
-        from hetflow.backends import control_cores, pin_current_thread
-
-        k = 0
-        period = app.entry.period
-        try:
-            pin_current_thread(control_cores(self.elements.values()))
-            while not self.stop.is_set():
-                when = self.t0 + k * period
-                while (delay := when - time.perf_counter()) > 0:
-                    if self.stop.wait(min(delay, POLL)):
-                        return
-                inputs = app.source(k)
-                with self.lock:
-                    if len(app.flow.frames) >= self.max_in_flight:
-                        app.late_releases += 1
-                        while (len(app.flow.frames) >= self.max_in_flight
-                               and not self.stop.is_set()):
-                            app.space.wait(POLL)
-                    if self.stop.is_set():
-                        return
-                    self.release(app, k, when, inputs)
-                k += 1
-        except BaseException as e:
-            self.faults.append(f"frame source of {app.name}: {type(e).__name__}: {e}")
-            self.stop.set()
-
-    def run(self, frames: int, warmup: int, stall_timeout: float) -> tuple[bool, float]:
-        """Until every application has completed warmup + frames frames. Returns (complete,
-        wall seconds)."""
-        threads = [threading.Thread(target=self.worker, args=(e,), name=f"hetflow-{e}",
-                                    daemon=True) for e in self.elements]
-        threads += [threading.Thread(target=self.source, args=(a,), name=f"hetflow-src-{a.name}",
-                                     daemon=True) for a in self.apps]
-        self.t0 = time.perf_counter() + 0.01
-        for t in threads:
-            t.start()
-        target = frames + warmup
-
-        def step() -> int | None:
-            with self.lock:
-                if all(len(a.responses) >= target for a in self.apps):
-                    return None
-                self.progress.wait(POLL)
-                return sum(len(a.responses) for a in self.apps)
-
-        def doing(_: int) -> str:
-            return "(" + "; ".join(f"{e}: {d}" for e, d in sorted(self.doing.items())) + ")"
-
-        try:
-            complete = supervise(step, self.control, stall_timeout, doing)
-        finally:
-            stop_threads(self.control, threads)
-        self.control.raise_fault()
-        return complete, time.perf_counter() - self.t0
 
 
 def app_report(entry: AppEntry, index: int, responses: list[float], done_at: list[float],
@@ -296,40 +149,90 @@ def run_threads(mp: MultiPlan, graphs: dict, frames: int, warmup: int, n_check: 
                 progress: Callable[[str], None] | None, seed: int,
                 switch_interval: float) -> MultiRunReport:
     """`run_multiplan` on the thread engine: every element a thread of this interpreter."""
-    from hetflow.backends import control_cores, pinned
+    from hetflow.backends import caller_cores_of, control_cores, pin_current_thread, pinned
     from hetflow.runtime.engine import frozen_heap
     from hetflow.runtime.inputs import random_source
 
+    placement = hosts(mp)
     elements = {}
     for a in mp.apps:
         elements.update(a.plan.elements)
+    inboxes = {el: queue.Queue() for el in placement}
     prepared = _prepare(mp, graphs, progress)
+    loops: dict[str, Element] = {}
+    control = Control()
     try:
-        apps = []
-        for i, entry in enumerate(mp.apps):
-            apps.append(make_app(i, entry, prepared[entry.name].runners,
-                                 random_source(graphs[entry.name], seed + i)))
-        for a in apps:
-            if progress:
-                progress(f"warming up {a.name}")
-            _prewarm(a, graphs[a.name])
-        eng = _Engine(apps, elements, max_in_flight, trace_path is not None)
-        eng.keep = lambda ai, k: warmup <= k < warmup + n_check
+        for el, names in placement.items():
+            apps = [make_app(i, e, prepared[e.name].runners, random_source(graphs[e.name], seed + i),
+                             el) for i, e in enumerate(mp.apps) if e.name in names]
+            loops[el] = Element(el, apps, max_in_flight, lambda k: warmup <= k < warmup + n_check,
+                                trace_path is not None, inboxes, spin=0.0)
+            for a in apps:
+                if progress:
+                    progress(f"warming up {a.name} on {el}")
+                _prewarm(a, graphs[a.name], a.flow.local)
+        collectors = [a for lp in loops.values() for a in lp.apps if lp.collects[a.index]]
+        target = frames + warmup
+        t0 = time.perf_counter() + 0.01
+
+        def worker(el: str) -> None:
+            lp = loops[el]
+            try:
+                pin_current_thread(caller_cores_of(
+                    (r for a in lp.apps for (e, _), r in a.runners.items() if e == el),
+                    elements[el]))
+                lp.run(t0, control.stop.is_set)
+            except BaseException as e:  # stop everything, naming where it happened
+                control.fail(fault_text(el, lp.what, e))
+
+        def step() -> int | None:
+            done = [len(a.responses) for a in collectors]
+            if min(done) >= target:
+                return None
+            time.sleep(POLL / 5)
+            return sum(done)
+
+        def doing(_: int) -> str:
+            return "(" + "; ".join(f"{e}: {lp.what}" for e, lp in sorted(loops.items())) + ")"
+
+        threads = [threading.Thread(target=worker, args=(el,), name=f"hetflow-{el}", daemon=True)
+                   for el in loops]
         if progress:
-            progress(f"running {len(apps)} applications")
+            progress(f"running {len(mp.apps)} applications")
         with frozen_heap(switch_interval), pinned(control_cores(elements.values())):
-            complete, wall = eng.run(frames, warmup, stall_timeout)
+            for t in threads:
+                t.start()
+            try:
+                complete = supervise(step, control, stall_timeout, doing)
+            finally:
+                stop_threads(control, threads)
+        t_stop = time.perf_counter()
     finally:
         for pp in prepared.values():
             pp.close()
-    reports = [app_report(a.entry, a.index, a.responses, a.done_at, a.late_releases,
-                          a.peak_in_flight, a.kept, warmup, complete, graphs[a.name], seed,
-                          a.execs)
-               for a in apps]
-    util = {e: min(1.0, b / wall) for e, b in eng.busy.items()} if wall > 0 else {}
-    if trace_path is not None and eng.events:
+    control.raise_fault()
+    return multi_report(mp, graphs, {el: lp.results() for el, lp in loops.items()}, t_stop - t0,
+                        complete, warmup, seed, trace_path, "threads", None)
+
+
+def multi_report(mp: MultiPlan, graphs: dict, results: dict[str, dict], wall: float,
+                 complete: bool, warmup: int, seed: int, trace_path, engine: str,
+                 realtime: bool | None) -> MultiRunReport:
+    """The run's report from every element's `Element.results()`, its trace written."""
+    reports = []
+    for i, entry in enumerate(mp.apps):
+        parts = [r["apps"][entry.name] for r in results.values() if entry.name in r["apps"]]
+        d = next(p for p in parts if p["collector"])
+        reports.append(app_report(entry, i, d["responses"], d["done_at"],
+                                  sum(p["late_releases"] for p in parts),
+                                  max(p["peak_in_flight"] for p in parts), d["kept"], warmup,
+                                  complete, graphs[entry.name], seed, d["execs"]))
+    util = {el: min(1.0, r["busy"] / wall) for el, r in results.items()} if wall > 0 else {}
+    dispatch = {el: r["dispatch"][0] / r["dispatch"][1] for el, r in results.items()
+                if r["dispatch"][1]}
+    events = [ev for r in results.values() for ev in r["events"]]
+    if trace_path is not None and events:
         from hetflow.runtime.trace import write_trace
 
-        write_trace(trace_path, eng.events, min(ev[4] for ev in eng.events))
-    dispatch = {e: total / n for e, (total, n) in eng.dispatch.items() if n}
-    return MultiRunReport(reports, util, wall, complete, dispatch)
+        write_trace(trace_path, events, min(ev[4] for ev in events))
+    return MultiRunReport(reports, util, wall, complete, dispatch, engine, realtime)

@@ -8,7 +8,8 @@ from hetflow.mapping.mapping import Mapping
 from hetflow.multi.multiplan import MultiPlan, make_multiplan
 from hetflow.multi.problem import MultiProblem
 from hetflow.multi.run import run_multiplan
-from hetflow.multi.runtime import _Engine, make_app
+from hetflow.multi.element import Element
+from hetflow.multi.runtime import make_app
 from hetflow.multi.search import MultiSearchResult, evaluate_joint, search_multi
 from hetflow.platform.spec import ProcessingElement
 
@@ -88,17 +89,13 @@ def test_ready_firings_are_served_by_priority_then_frame():
     mp = tiny_problem()
     e0, _ = (e.name for e in cpu_elements())
     plan = plan_of(mp, [Mapping({l.name: e0 for l in a.graph.layers}) for a in mp.apps])
-    apps = []
-    for i, entry in enumerate(plan.apps):
-        apps.append(make_app(i, entry, {}, lambda f: {}))
-    eng = _Engine(apps, {e0: plan.apps[0].plan.elements[e0]}, 4, False)
+    apps = [make_app(i, entry, {}, lambda f: {}, e0) for i, entry in enumerate(plan.apps)]
+    loop = Element(e0, apps, 4, lambda k: False, False, {e0: None})
     low, high = apps[1], apps[0]  # plan.apps is ordered by priority
     assert (high.entry.priority, low.entry.priority) == (1, 2)
-    with eng.lock:
-        eng.release(low, 0, 0.0, {})
-        eng.release(low, 1, 0.0, {})  # waits for frame 0 of its actor: not ready
-        eng.release(high, 0, 0.0, {})
-    order = [heapq.heappop(eng.ready[e0]) for _ in range(len(eng.ready[e0]))]
+    low.entry.period = high.entry.period = 1.0
+    loop.release_due(0.0, 1.5)  # frames 0 and 1 of each; frame 1 waits for its actor's frame 0
+    order = [heapq.heappop(loop.ready) for _ in range(len(loop.ready))]
     assert [(p, f) for p, f, *_ in order] == [(1, 0), (2, 0)]
 
 
@@ -125,16 +122,16 @@ def test_bad_run_options():
 def test_the_run_shortens_the_gil_switch_interval_and_restores_it(monkeypatch):
     import sys
 
-    import hetflow.multi.runtime as rt
+    from hetflow.multi.element import Element
 
     seen = []
-    run = rt._Engine.run
+    run = Element.run
 
     def spy(self, *a, **k):
         seen.append(sys.getswitchinterval())
         return run(self, *a, **k)
 
-    monkeypatch.setattr(rt._Engine, "run", spy)
+    monkeypatch.setattr(Element, "run", spy)
     before = sys.getswitchinterval()
     mp = tiny_problem(0.15, 0.2)
     e0, _ = (e.name for e in cpu_elements())

@@ -1,0 +1,197 @@
+"""One element's loop: the core of the multi-CNN engines, run by one thread per element
+(`run-multi --engine threads`) or one process per element (`--engine processes`); only how
+messages travel differs (queue.Queue or multiprocessing queues).
+
+A single loop releases the element's frames that are due (each application at its period),
+runs the highest-priority ready firing (priority, then frame; non-preemptive: the scheduling
+model of the schedulability analysis, whose blocking term is the firing already running), and
+otherwise waits for the next release or a message (sleeping, then spinning its last `spin`
+seconds). Readiness is `runtime.schedule.Readiness`: an actor fires its phases in CSDF order, a
+firing waits for its inputs of the same frame. A firing whose successor runs elsewhere sends
+the tensors that successor needs to its element's inbox; the element running the application's
+last firing (its *collector*) also hears "part done" from each other element and measures the
+response, from the frame's nominal release to the end of its last firing.
+"""
+from __future__ import annotations
+
+import heapq
+import queue
+import time
+from typing import Callable
+
+from hetflow.errors import InputError
+
+from .multiplan import MultiPlan
+
+SPIN = 3e-4  # s: the last stretch before a release is spun, not slept (wake-up latency)
+PROGRESS_EVERY = 0.2  # s: the longest wait, so a stop or a progress report is never late
+
+
+def hosts(mp: MultiPlan) -> dict[str, list[str]]:
+    """element -> the applications with a firing on it (replica groups are refused)."""
+    out: dict[str, list[str]] = {}
+    for a in mp.apps:
+        for actor in a.plan.app.phases:
+            if "|" in actor:
+                raise InputError(f"application {a.name}: replica group {actor!r} is not "
+                                 "supported in a multi-application plan")
+            out.setdefault(actor, [])
+            if a.name not in out[actor]:
+                out[actor].append(a.name)
+    return out
+
+
+class Element:
+    """One element's loop: its applications' schedules restricted to its own firings
+    (`make_app(..., element)`), a ready queue, and an inbox for what other elements send."""
+
+    def __init__(self, element: str, apps, max_in_flight: int, keep: Callable[[int], bool],
+                 trace: bool, inboxes: dict, spin: float = SPIN):
+        self.element = element
+        self.spin = spin
+        self.what = "setup"  # what it does now: named by a fault or a stall
+        self.apps = apps
+        self.by_index = {a.index: a for a in apps}
+        self.max_in_flight = max_in_flight
+        self.keep = keep
+        self.inboxes = inboxes
+        self.ready: list[tuple] = []
+        self.next_frame = {a.index: 0 for a in apps}
+        self.late_counted = {a.index: -1 for a in apps}
+        self.collects = {a.index: a.schedule[-1].actor == element for a in apps}
+        self.collector = {a.index: a.schedule[-1].actor for a in apps}
+        self.pending: dict[tuple[int, int], list] = {}  # messages for frames not created yet
+        self.busy = 0.0
+        self.dispatch = [0.0, 0]
+        self.free_at = 0.0
+        self.events: list[tuple] | None = [] if trace else None
+
+    def _push(self, a, k: int, i: int, when: float) -> None:
+        heapq.heappush(self.ready, (a.entry.priority, k, i, a.index, when))
+
+    def release_due(self, t0: float, now: float) -> None:
+        for a in self.apps:
+            while True:
+                k = self.next_frame[a.index]
+                when = t0 + k * a.entry.period
+                if when > now:
+                    break
+                if len(a.flow.frames) >= self.max_in_flight:
+                    if self.late_counted[a.index] != k:
+                        a.late_releases += 1
+                        self.late_counted[a.index] = k
+                    break
+                for i in a.flow.open(k, when, a.source(k)):
+                    self._push(a, k, i, when)
+                a.peak_in_flight = max(a.peak_in_flight, len(a.flow.frames))
+                self.next_frame[a.index] = k + 1
+                for msg in self.pending.pop((a.index, k), []):  # (each pushes what it readies)
+                    self._apply(a, k, msg, now)
+
+    def next_release(self, t0: float) -> float:
+        times = [t0 + self.next_frame[a.index] * a.entry.period for a in self.apps
+                 if len(a.flow.frames) < self.max_in_flight]
+        return min(times) if times else time.perf_counter() + 0.01
+
+    # ---- messages from other elements
+    def receive(self, msg) -> None:
+        ai, k = msg[1], msg[2]
+        a = self.by_index[ai]
+        if k in a.flow.frames:
+            self._apply(a, k, msg, time.perf_counter())
+        else:
+            self.pending.setdefault((ai, k), []).append(msg)
+
+    def _apply(self, a, k: int, msg, now: float) -> None:
+        fr = a.flow.frames[k]
+        if msg[0] == "dep":  # ("dep", app, frame, firing, tensors)
+            _, _, _, s, tensors = msg
+            fr.tensors.update(tensors)
+            if a.flow.satisfy(k, s):
+                self._push(a, k, s, now)
+        else:  # ("part", app, frame, end, exec, outputs): another element finished its firings
+            _, _, _, end, ran, outputs = msg
+            fr.tensors.update(outputs)
+            if a.flow.part_ended(k, end, ran):
+                self._done_here(a, k)
+
+    # ---- firing
+    def fire(self) -> str:
+        _, k, i, ai, ready_at = heapq.heappop(self.ready)
+        a = self.by_index[ai]
+        f = a.schedule[i]
+        fr = a.flow.frames[k]
+        feeds = {t: fr.tensors[t] for t in f.inputs}
+        t0 = time.perf_counter()
+        out = a.runners[(f.actor, f.phase)].run(feeds)
+        t1 = time.perf_counter()
+        self.busy += t1 - t0
+        self.dispatch[0] += max(0.0, t0 - max(ready_at, self.free_at))
+        self.dispatch[1] += 1
+        self.free_at = t1
+        if self.events is not None:
+            self.events.append((self.element, f"{a.name}:{f.actor}", f.phase, k, t0, t1))
+        fr.tensors.update(out)
+        ready, elsewhere, done = a.flow.ended(k, i, t1, t1 - t0)
+        for k2, i2 in ready:
+            self._push(a, k2, i2, t1)
+        for s in elsewhere:
+            needs = {t: out[t] for t in a.schedule[s].inputs if t in out}
+            self.inboxes[a.schedule[s].actor].put(("dep", ai, k, s, needs))
+        if done:
+            self._done_here(a, k)
+        return f"application {a.name}, stage {f.actor} phase {f.phase}, frame {k}"
+
+    def _done_here(self, a, k: int) -> None:
+        """Every firing of frame k that this element waits for is done."""
+        fr = a.flow.frames.pop(k)
+        keep = self.keep(k)
+        if self.collects[a.index]:
+            a.record(fr, k, fr.last_end, keep)
+        else:
+            outputs = a.entry.plan.app.model_outputs
+            mine = {t: fr.tensors[t] for t in outputs if t in fr.tensors} if keep else {}
+            self.inboxes[self.collector[a.index]].put(("part", a.index, k, fr.last_end, fr.exec,
+                                                           mine))
+
+    def run(self, t0: float, stopped: Callable[[], bool],
+            report: Callable[[], None] | None = None) -> None:
+        """Until `stopped()`: frames released from `t0`; `report()` every PROGRESS_EVERY."""
+        inbox = self.inboxes[self.element]
+        split = any(len({f.actor for f in a.schedule}) > 1 for a in self.apps)
+        last_report = 0.0
+        while not stopped():
+            now = time.perf_counter()
+            if split:
+                while True:
+                    try:
+                        self.receive(inbox.get_nowait())
+                    except queue.Empty:
+                        break
+            self.release_due(t0, now)
+            if report and now - last_report > PROGRESS_EVERY:
+                report()
+                last_report = now
+            if self.ready:
+                self.what = self.fire()
+                continue
+            self.what = "waiting for the next release"
+            delay = self.next_release(t0) - time.perf_counter()
+            if delay > self.spin:
+                wait = min(delay - self.spin, PROGRESS_EVERY)
+                if split:  # a message from another element may make a firing ready
+                    try:
+                        self.receive(inbox.get(timeout=wait))
+                    except queue.Empty:
+                        pass
+                else:
+                    time.sleep(wait)
+
+    def results(self) -> dict:
+        """What the engine reports, per application and for the element (picklable)."""
+        return {"apps": {a.name: {"responses": a.responses, "execs": a.execs,
+                                  "done_at": a.done_at, "late_releases": a.late_releases,
+                                  "peak_in_flight": a.peak_in_flight, "kept": a.kept,
+                                  "collector": self.collects[a.index]}
+                         for a in self.apps},
+                "busy": self.busy, "dispatch": self.dispatch, "events": self.events or []}
