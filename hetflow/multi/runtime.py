@@ -103,7 +103,7 @@ def app_report(entry: AppEntry, index: int, responses: list[float], done_at: lis
     resp = responses[warmup:]
     done = done_at[warmup:]
     thr = (len(done) - 1) / (done[-1] - done[0]) if len(done) >= 2 else float("nan")
-    missed = int(np.sum(np.asarray(resp) > entry.period))
+    missed = int(np.sum(np.asarray(resp) > entry.period)) if entry.period > 0 else 0
     r = RunReport(entry.name, len(resp), min(warmup, len(responses)), thr, latency_stats(resp),
                   {}, dict(entry.predicted), complete=complete,
                   notes={"period_s": entry.period, "priority": entry.priority,
@@ -173,7 +173,7 @@ def run_threads(mp: MultiPlan, graphs: dict, frames: int, warmup: int, n_check: 
                 _prewarm(a, graphs[a.name], a.flow.local)
         collectors = [a for lp in loops.values() for a in lp.apps if lp.collects[a.index]]
         target = frames + warmup
-        t0 = time.perf_counter() + 0.01
+        t0 = 0.0  # set once the heap is frozen: a full collection first can take 100s of ms
 
         def worker(el: str) -> None:
             lp = loops[el]
@@ -200,6 +200,7 @@ def run_threads(mp: MultiPlan, graphs: dict, frames: int, warmup: int, n_check: 
         if progress:
             progress(f"running {len(mp.apps)} applications")
         with frozen_heap(switch_interval), pinned(control_cores(elements.values())):
+            t0 = time.perf_counter() + 0.01
             for t in threads:
                 t.start()
             try:

@@ -310,9 +310,9 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
             time.sleep(RELEASE_POLL)
         return order.next
 
-    t_start = time.perf_counter()
     # this thread only releases frames and watches: off the cores of the stages
     with frozen_heap(), pinned(control_cores(plan.elements.values())):
+        t_start = time.perf_counter()  # after the heap is frozen (a full collection first)
         for t in threads:
             t.start()
         try:
