@@ -11,6 +11,10 @@ firing waits for its inputs of the same frame. A firing whose successor runs els
 the tensors that successor needs to its element's inbox; the element running the application's
 last firing (its *collector*) also hears "part done" from each other element and measures the
 response, from the frame's nominal release to the end of its last firing.
+An application of period 0 runs free: a frame whenever the element holds fewer than
+`max_in_flight` of it and (for a split application) the collector's finished frames, which it
+announces, are at most `max_in_flight` behind; priorities still order the firings, so a
+free-running application of low priority gets the time the others leave.
 """
 from __future__ import annotations
 
@@ -61,6 +65,10 @@ class Element:
         self.collects = {a.index: a.schedule[-1].actor == element for a in apps}
         self.collector = {a.index: a.schedule[-1].actor for a in apps}
         self.pending: dict[tuple[int, int], list] = {}  # messages for frames not created yet
+        # free-running (period 0): frames the collector has finished, heard from it; an element
+        # opens frame k only below that + max_in_flight, so no element runs ahead of the rest
+        self.credits = {a.index: 0 for a in apps}
+        self.peers = {a.index: sorted({f.actor for f in a.schedule} - {element}) for a in apps}
         self.busy = 0.0
         self.dispatch = [0.0, 0]
         self.free_at = 0.0
@@ -73,11 +81,16 @@ class Element:
         for a in self.apps:
             while True:
                 k = self.next_frame[a.index]
-                when = t0 + k * a.entry.period
-                if when > now:
+                if a.entry.period > 0:
+                    when = t0 + k * a.entry.period
+                    if when > now:
+                        break
+                elif self._may_open(a, k):  # free-running: a frame whenever there is room
+                    when = now
+                else:
                     break
                 if len(a.flow.frames) >= self.max_in_flight:
-                    if self.late_counted[a.index] != k:
+                    if self.late_counted[a.index] != k and a.entry.period > 0:
                         a.late_releases += 1
                         self.late_counted[a.index] = k
                     break
@@ -88,14 +101,21 @@ class Element:
                 for msg in self.pending.pop((a.index, k), []):  # (each pushes what it readies)
                     self._apply(a, k, msg, now)
 
+    def _may_open(self, a, k: int) -> bool:
+        return self.collects[a.index] or k < self.credits[a.index] + self.max_in_flight
+
     def next_release(self, t0: float) -> float:
-        times = [t0 + self.next_frame[a.index] * a.entry.period for a in self.apps
-                 if len(a.flow.frames) < self.max_in_flight]
+        times = [t0 + self.next_frame[a.index] * a.entry.period if a.entry.period > 0
+                 else t0 for a in self.apps if len(a.flow.frames) < self.max_in_flight
+                 and (a.entry.period > 0 or self._may_open(a, self.next_frame[a.index]))]
         return min(times) if times else time.perf_counter() + 0.01
 
     # ---- messages from other elements
     def receive(self, msg) -> None:
         ai, k = msg[1], msg[2]
+        if msg[0] == "done":  # ("done", app, frame): the collector finished a free-running frame
+            self.credits[ai] += 1
+            return
         a = self.by_index[ai]
         if k in a.flow.frames:
             self._apply(a, k, msg, time.perf_counter())
@@ -109,9 +129,10 @@ class Element:
             fr.tensors.update(tensors)
             if a.flow.satisfy(k, s):
                 self._push(a, k, s, now)
-        else:  # ("part", app, frame, end, exec, outputs): another element finished its firings
-            _, _, _, end, ran, outputs = msg
+        else:  # ("part", app, frame, end, exec, outputs, release): its firings elsewhere ended
+            _, _, _, end, ran, outputs, release = msg
             fr.tensors.update(outputs)
+            fr.release = min(fr.release, release)  # free-running: from where it opened first
             if a.flow.part_ended(k, end, ran):
                 self._done_here(a, k)
 
@@ -148,11 +169,14 @@ class Element:
         keep = self.keep(k)
         if self.collects[a.index]:
             a.record(fr, k, fr.last_end, keep)
+            if a.entry.period <= 0:
+                for el in self.peers[a.index]:
+                    self.inboxes[el].put(("done", a.index, k))
         else:
             outputs = a.entry.plan.app.model_outputs
             mine = {t: fr.tensors[t] for t in outputs if t in fr.tensors} if keep else {}
             self.inboxes[self.collector[a.index]].put(("part", a.index, k, fr.last_end, fr.exec,
-                                                           mine))
+                                                           mine, fr.release))
 
     def run(self, t0: float, stopped: Callable[[], bool],
             report: Callable[[], None] | None = None) -> None:

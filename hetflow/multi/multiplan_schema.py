@@ -14,7 +14,8 @@ from .multiplan import MULTIPLAN_VERSION
 
 class AppEntryFile(FileModel):
     name: str
-    period_s: float = Field(gt=0)  # also the deadline
+    # also the deadline; 0: free-running (a frame whenever the engine has room; no deadline)
+    period_s: float = Field(ge=0)
     priority: int  # lower number = higher priority
     predicted: dict[str, Any] = {}
     plan: PlanFile

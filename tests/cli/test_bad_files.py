@@ -108,7 +108,7 @@ def multiplan(plan_file):
 @pytest.mark.parametrize("edit, says", [
     (lambda d: d.pop("apps"), "apps: missing"),
     (lambda d: d.update(version="1"), "version: expected a valid integer, got '1'"),
-    (lambda d: d["apps"][0].update(period_s=-1), "apps[0].period_s: expected greater than 0"),
+    (lambda d: d["apps"][0].update(period_s=-1), "apps[0].period_s: expected greater than or equal to 0"),
     (lambda d: d["apps"][0]["plan"]["mapping"].update(policy="greedy"),
      "apps[0].plan.mapping.policy: expected 'paper' or 'maximal', got 'greedy'"),
     (lambda d: d["apps"][0].update(deadline=1), "apps[0].deadline: unknown key"),

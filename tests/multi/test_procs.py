@@ -12,7 +12,7 @@ from hetflow.model.synthetic import random_cnn_model
 from hetflow.multi.procs import hosts, run_processes
 from hetflow.multi.run import run_multiplan
 
-from test_runtime import cpu_elements, graphs, plan_of, split, tiny_problem
+from test_runtime import check_free_running, cpu_elements, graphs, plan_of, split, tiny_problem
 
 
 def on_files(plan, tmp_path):
@@ -97,6 +97,18 @@ def test_apps_split_over_elements_in_opposite_orders_pass_tensors_between_proces
         assert r.frames >= 15 and r.notes["missed"] == 0
         assert r.checked_frames == 4 and r.max_abs_error < 1e-3  # outputs from both processes
         assert 0 < r.latency["max"] <= r.notes["period_s"]
+
+
+def test_period_zero_runs_free_across_processes(tmp_path):
+    """As on the thread engine: the collector's "done" messages pace the other process."""
+    mp = tiny_problem()
+    e0, e1 = (e.name for e in cpu_elements())
+    plan = on_files(plan_of(mp, [split(a, e0, e1) for a in mp.apps]), tmp_path)
+    for a in plan.apps:
+        a.period = 0.0
+    report = run_multiplan(plan, graphs(mp), frames=200, warmup=5, check="first",
+                           max_in_flight=2, engine="processes")
+    check_free_running(report, 200)
 
 
 def test_bad_engine_is_refused():

@@ -139,3 +139,25 @@ def test_the_run_shortens_the_gil_switch_interval_and_restores_it(monkeypatch):
     run_multiplan(plan, graphs(mp), frames=2, warmup=0, check="none", switch_interval=2e-4,
                   engine="threads")
     assert seen == [pytest.approx(2e-4)] and sys.getswitchinterval() == before
+
+
+def test_period_zero_runs_free_with_at_most_max_in_flight_frames():
+    """Period 0: no deadline, a frame whenever the element holds fewer than max_in_flight (and
+    the collector is not further behind); both split applications finish, the lower priority
+    one on the time the other leaves, and their outputs equal the reference."""
+    mp = tiny_problem()
+    e0, e1 = (e.name for e in cpu_elements())
+    plan = plan_of(mp, [split(a, e0, e1) for a in mp.apps])
+    for a in plan.apps:
+        a.period = 0.0
+    report = run_multiplan(plan, graphs(mp), frames=200, warmup=5, check="first",
+                           max_in_flight=2, engine="threads")
+    check_free_running(report, 200)
+
+
+def check_free_running(report, frames: int) -> None:
+    for r in report.apps:
+        assert r.frames >= frames and r.notes["missed"] == 0
+        assert r.notes["peak_in_flight"] == 2  # opened as soon as there is room, never more
+        assert r.notes["late_releases"] == 0  # no period, so nothing is late
+        assert r.checked_frames == 4 and r.max_abs_error < 1e-3

@@ -119,9 +119,10 @@ def test_multiplan_validation(tmp_path, two_apps):
     with pytest.raises(InputError, match="priority clash"):
         MultiPlan.from_dict(d, "m.json")
     d["apps"][1]["priority"] = 2
-    d["apps"][0]["period_s"] = 0
-    with pytest.raises(InputError, match=r"m.json: not a valid hetflow multi-plan: "
-                                         r"apps\[0\].period_s: expected greater than 0, got 0$"):
+    d["apps"][0]["period_s"] = -0.5  # 0 is allowed: free-running
+    with pytest.raises(InputError, match=r"m.json: not a valid hetflow multi-plan: apps\[0\]"
+                                         r".period_s: expected greater than or equal to 0, "
+                                         r"got -0.5$"):
         MultiPlan.from_dict(d, "m.json")
     with pytest.raises(InputError, match="plan.json: not a valid hetflow multi-plan: kind: missing"):
         MultiPlan.from_dict({"version": 1}, "plan.json")
