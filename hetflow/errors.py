@@ -31,3 +31,11 @@ class RuntimeFault(HetflowError):
     """A pipelined run failed: names the processing element, stage and layer."""
 
     exit_code = 1
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none): how a
+    library's multi-line error is named in one of ours."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+

@@ -35,7 +35,7 @@ import onnx
 
 from hetflow.backends.base import Backend
 from hetflow.backends.registry import register_backend
-from hetflow.errors import BackendError
+from hetflow.errors import BackendError, first_line
 
 if TYPE_CHECKING:
     from hetflow.model.subnet import Subnet
@@ -45,17 +45,12 @@ NAME = "torch_cuda"
 _PAD_MODE_TO_ONNX = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
 def _missing_reason() -> str | None:
     """Why this backend cannot run here, or None when torch with CUDA and onnx2torch are there."""
     try:
         import torch
     except ImportError as e:
-        return f"PyTorch with CUDA is not available: {_first_line(e)}"
+        return f"PyTorch with CUDA is not available: {first_line(e)}"
     if not torch.cuda.is_available():
         built = f"built with CUDA {torch.version.cuda}" if torch.version.cuda else "built without CUDA"
         return (f"PyTorch with CUDA is not available: torch {torch.__version__} ({built}) "
@@ -63,7 +58,7 @@ def _missing_reason() -> str | None:
     try:
         import onnx2torch  # noqa: F401
     except ImportError as e:
-        return f"onnx2torch is not available ({_first_line(e)}); pip install onnx2torch"
+        return f"onnx2torch is not available ({first_line(e)}); pip install onnx2torch"
     return None
 
 
@@ -112,7 +107,7 @@ def _failing_node(model: onnx.ModelProto) -> tuple[str, str, str] | None:
                                       version=opsets.get(node.domain, 1))
             converter(node, graph)
         except Exception as e:
-            return node.name or node.unique_name, node.operation_type, _first_line(e)
+            return node.name or node.unique_name, node.operation_type, first_line(e)
     return None
 
 
@@ -160,7 +155,7 @@ def to_torch_module(model: onnx.ModelProto, name: str = "sub-network"):
     except Exception as e:
         failed = _failing_node(model)
         if failed is None:
-            raise BackendError(f"{NAME}: onnx2torch cannot convert {name}: {_first_line(e)}"
+            raise BackendError(f"{NAME}: onnx2torch cannot convert {name}: {first_line(e)}"
                                ) from None
         node, op, reason = failed
         raise BackendError(f"{NAME}: onnx2torch cannot convert node {node!r} ({op}) of {name}: "
@@ -249,7 +244,7 @@ class TorchCudaRunner:
                 raise
             except Exception as e:
                 raise BackendError(f"{NAME} failed running {self.subnet.name} on "
-                                   f"{self.element.name}: {_first_line(e)}") from None
+                                   f"{self.element.name}: {first_line(e)}") from None
 
     def _run_naming_node(self) -> None:
         from torch.fx import Interpreter
@@ -266,7 +261,7 @@ class TorchCudaRunner:
                     node, op = outer._onnx_node_of(n.target)
                     raise BackendError(f"{NAME}: node {node!r} ({op}) of sub-network "
                                        f"{outer.subnet.name} failed on {outer.element.name}: "
-                                       f"{_first_line(e)}") from None
+                                       f"{first_line(e)}") from None
 
         with self._torch.inference_mode():
             NamingInterpreter(self._module).run(*self._dev_in)
@@ -286,7 +281,7 @@ class TorchCudaRunner:
             with torch.cuda.graph(graph, stream=self._stream):
                 static_out = self._forward()
         except Exception as e:
-            self.fallback_reason = _first_line(e)
+            self.fallback_reason = first_line(e)
             warnings.warn(f"{NAME}: {self.subnet.name} cannot be captured as a CUDA graph, "
                           f"running eager: {self.fallback_reason}", RuntimeWarning, stacklevel=3)
             torch.cuda.synchronize(self._device)

@@ -69,15 +69,9 @@ def register(app: typer.Typer) -> None:
         plan = Plan.load(plan_path)
         graph = load_plan_model(plan, model)
         with progress("preparing sessions ...", quiet=json_out) as log:
-            if engine == "ray":
-                from hetflow.runtime.ray_engine import run_plan_ray
-
-                report = run_plan_ray(plan, graph, frames, warmup, input_spec, check,
-                                      trace_path=trace, stall_timeout=stall_timeout,
-                                      progress=log, address=address)
-            else:
-                report = run_plan(plan, graph, frames, warmup, input_spec, check,
-                                  trace_path=trace, stall_timeout=stall_timeout, progress=log)
+            report = run_plan(plan, graph, frames, warmup, input_spec, check,
+                              trace_path=trace, stall_timeout=stall_timeout, progress=log,
+                              engine=engine, address=address)
         if json_out:
             print_json({**report.to_dict(), "interrupted": not report.complete})
         else:

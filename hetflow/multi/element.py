@@ -21,11 +21,15 @@ from __future__ import annotations
 import heapq
 import queue
 import time
+from dataclasses import dataclass, field
 from typing import Callable
 
-from hetflow.errors import InputError
+import numpy as np
 
-from .multiplan import MultiPlan
+from hetflow.errors import InputError
+from hetflow.runtime.schedule import Firing, FrameState, Readiness, firings
+
+from .multiplan import AppEntry, MultiPlan
 
 SPIN = 3e-4  # s: the last stretch before a release is spun, not slept (wake-up latency)
 PROGRESS_EVERY = 0.2  # s: the longest wait, so a stop or a progress report is never late
@@ -43,6 +47,65 @@ def hosts(mp: MultiPlan) -> dict[str, list[str]]:
             if a.name not in out[actor]:
                 out[actor].append(a.name)
     return out
+
+
+@dataclass
+class AppState:
+    """One application as an element sees it: its schedule, readiness, and what it measured."""
+    index: int
+    entry: AppEntry
+    runners: dict  # (element, phase index) -> Runner
+    source: Callable[[int], dict]
+    schedule: list[Firing]  # one frame's firings, in a topological order
+    flow: Readiness
+    responses: list[float] = field(default_factory=list)
+    execs: list[float] = field(default_factory=list)  # per frame, as responses
+    done_at: list[float] = field(default_factory=list)
+    late_releases: int = 0
+    peak_in_flight: int = 0
+    kept: dict[int, dict] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    def record(self, fr: FrameState, k: int, end: float, keep: bool) -> None:
+        """Frame k's response ended at `end`."""
+        self.responses.append(end - fr.release)
+        self.execs.append(fr.exec)
+        self.done_at.append(end)
+        if keep:
+            self.kept[k] = {t: fr.tensors[t] for t in self.entry.plan.app.model_outputs}
+
+
+def make_app(index: int, entry: AppEntry, runners: dict, source: Callable[[int], dict],
+             element: str | None = None) -> AppState:
+    """An application's schedule; with `element`, the part one element's process runs (it
+    measures the response when it runs the last firing, hearing from every other element)."""
+    schedule = firings(entry.plan.app)
+    if element is None:
+        return AppState(index, entry, runners, source, schedule, Readiness(schedule))
+    local = {i for i, f in enumerate(schedule) if f.actor == element}
+    others = {f.actor for f in schedule} - {element}
+    parts = len(others) if schedule[-1].actor == element else 0
+    return AppState(index, entry, runners, source, schedule, Readiness(schedule, local, parts))
+
+
+def prewarm(app: AppState, graph, only: set[int] | None = None) -> None:
+    """Run one frame through every session (or the firings in `only`, those of one element)
+    in phase order before the clock starts: first calls allocate and tune, and would otherwise
+    show up as missed deadlines. An input another element would produce is zeros of its shape."""
+    from hetflow.runtime.inputs import _NP
+
+    tensors = dict(app.source(0))
+    for i, f in enumerate(app.schedule):
+        if only is not None and i not in only:
+            continue
+        for t in f.inputs:
+            if t not in tensors:
+                info = graph.tensors[t]
+                tensors[t] = np.zeros(info.shape, _NP.get(info.dtype, np.float32))
+        tensors.update(app.runners[(f.actor, f.phase)].run({t: tensors[t] for t in f.inputs}))
 
 
 class Element:

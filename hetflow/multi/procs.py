@@ -22,8 +22,9 @@ from typing import Callable
 from hetflow.errors import RuntimeFault
 from hetflow.runtime.harness import Control, fault_text, supervise
 
-from .element import Element, hosts
+from .element import Element, hosts, make_app, prewarm
 from .multiplan import MultiPlan
+from .report import multi_report
 
 READY_TIMEOUT = 600.0  # s: loading models and sessions in every process
 
@@ -44,8 +45,6 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
         from hetflow.runtime.api import load_plan_model
         from hetflow.runtime.engine import frozen_heap, prepare
         from hetflow.runtime.inputs import random_source
-
-        from .runtime import _prewarm, make_app
 
         mp = MultiPlan.from_dict(plan)
         el = next(a.plan.elements[element] for a in mp.apps if a.name in names)
@@ -69,7 +68,7 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
                        lambda k: warmup <= k < warmup + n_check, settings["trace"], inboxes)
         for a in apps:
             what = f"warm-up of {a.name}"
-            _prewarm(a, graphs[a.name], a.flow.local)
+            prewarm(a, graphs[a.name], a.flow.local)
         # frozen before the start: a full collection with torch loaded takes ~0.1 s, which
         # at the start made the first hundred frames late (measured on the GPU machine)
         with frozen_heap(), contextlib.ExitStack() as during:
@@ -100,8 +99,6 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
 def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_frames: int,
                   max_in_flight: int, stall_timeout: float, trace_path, progress, seed: int,
                   realtime: bool = False, on_started: Callable[[list], None] | None = None):
-    from .runtime import multi_report
-
     placement = hosts(mp)
     ctx = mp_.get_context("spawn")  # CUDA in a child needs a fresh interpreter
     out = ctx.Queue()

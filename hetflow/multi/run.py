@@ -7,7 +7,7 @@ from typing import Callable
 from hetflow.errors import InputError
 
 from .multiplan import MultiPlan
-from .runtime import MultiRunReport
+from .report import MultiRunReport
 
 
 def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,

@@ -47,35 +47,59 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
              input_spec: str = "random", check: str = "first", check_frames: int = 8,
              trace_path: str | Path | None = None, stall_timeout: float = 30.0,
              progress: Callable[[str], None] | None = None,
-             on_frame: Callable[[int], None] | None = None) -> RunReport:
+             on_frame: Callable[[int], None] | None = None, engine: str = "local",
+             address: str | None = None, runtime_env: dict | None = None,
+             max_inflight: int | None = None) -> RunReport:
+    """Stream `frames` frames through the plan and report the steady rate after `warmup`,
+    latencies, utilisation and the reference check of the kept outputs (`check`: first
+    `check_frames`, all or none). `engine`: local (threads of this process) or ray (one Ray
+    actor per element, on its node: `address` of the cluster, `runtime_env` of the workers,
+    at most `max_inflight` frames submitted, default `schedule.frames_in_flight`)."""
     from .check import check_outputs
-    from .engine import prepare, run_prepared
     from .trace import write_trace
 
     if check not in ("first", "all", "none"):
         raise InputError(f"--check {check!r}: use first, all or none")
     if frames < 2:
         raise InputError("--frames must be at least 2")
-    from hetflow.platform.detect import check_cores_present
+    if engine not in ("local", "ray"):
+        raise InputError(f"--engine {engine!r}: use local or ray")
+    if engine == "ray":
+        from .ray_engine import import_ray
 
-    from hetflow.mapping.lanes import check_plan_lanes
+        import_ray()  # say how to get Ray before loading anything
+    else:
+        from hetflow.mapping.lanes import check_plan_lanes
+        from hetflow.platform.detect import check_cores_present
 
-    check_cores_present(plan.elements.values(), f"plan for {plan.model_name} on {plan.platform_name}")
-    check_plan_lanes(plan.mapping, plan.elements)
+        check_cores_present(plan.elements.values(),
+                            f"plan for {plan.model_name} on {plan.platform_name}")
+        check_plan_lanes(plan.mapping, plan.elements)
     graph = graph or load_plan_model(plan)
     source, _ = make_source(graph, input_spec)
     keep = {"first": lambda f: f < check_frames, "all": lambda f: True,
             "none": lambda f: False}[check]
-    pp = prepare(plan, graph, progress)
-    try:
-        report, kept, state = run_prepared(pp, source, frames, min(warmup, frames // 4), keep,
-                                           stall_timeout, trace_path is not None, on_frame)
-    finally:
-        pp.close()
+    warmup = min(warmup, frames // 4)
+    trace = trace_path is not None
+    if engine == "ray":
+        from .ray_engine import run_on_ray
+
+        report, kept, events = run_on_ray(plan, graph, source, frames, warmup, keep,
+                                          stall_timeout, progress, on_frame, trace, address,
+                                          runtime_env, max_inflight)
+    else:
+        from .engine import prepare, run_prepared
+
+        pp = prepare(plan, graph, progress)
+        try:
+            report, kept, state = run_prepared(pp, source, frames, warmup, keep, stall_timeout,
+                                               trace, on_frame)
+        finally:
+            pp.close()
+        events = state.events
     if kept:
         report.max_abs_error = check_outputs(graph, plan.app, kept, source)
         report.checked_frames = len(kept)
-    if trace_path is not None and state.events:
-        t0 = min(e[4] for e in state.events)
-        write_trace(trace_path, state.events, t0)
+    if trace and events:
+        write_trace(trace_path, events, min(e[4] for e in events))
     return report

@@ -39,7 +39,7 @@ from hetflow.mapping.plan import Plan
 from hetflow.model.graph import CnnGraph
 
 from .harness import POLL, Control, Stopped, fault_text, stop_threads, supervise
-from .report import RunReport, latency_stats, steady_throughput
+from .report import RunReport, stream_report
 from .schedule import Dispatch, InOrder, channel_windows, firings
 
 RELEASE_POLL = 0.005  # how often the calling thread looks for completed frames
@@ -320,13 +320,8 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         finally:
             stop_threads(control, threads)
     control.raise_fault()
-    n = len(done_at)
-    thr, window, w = steady_throughput(done_at, warmup)
     per_el: dict[str, float] = {}
     for (el, _), b in busy.items():
         per_el[el] = per_el.get(el, 0.0) + b / lanes[el]
-    util = {el: min(1.0, b / (done_at[-1] - t_start)) for el, b in per_el.items()} if n else {}
-    report = RunReport("plan", n, w, thr, latency_stats(latencies[w:]), util,
-                       dict(plan.predicted), complete=complete,
-                       notes={"wall_s": (done_at[-1] - t_start) if n else 0.0, "window_s": window})
+    report = stream_report(done_at, latencies, warmup, per_el, t_start, complete, plan.predicted)
     return report, kept, state

@@ -16,7 +16,7 @@ guarantees give the local engine's semantics:
   argument objects: so each worker runs (frame, phase) in the same order as a local worker, and
   a phase starts when its channel inputs exist, as a FIFO read would;
 - at most `max_inflight` frames are submitted and not yet collected: the bounded FIFOs' back
-  pressure, counted in frames (see `default_inflight`).
+  pressure, counted in frames (see `frames_in_flight`).
 
 Why not Ray compiled graphs: a compiled graph runs every node once per `execute`, but a replica
 group's member takes only some frames (by a pattern, or dynamically), and its zero-copy channel
@@ -36,18 +36,17 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from hetflow.errors import InputError, RuntimeFault
+from hetflow.errors import InputError, RuntimeFault, first_line
 from hetflow.mapping.mapping import group_members
 from hetflow.mapping.plan import Plan
 from hetflow.model.graph import CnnGraph
 
 from .harness import fault_text
-from .report import RunReport, latency_stats, steady_throughput
+from .report import RunReport, stream_report
 from .schedule import Firing, firings, frames_in_flight, member_of
 
 RAY_MISSING = "--engine ray needs Ray: pip install 'hetflow[ray]'"
@@ -83,12 +82,6 @@ def ray_session(address: str | None = None) -> Iterator[Any]:
         yield ray
     finally:
         ray.shutdown()
-
-
-def default_inflight(plan: Plan) -> int:
-    """Frames in flight: a global bound, unlike the local engine's per-channel windows (a fast
-    stage may run ahead of a slow one by up to this many frames); see `frames_in_flight`."""
-    return frames_in_flight(plan)
 
 
 def element_placement(plan: Plan, element: str) -> dict[str, float]:
@@ -136,7 +129,7 @@ class ElementWorker:
                 self.runners[ph.index] = backend_for(self.element).prepare(sub, self.element)
             except Exception as e:
                 raise StageFault(f"element {element} (node {node}): cannot prepare stage {actor} "
-                                 f"phase {ph.index}: {_first_line(e)}") from None
+                                 f"phase {ph.index}: {first_line(e)}") from None
         self.local: dict[int, dict[str, np.ndarray]] = {}  # frame -> tensors kept between phases
         self.busy = 0.0
         self.trace = trace
@@ -184,9 +177,11 @@ class ElementWorker:
         return {"busy": self.busy, "events": self.events}
 
 
-def _first_line(e: BaseException) -> str:
-    s = str(e).strip()
-    return s.splitlines()[0] if s else type(e).__name__
+def _root(e: BaseException) -> BaseException:
+    """The error at the end of a Ray error's chain of causes (a worker's own exception)."""
+    while getattr(e, "cause", None) is not None and e.cause is not e:
+        e = e.cause
+    return e
 
 
 _REMOTE_CLS = None
@@ -295,7 +290,9 @@ class RayPipeline:
             keep_outputs: Callable[[int], bool] = lambda f: False, stall_timeout: float = 30.0,
             on_frame: Callable[[int], None] | None = None, max_inflight: int | None = None
             ) -> tuple[RunReport, dict[int, dict[str, np.ndarray]]]:
-        window = max_inflight or default_inflight(self.plan)
+        # a global bound, unlike the local engine's per-channel windows: a fast stage may run
+        # ahead of a slow one by up to this many frames
+        window = max_inflight or frames_in_flight(self.plan)
         self.frames_taken = {}
         pending: list[_Frame] = []
         done_at: list[float] = []
@@ -315,7 +312,7 @@ class RayPipeline:
         except KeyboardInterrupt:
             complete = False
         # workers count busy seconds since they started: take off what earlier runs counted
-        now = self._busy()
+        now = {el: s["busy"] for el, s in self._stats().items()}
         busy = {el: b - self._busy_before.get(el, 0.0) for el, b in now.items()}
         self._busy_before.update(now)
         return self._report(done_at, latencies, warmup, busy, t_start, complete), kept
@@ -411,8 +408,7 @@ class RayPipeline:
 
     # ---- naming what went wrong ----
     def _cause(self, e: BaseException) -> str:
-        while getattr(e, "cause", None) is not None and e.cause is not e:
-            e = e.cause
+        e = _root(e)
         if isinstance(e, StageFault):
             return str(e)
         lines = [l.strip() for l in str(e).splitlines() if l.strip()]
@@ -422,9 +418,7 @@ class RayPipeline:
         return lines[-1] if lines else type(e).__name__
 
     def _fault(self, e: BaseException, fr: _Frame) -> RuntimeFault:
-        cause = e
-        while getattr(cause, "cause", None) is not None and cause.cause is not cause:
-            cause = cause.cause
+        cause = _root(e)
         if isinstance(cause, StageFault):
             return RuntimeFault(str(cause))
         lost = self._lost_workers(cause)
@@ -477,32 +471,25 @@ class RayPipeline:
         return "; ".join(stuck) or "every firing of the frame finished"
 
     # ---- bookkeeping ----
-    def _busy(self) -> dict[str, float]:
+    def _stats(self) -> dict[str, dict]:
+        """Each worker's busy seconds and trace events ({} for a worker that cannot answer)."""
         ray = self.ray
         try:
             stats = ray.get([w.handle.stats.remote() for w in self.workers.values()],
                             timeout=PING_TIMEOUT)
         except ray.exceptions.RayError:
             return {}
-        return {el: s["busy"] for el, s in zip(self.workers, stats)}
+        return dict(zip(self.workers, stats))
 
     def events(self) -> list[tuple]:
-        ray = self.ray
-        stats = ray.get([w.handle.stats.remote() for w in self.workers.values()],
-                        timeout=PING_TIMEOUT)
-        return [ev for s in stats for ev in s["events"]]
+        return [ev for s in self._stats().values() for ev in s["events"]]
 
     def _report(self, done_at, latencies, warmup, busy, t_start, complete) -> RunReport:
-        n = len(done_at)
-        thr, window, w = steady_throughput(done_at, warmup)
-        wall = (done_at[-1] - t_start) if n else 0.0
-        util = {el: min(1.0, b / wall) for el, b in busy.items()} if n and wall > 0 else {}
         nodes = {el: {"node": w.node, "frames": self.frames_taken.get(el, 0), **w.info}
                  for el, w in self.workers.items()}
-        return RunReport("plan", n, w, thr, latency_stats(latencies[w:]), util,
-                         dict(self.plan.predicted), complete=complete,
-                         notes={"wall_s": wall, "window_s": window, "engine": "ray",
-                                "ray_version": self.ray.__version__, "workers": nodes})
+        return stream_report(done_at, latencies, warmup, busy, t_start, complete,
+                             self.plan.predicted, engine="ray", ray_version=self.ray.__version__,
+                             workers=nodes)
 
     def close(self) -> None:
         ray = self.ray
@@ -511,45 +498,23 @@ class RayPipeline:
                 ray.kill(w.handle, no_restart=True)
 
 
-def run_plan_ray(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmup: int = 50,
-                 input_spec: str = "random", check: str = "first", check_frames: int = 8,
-                 trace_path: str | Path | None = None, stall_timeout: float = 30.0,
-                 progress: Callable[[str], None] | None = None,
-                 on_frame: Callable[[int], None] | None = None, address: str | None = None,
-                 runtime_env: dict | None = None, max_inflight: int | None = None) -> RunReport:
-    """`run_plan` on Ray: the same arguments and report, plus `address` of the Ray cluster
-    (None: the connection this process has, else a new local Ray instance), `runtime_env` for
-    the workers, and `max_inflight` frames (default: see `default_inflight`)."""
-    from .api import load_plan_model, make_source
-    from .check import check_outputs
-
-    if check not in ("first", "all", "none"):
-        raise InputError(f"--check {check!r}: use first, all or none")
-    if frames < 2:
-        raise InputError("--frames must be at least 2")
+def run_on_ray(plan: Plan, graph: CnnGraph, source: Callable[[int], dict], frames: int,
+               warmup: int, keep: Callable[[int], bool], stall_timeout: float,
+               progress: Callable[[str], None] | None, on_frame: Callable[[int], None] | None,
+               trace: bool, address: str | None, runtime_env: dict | None,
+               max_inflight: int | None) -> tuple[RunReport, dict, list[tuple]]:
+    """`run_plan(..., engine="ray")`: the report, the kept outputs and the trace events. Ray:
+    the connection this process has, else `address`, else a new local instance."""
     laned = {e: k for e, k in plan.mapping.lanes.items() if k > 1}
     if laned:  # its workers hold one runner per phase: a plan's lanes must not silently vanish
         e, k = next(iter(laned.items()))
         raise InputError(f"the Ray engine runs one lane per GPU, and the plan gives element "
                          f"{e!r} {k} lanes; run it locally, or map again for Ray")
-    import_ray()
-    graph = graph or load_plan_model(plan)
-    source, _ = make_source(graph, input_spec)
-    keep = {"first": lambda f: f < check_frames, "all": lambda f: True,
-            "none": lambda f: False}[check]
     with ray_session(address):
-        pipe = RayPipeline(plan, graph, runtime_env, progress, trace=trace_path is not None)
+        pipe = RayPipeline(plan, graph, runtime_env, progress, trace=trace)
         try:
-            report, kept = pipe.run(source, frames, min(warmup, frames // 4), keep, stall_timeout,
-                                    on_frame, max_inflight)
-            events = pipe.events() if trace_path is not None else []
+            report, kept = pipe.run(source, frames, warmup, keep, stall_timeout, on_frame,
+                                    max_inflight)
+            return report, kept, pipe.events() if trace else []
         finally:
             pipe.close()
-    if kept:
-        report.max_abs_error = check_outputs(graph, plan.app, kept, source)
-        report.checked_frames = len(kept)
-    if trace_path is not None and events:
-        from .trace import write_trace
-
-        write_trace(trace_path, events, min(e[4] for e in events))
-    return report

@@ -44,3 +44,17 @@ class RunReport:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+def stream_report(done_at: list[float], latencies: list[float], warmup: int,
+                  busy: dict[str, float], t_start: float, complete: bool,
+                  predicted: dict[str, Any], **notes: Any) -> RunReport:
+    """A plan's run, from when each frame was done and its latency: the steady rate after
+    `warmup` frames, latency percentiles, and each element's busy share of the wall time."""
+    n = len(done_at)
+    thr, window, w = steady_throughput(done_at, warmup)
+    wall = (done_at[-1] - t_start) if n else 0.0
+    util = {el: min(1.0, b / wall) for el, b in busy.items()} if wall > 0 else {}
+    return RunReport("plan", n, w, thr, latency_stats(latencies[w:]), util, dict(predicted),
+                     complete=complete, notes={"wall_s": wall, "window_s": window, **notes})
+

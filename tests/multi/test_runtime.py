@@ -8,8 +8,7 @@ from hetflow.mapping.mapping import Mapping
 from hetflow.multi.multiplan import MultiPlan, make_multiplan
 from hetflow.multi.problem import MultiProblem
 from hetflow.multi.run import run_multiplan
-from hetflow.multi.element import Element
-from hetflow.multi.runtime import make_app
+from hetflow.multi.element import Element, make_app
 from hetflow.multi.search import MultiSearchResult, evaluate_joint, search_multi
 from hetflow.platform.spec import ProcessingElement
 

@@ -1,14 +1,15 @@
 """The Ray engine on a local three-node Ray cluster (ray.cluster_utils.Cluster): plans across
 nodes give the reference outputs in order, workers land on their nodes, a killed worker stops the
-run naming its element and node; without Ray, `run_plan_ray` says how to get it. (The firing
-order the driver submits is `runtime.schedule.firings`, tested in test_schedule.py.)"""
+run naming its element and node; without Ray, `run_plan(engine="ray")` says how to get it. (The
+firing order the driver submits is `runtime.schedule.firings`, tested in test_schedule.py.)"""
 import sys
 
 import pytest
 
 from hetflow.errors import InputError, RuntimeFault
 from hetflow.model.synthetic import random_cnn_graph
-from hetflow.runtime.ray_engine import RAY_MISSING, run_plan_ray
+from hetflow.runtime.api import run_plan
+from hetflow.runtime.ray_engine import RAY_MISSING
 
 NODES = ("n0", "n1", "n2")
 GRAPHS = {s: random_cnn_graph(16, s) for s in range(4)}
@@ -20,7 +21,7 @@ def test_without_ray_says_how_to_get_it(plan_for, monkeypatch):
     graph = GRAPHS[0]
     plan = plan_for(graph, {l.name: "pe0" for l in graph.layers})
     with pytest.raises(InputError, match=r"--engine ray needs Ray: pip install 'hetflow\[ray\]'"):
-        run_plan_ray(plan, graph, frames=4)
+        run_plan(plan, graph, engine="ray", frames=4)
     assert RAY_MISSING == "--engine ray needs Ray: pip install 'hetflow[ray]'"
 
 
@@ -64,8 +65,8 @@ def test_plan_across_nodes_equals_reference_in_order(cluster, plan_for, tmp_path
     assignment = {l: stage[min(2, 3 * i // len(names))] for i, l in enumerate(names)}
     plan = plan_for(graph, assignment, dispatch={"n1:pe1|n2:pe2": [0, 1, 0]})
     plan.mapping.dispatch_mode = "static"
-    report = run_plan_ray(plan, graph, frames=14, warmup=2, check="all", stall_timeout=60,
-                          trace_path=tmp_path / "trace.json")
+    report = run_plan(plan, graph, engine="ray", frames=14, warmup=2, check="all",
+                      stall_timeout=60, trace_path=tmp_path / "trace.json")
     assert report.frames == 14 and report.checked_frames == 14
     assert report.max_abs_error < 1e-4
     ids = node_ids(ray)
@@ -92,7 +93,8 @@ def test_dynamic_dispatch_gives_every_frame_to_one_member_in_order(cluster, plan
     assignment = {l: stage[min(2, 3 * i // len(names))] for i, l in enumerate(names)}
     plan = plan_for(graph, assignment)
     assert plan.mapping.dispatch_mode == "dynamic"
-    report = run_plan_ray(plan, graph, frames=16, warmup=2, check="all", stall_timeout=60)
+    report = run_plan(plan, graph, engine="ray", frames=16, warmup=2, check="all",
+                      stall_timeout=60)
     assert report.checked_frames == 16 and report.max_abs_error < 1e-4
     taken = {el: w["frames"] for el, w in report.notes["workers"].items()}
     assert taken["n1:pe1"] + taken["n2:pe2"] == 16 and taken["n2:pe3"] + taken["n0:pe4"] == 16
@@ -113,8 +115,8 @@ def test_killing_a_worker_stops_the_run_naming_element_and_node(cluster, plan_fo
             ray.kill(ray.get_actor(victim[0]))
 
     with pytest.raises(RuntimeFault, match=r"element n1:pe1 on node n1 .*was lost"):
-        run_plan_ray(plan, graph, frames=400, warmup=0, check="none", stall_timeout=60,
-                     on_frame=kill_at_frame_3)
+        run_plan(plan, graph, engine="ray", frames=400, warmup=0, check="none",
+                 stall_timeout=60, on_frame=kill_at_frame_3)
 
 
 def test_a_worker_that_cannot_start_is_named(cluster, plan_for):
@@ -126,7 +128,7 @@ def test_a_worker_that_cannot_start_is_named(cluster, plan_for):
     with pytest.raises(RuntimeFault, match=r"^element n2:pe0 \(node n2\): its Ray worker failed "
                        r"to start: element n2:pe0 \(node n2\): cannot prepare "
                        r".*no hetflow backend"):
-        run_plan_ray(plan, graph, frames=4)
+        run_plan(plan, graph, engine="ray", frames=4)
 
 
 def test_a_failing_phase_stops_the_run_naming_element_node_stage_and_layers(cluster, plan_for):
@@ -157,7 +159,7 @@ def test_element_on_a_missing_node_is_refused_by_name(cluster, plan_for):
     graph = GRAPHS[0]
     plan = plan_for(graph, {l.name: "n9:pe0" for l in graph.layers})
     with pytest.raises(InputError, match=r"element n9:pe0: .*'hetflow_node_n9'"):
-        run_plan_ray(plan, graph, frames=4)
+        run_plan(plan, graph, engine="ray", frames=4)
 
 
 def test_detect_cluster_names_nodes_and_measures_links(cluster):
@@ -203,4 +205,4 @@ def test_a_plan_with_gpu_lanes_is_refused_naming_the_element(plan_for):
     plan.mapping.lanes = {"pe0": 4}
     with pytest.raises(InputError, match="the Ray engine runs one lane per GPU, and the plan "
                                          "gives element 'pe0' 4 lanes"):
-        run_plan_ray(plan, graph, frames=4)
+        run_plan(plan, graph, engine="ray", frames=4)

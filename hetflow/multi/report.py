@@ -1,0 +1,84 @@
+"""What a multi-CNN run reports, from every element's `Element.results()`: per application the
+response times from release, the deadlines missed, the split into running and waiting, and the
+reference check; per element its utilisation and dispatch delay. Both engines build it here."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hetflow.runtime.report import RunReport, latency_stats
+
+from .multiplan import AppEntry, MultiPlan
+
+
+@dataclass
+class MultiRunReport:
+    apps: list[RunReport]  # one per application: latency = response times from release
+    utilisation: dict[str, float]
+    wall_s: float
+    complete: bool = True
+    dispatch_s: dict[str, float] = field(default_factory=dict)  # element -> mean start delay
+    engine: str = "threads"
+    realtime: bool | None = None  # asked for: whether every element process got SCHED_FIFO
+
+    def to_dict(self) -> dict:
+        return {"apps": [a.to_dict() for a in self.apps], "utilisation": self.utilisation,
+                "wall_s": self.wall_s, "complete": self.complete,
+                "dispatch_s": self.dispatch_s, "engine": self.engine,
+                "realtime": self.realtime}
+
+
+def app_report(entry: AppEntry, index: int, responses: list[float], done_at: list[float],
+               late_releases: int, peak_in_flight: int, kept: dict, warmup: int,
+               complete: bool, graph, seed: int, execs: list[float] | None = None) -> RunReport:
+    """One application's report: response times of the frames after `warmup`, the deadlines
+    they missed, and the reference check of the kept frames (inputs from the same seeded
+    source as the run). `execs`: per frame, the seconds its firings ran; the report splits
+    each response into that and waiting (late release, blocking, queueing), which says whether
+    a long response came from a slow firing or from the schedule."""
+    from hetflow.runtime.check import check_outputs
+    from hetflow.runtime.inputs import random_source
+
+    resp = responses[warmup:]
+    done = done_at[warmup:]
+    thr = (len(done) - 1) / (done[-1] - done[0]) if len(done) >= 2 else float("nan")
+    missed = int(np.sum(np.asarray(resp) > entry.period)) if entry.period > 0 else 0
+    r = RunReport(entry.name, len(resp), min(warmup, len(responses)), thr, latency_stats(resp),
+                  {}, dict(entry.predicted), complete=complete,
+                  notes={"period_s": entry.period, "priority": entry.priority,
+                         "missed": missed, "late_releases": late_releases,
+                         "peak_in_flight": peak_in_flight})
+    r.predicted.pop("tasks", None)
+    if execs is not None and len(execs) == len(responses):
+        ex = np.asarray(execs[warmup:], dtype=float)
+        r.notes["exec_s"] = latency_stats(ex)
+        r.notes["wait_s"] = latency_stats(np.asarray(resp, dtype=float) - ex)
+    if kept:
+        src = random_source(graph, seed + index)
+        r.max_abs_error = check_outputs(graph, entry.plan.app, kept, src)
+        r.checked_frames = len(kept)
+    return r
+
+
+def multi_report(mp: MultiPlan, graphs: dict, results: dict[str, dict], wall: float,
+                 complete: bool, warmup: int, seed: int, trace_path, engine: str,
+                 realtime: bool | None) -> MultiRunReport:
+    """The run's report from every element's `Element.results()`, its trace written."""
+    reports = []
+    for i, entry in enumerate(mp.apps):
+        parts = [r["apps"][entry.name] for r in results.values() if entry.name in r["apps"]]
+        d = next(p for p in parts if p["collector"])
+        reports.append(app_report(entry, i, d["responses"], d["done_at"],
+                                  sum(p["late_releases"] for p in parts),
+                                  max(p["peak_in_flight"] for p in parts), d["kept"], warmup,
+                                  complete, graphs[entry.name], seed, d["execs"]))
+    util = {el: min(1.0, r["busy"] / wall) for el, r in results.items()} if wall > 0 else {}
+    dispatch = {el: r["dispatch"][0] / r["dispatch"][1] for el, r in results.items()
+                if r["dispatch"][1]}
+    events = [ev for r in results.values() for ev in r["events"]]
+    if trace_path is not None and events:
+        from hetflow.runtime.trace import write_trace
+
+        write_trace(trace_path, events, min(ev[4] for ev in events))
+    return MultiRunReport(reports, util, wall, complete, dispatch, engine, realtime)
