@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -200,6 +200,9 @@ def bench_model(model: str, platform, settings: BenchSettings,
         # (element, its phases) of every member of every actor of the plan
         placed = [(e, ps) for a, ps in plan.app.phases.items() for e in group_members(a)]
         a_priori = dict(plan.predicted)  # from the profile, before this plan's stages ran
+        # the search's problem stays as profiled: a plan's re-timed stages refine that plan's
+        # figure only, never the next strategy's a priori prediction of the same design
+        refined = problem
         if settings.refine:
             # time the plan's phases as whole sub-networks and predict again with those times
             groups = [(e, p.layers) for e, ps in placed for p in ps]
@@ -207,24 +210,26 @@ def bench_model(model: str, platform, settings: BenchSettings,
             # the fresh measurement wins, the profile's whole-model time included: a profile
             # taken earlier (or cached from a busier moment) can be far off; on the GPU machine
             # the two samples of one core's whole model differed by up to 38% minutes apart
-            problem.subnet_times.update({(e, k): v["median"] for e, st in prof.subnet_times.items()
-                                         for k, v in st.items()})
+            fresh = {(e, k): v["median"] for e, st in prof.subnet_times.items()
+                     for k, v in st.items()}
+            loaded_times: dict = {}
             if settings.under_load:
                 from hetflow.profile.under_load import time_stages_together
 
                 work = [(problem.element(e), [p.layers for p in ps]) for e, ps in placed]
                 loaded = time_stages_together(graph, work, settings.under_load_seconds)
                 # one lane was timed; a GPU with several keeps its curve measured under load
-                problem.loaded_times = {k: v["median"] for k, v in loaded.items()
-                                        if plan.mapping.lanes_of(k[0]) == 1}
-            metrics = evaluate(problem, plan.mapping)
-            plan = make_plan(problem, plan.mapping, metrics, plan.strategy, platform.name,
+                loaded_times = {k: v["median"] for k, v in loaded.items()
+                                if plan.mapping.lanes_of(k[0]) == 1}
+            refined = replace(problem, subnet_times={**problem.subnet_times, **fresh},
+                              loaded_times=loaded_times)
+            metrics = evaluate(refined, plan.mapping)
+            plan = make_plan(refined, plan.mapping, metrics, plan.strategy, platform.name,
                              plan.search, True)
         plans[label] = plan
-        stage_s = {f"{p.actor}:{p.index}@{e}": problem.actor_time(p.layers, e)
+        stage_s = {f"{p.actor}:{p.index}@{e}": refined.actor_time(p.layers, e)
                    for e, ps in placed for p in ps}
         basis.setdefault("plan_stage_s", {})[label] = stage_s
-        problem.loaded_times = {}  # this plan's load; the next search must not see it
         basis.setdefault("whole_model_in_problem_s", {}).update(
             {e: t for e, t in ((e, problem.subnet_times.get((e, whole))) for e in
                                problem.element_index) if t is not None})

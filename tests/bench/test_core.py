@@ -33,3 +33,34 @@ def test_bench_of_a_small_model_end_to_end(tmp_path, monkeypatch):
     assert (tmp_path / "rep" / f"{mb.model}.single.plan.json").exists()
     basis = mb.notes["prediction_basis"]
     assert set(basis["plan_stage_s"]) >= {"pipeline", "single"}
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+def test_each_search_sees_the_profile_not_the_previous_plans_re_timing(tmp_path, monkeypatch):
+    """Every strategy's a priori prediction rests on the same profile: re-timing one plan's
+    stages (refine, under load) must not leak into the problem the next search reads, or one
+    design gets a different "prediction" from each strategy, made from its own re-timed
+    stages. Spy on what each search is given."""
+    import hetflow.mapping.planner as planner
+    from hetflow.model.synthetic import random_cnn_model
+    from hetflow.platform import CpuCluster, Platform
+
+    seen = []
+    real = planner.search_candidates
+
+    def spy(problem, *args, **kwargs):
+        seen.append((dict(problem.subnet_times), dict(problem.loaded_times)))
+        return real(problem, *args, **kwargs)
+
+    monkeypatch.setattr(planner, "search_candidates", spy)
+    monkeypatch.setenv("HETFLOW_CACHE", str(tmp_path / "cache"))
+    model = tmp_path / "small.onnx"
+    onnx.save(random_cnn_model(10, 7), model)
+    cores = tuple(sorted(os.sched_getaffinity(0)))[:2]
+    settings = BenchSettings(frames=30, warmup=5, plan_seconds=0.1, pilot_seconds=0.05,
+                             baseline_seconds=0.2, profile_repeats=3, pilot_candidates=1)
+    assert settings.refine and settings.under_load  # the re-timing this test is about
+    bench_model(str(model), Platform("two", (CpuCluster("cpu", cores),)), settings)
+    assert len(seen) == 3  # pipeline, single, balanced
+    assert all(s == seen[0] for s in seen[1:])
+    assert seen[0][1] == {}  # no plan's load in a search
