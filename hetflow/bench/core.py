@@ -78,6 +78,8 @@ def get_profile(graph, platform, repeats: int, log: Callable[[str], None]):
     t0 = time.perf_counter()
     prof = profile_model(graph, platform, elements=needed, repeats=repeats, progress=False)
     prof.save(path)
+    log("profiled: " + ", ".join(f"{k} {v:.1f} s" for k, v in
+                                 prof.meta.get("phase_seconds", {}).items()))
     return prof, time.perf_counter() - t0
 
 
@@ -111,6 +113,19 @@ def _row(name: str, kind: str, r: RunReport, predicted: float | None = None,
 def bench_model(model: str, platform, settings: BenchSettings,
                 log: Callable[[str], None] = lambda s: None, report_dir: Path | None = None
                 ) -> ModelBench:
+    """Profile (or reuse the cached profile), run the baselines, search, pilot and run each
+    plan kind. Runners (sessions, CUDA graphs) are built once per model and reused by every
+    measurement that runs the same layers on the same element."""
+    from hetflow.backends.reuse import reusing_runners
+
+    with reusing_runners() as runners:
+        mb = _bench_model(model, platform, settings, log, report_dir)
+        mb.notes["runners"] = {"built": runners.built, "reused": runners.reused}
+    return mb
+
+
+def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[str], None],
+                 report_dir: Path | None) -> ModelBench:
     from hetflow.mapping.from_profile import problem_from_profile
     from hetflow.errors import InfeasibleError
     from hetflow.mapping.mapping import describe_design, group_members
@@ -123,6 +138,15 @@ def bench_model(model: str, platform, settings: BenchSettings,
     from hetflow.runtime.baselines import measure_parallel, measure_single
     from hetflow.runtime.inputs import random_source
     from hetflow.runtime.pilot import choose_by_pilot, frames_for
+
+    t_start = time.perf_counter()
+    timeline: list[list] = []  # [seconds since the start, what began then]: where time went
+    outer_log = log
+
+    def log(msg: str) -> None:
+        t = time.perf_counter() - t_start
+        timeline.append([round(t, 2), msg])
+        outer_log(f"[{t:5.1f} s] {msg}")
 
     graph = resolve_model(model, fuse=True)
     prof, prof_s = get_profile(graph, platform, settings.profile_repeats, log)
@@ -262,7 +286,8 @@ def bench_model(model: str, platform, settings: BenchSettings,
         row["p99_vs_parallel"] = row["latency_p99"] / par.latency["p99"]
     return ModelBench(graph.name, platform.name, rows, prof_s,
                       {"layers": len(graph.layers), "parallel_elements": [e.name for e in parallel],
-                       "prediction_basis": basis})
+                       "prediction_basis": basis,
+                       "seconds": round(time.perf_counter() - t_start, 2), "timeline": timeline})
 
 
 def contention_factors(prof, problem, parallel_report) -> dict[str, float]:

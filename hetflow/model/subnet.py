@@ -12,7 +12,8 @@ model outputs. Both are listed in a fixed order (first use, node order).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 import numpy as np
@@ -22,6 +23,7 @@ from hetflow.errors import InputError, ModelError
 from hetflow.model.graph import CnnGraph
 
 _KEY_MAX = 200  # longer keys are hashed
+CUT_CACHE_BYTES = 1 << 30  # weights held by an extractor's recent cuts, at most
 
 
 def subnet_key(layers: Iterable[str]) -> str:
@@ -39,17 +41,19 @@ class Subnet:
     model: onnx.ModelProto
     inputs: list[str]
     outputs: list[str]
-    _bytes: bytes | None = field(default=None, repr=False, compare=False)
+    # the serialized model, shared by the copies `extract` hands out of one cut
+    _memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def key(self) -> str:
         return subnet_key(self.layers)
 
     def serialized(self) -> bytes:
-        """The model's bytes (cached: backends need them, and serialising is not free)."""
-        if self._bytes is None:
-            self._bytes = self.model.SerializeToString()
-        return self._bytes
+        """The model's bytes (cached: backends need them, and serialising is slow: vgg19's
+        548 MB take 2.5-5 s)."""
+        if "bytes" not in self._memo:
+            self._memo["bytes"] = self.model.SerializeToString()
+        return self._memo["bytes"]
 
 
 class SubnetExtractor:
@@ -74,6 +78,9 @@ class SubnetExtractor:
                 if t:
                     self.consumers.setdefault(t, set()).add(n.name)
         self.layer_nodes = {l.name: (l.nodes or (l.name,)) for l in graph.layers}
+        # recent cuts, least recently used first, within CUT_CACHE_BYTES of weights: a bench
+        # cuts the same stage (the whole model above all) for every copy and run
+        self.cuts: OrderedDict[tuple, tuple[Subnet, int]] = OrderedDict()
         for lname, ns in self.layer_nodes.items():
             for n in ns:
                 if n not in self.node_pos:
@@ -82,8 +89,21 @@ class SubnetExtractor:
 
     def extract(self, layers: Iterable[str], name: str | None = None,
                 check_convex: bool = True) -> Subnet:
-        index = self.graph.layer_index
         wanted = list(dict.fromkeys(layers))
+        key = (tuple(sorted(wanted)), check_convex)
+        hit = self.cuts.get(key)
+        if hit is None:
+            sub = self._extract(wanted, check_convex)
+            size = sum(self.graph.layer(l).param_bytes for l in sub.layers)
+            self.cuts[key] = hit = (sub, size)
+            while sum(s for _, s in self.cuts.values()) > CUT_CACHE_BYTES and len(self.cuts) > 1:
+                self.cuts.popitem(last=False)
+        self.cuts.move_to_end(key)
+        sub = hit[0]
+        return sub if name is None or name == sub.name else replace(sub, name=name)
+
+    def _extract(self, wanted: list[str], check_convex: bool) -> Subnet:
+        index = self.graph.layer_index
         if not wanted:
             raise InputError(f"{self.graph.name}: a sub-network needs at least one layer")
         for l in wanted:
@@ -117,7 +137,7 @@ class SubnetExtractor:
         sub.functions.extend(self.model.functions)
         sub.producer_name = "hetflow.subnet"
         g = sub.graph
-        g.name = name or f"{self.graph.name}[{wanted[0]}..{wanted[-1]}]"
+        g.name = f"{self.graph.name}[{wanted[0]}..{wanted[-1]}]"
         g.node.extend(nodes)
         g.initializer.extend(self.inits[t] for t in inits)
         g.input.extend(self._value_info(t) for t in inputs)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from hetflow.backends import backend_for, pin_current_thread
+from hetflow.backends.reuse import release, runners_for
 from hetflow.backends.together import run_together
 from hetflow.model.subnet import extract_subnet
 
@@ -147,14 +148,13 @@ def measure_lanes(graph: "CnnGraph", element: "ProcessingElement",
                             seconds, warmup)
             out[str(k)].update(alone=r["firing"], alone_fps=r["fps"], host=r["host"])
         if busy_elements:
-            busy = [backend_for(e).prepare(sub, e) for e in busy_elements]
+            busy = [runners_for(graph, whole, e)[0] for e in busy_elements]
             for k in counts:
                 r = _time_lanes(f"{element.name} with {k} lanes beside busy copies", lanes[:k],
                                 element, feeds, busy, feeds, seconds, 1)
                 out[str(k)].update(busy=r["firing"], busy_fps=r["fps"], busy_host=r["host"])
     finally:
-        for r in [*lanes, *busy]:
-            getattr(r, "close", lambda: None)()
+        release([*lanes, *busy])
     return out
 
 

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from hetflow.backends import backend_for, pinned
+from hetflow.backends.reuse import release, runners_for
 from hetflow.errors import BackendError, InputError
 from hetflow.model.subnet import Subnet, extract_subnet, subnet_key
 from hetflow.platform.configs import distinct_elements
@@ -214,8 +215,11 @@ def _measure_layers(graph: "CnnGraph", element: ProcessingElement, method: str, 
     task.total(len(graph.layers) + 1)
     runners = [(l.name, backend.prepare(extract_subnet(graph, [l.name]), element, **backend_opts))
                for l in graph.layers]
-    whole = backend.prepare(extract_subnet(graph, [l.name for l in graph.layers],
-                                           name=f"{graph.name}[all]"), element, **backend_opts)
+    everything = [l.name for l in graph.layers]
+    whole = (runners_for(graph, everything, element, name=f"{graph.name}[all]")[0]
+             if not backend_opts else
+             backend.prepare(extract_subnet(graph, everything, name=f"{graph.name}[all]"),
+                             element, **backend_opts))
     caller = runners[0][1].caller_cores if runners else element.cores[:1]
     freqs: list[float] = []
     try:
@@ -256,9 +260,7 @@ def _measure_layers(graph: "CnnGraph", element: ProcessingElement, method: str, 
             if f:
                 freqs.append(f)
     finally:
-        for _, r in runners:
-            r.close()
-        whole.close()
+        release([*(r for _, r in runners), whole])
     # floor at 0.1 us: a layer never costs nothing, and zero times break rate computations
     layer_stats = {n: stats([max(x - overhead, 1e-7) for x in t]) for n, t in times.items()}
     return layer_stats, stats(whole_times), float(np.mean(freqs)) if freqs else None, overhead
@@ -338,11 +340,14 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
 
     groups = distinct_elements(measurable)
     overheads: dict[str, float] = {}  # per-call cost taken off each layer time
+    phase_s: dict[str, float] = {}  # where the profiling time went
     with _Progress(progress) as bar:
         for rep, members in groups.items():
             task = bar.task(f"{rep.name} ({len(graph.layers)} layers)")
+            t0 = time.perf_counter()
             layers, whole, freq, overhead = _measure_layers(graph, rep, method, repeats, warmup,
                                                             backend_opts or {}, task)
+            phase_s[f"layers@{rep.name}"] = round(time.perf_counter() - t0, 2)
             if overhead:
                 overheads.update({e.name: overhead for e in members})
             for e in members:
@@ -350,10 +355,13 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
                 prof.whole_model[e.name] = dict(whole)
                 prof.elements[e.name] = _element_info(e, rep.name)
                 prof.cpu_freq_mhz[e.name] = freq
+        t0 = time.perf_counter()
         if lanes:
             _measure_lanes(prof, graph, platform, measurable, bar)
+        t1 = time.perf_counter()
         if comm:
             _measure_comm(prof, measurable, comm_sizes, comm_repeats, bar)
+        phase_s.update(lanes=round(t1 - t0, 2), comm=round(time.perf_counter() - t1, 2))
     _derived_accelerators(prof, graph, platform, wanted)
     if dvfs_calibration:
         _calibrate_dvfs(prof, platform, measurable)
@@ -364,6 +372,7 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
     if skipped:
         prof.meta.setdefault("skipped", {}).update(skipped)
     prof.meta["seconds"] = round(time.perf_counter() - started, 2)
+    prof.meta["phase_seconds"] = phase_s
     return prof
 
 
@@ -489,13 +498,14 @@ def profile_subnets(graph: "CnnGraph", platform: "Platform", groups: Iterable,
         task = bar.task("sub-networks", len(work))
         for rep, layers, members in work.values():
             sub: Subnet = extract_subnet(graph, layers)
-            runner = backend_for(rep).prepare(sub, rep, **(backend_opts or {}))
+            runner = (backend_for(rep).prepare(sub, rep, **backend_opts) if backend_opts
+                      else runners_for(graph, layers, rep)[0])
             try:
                 with pinned(runner.caller_cores) if runner.caller_cores else nullcontext():
                     times = time_runner(runner, random_feeds(graph, sub.inputs), repeats, warmup,
                                         end_to_end=end_to_end)
             finally:
-                runner.close()
+                release([runner])
             st = stats(times)
             for e in members:
                 profile.subnet_times.setdefault(e.name, {})[sub.key] = dict(st)

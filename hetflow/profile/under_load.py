@@ -13,7 +13,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Sequence
 
-from hetflow.backends import backend_for, caller_cores_of, pin_current_thread
+from hetflow.backends import caller_cores_of, pin_current_thread
+from hetflow.backends.reuse import release, runners_for
 from hetflow.model.subnet import extract_subnet
 
 from .measure import random_feeds, stats
@@ -37,14 +38,12 @@ def time_stages_together(graph: "CnnGraph",
             mine = []
             for layers in stages:
                 sub = extract_subnet(graph, list(layers), name=f"load@{element.name}")
-                mine.append((sub.key, backend_for(element).prepare(sub, element),
+                mine.append((sub.key, runners_for(graph, layers, element)[0],
                              random_feeds(graph, sub.inputs)))
             runners.append(mine)
         return _run_together(work, runners, seconds, warmup, min_samples, max_seconds)
     finally:
-        for mine in runners:
-            for _, r, _ in mine:
-                getattr(r, "close", lambda: None)()
+        release(r for mine in runners for _, r, _ in mine)
 
 
 def _run_together(work, runners, seconds, warmup, min_samples, max_seconds):

@@ -23,12 +23,10 @@ from .report import RunReport, latency_stats
 
 
 def _whole_model_runners(graph: CnnGraph, element: ProcessingElement, lanes: int = 1) -> list:
-    from hetflow.backends import backend_for
-    from hetflow.model.subnet import extract_subnet
+    from hetflow.backends.reuse import runners_for
 
-    sub = extract_subnet(graph, [l.name for l in graph.layers], name=f"whole@{element.name}")
-    backend = backend_for(element)
-    return backend.prepare_lanes(sub, element, lanes) if lanes > 1 else [backend.prepare(sub, element)]
+    return runners_for(graph, [l.name for l in graph.layers], element, lanes,
+                       name=f"whole@{element.name}")
 
 
 def measure_single(graph: CnnGraph, element: ProcessingElement, inputs: Callable[[int], dict],
@@ -46,6 +44,7 @@ def measure_parallel(graph: CnnGraph, elements: list[ProcessingElement],
     """All copies run at once; throughput counts frames completed by all of them in the window
     after every copy finished its warm-up. `lanes`: copies per element (GPU lanes), default 1."""
     from hetflow.backends import pin_current_thread
+    from hetflow.backends.reuse import release
     from hetflow.backends.together import run_together
 
     lanes = lanes or {}
@@ -54,8 +53,7 @@ def measure_parallel(graph: CnnGraph, elements: list[ProcessingElement],
         for e in elements:
             workers += [(e, r) for r in _whole_model_runners(graph, e, lanes.get(e.name, 1))]
     except BaseException:
-        for _, r in workers:
-            getattr(r, "close", lambda: None)()
+        release(r for _, r in workers)
         raise
     runners = [r for _, r in workers]
     next_frame = iter(range(10 ** 12))
@@ -81,8 +79,7 @@ def measure_parallel(graph: CnnGraph, elements: list[ProcessingElement],
         t_start = run_together(f"{name} baseline", [e.name for e, _ in workers], prepare, step,
                                None if seconds is None else (lambda elapsed: elapsed >= seconds))
     finally:
-        for r in runners:
-            getattr(r, "close", lambda: None)()
+        release(runners)
     t_end = max((r[-1][1] for r in records if r), default=time.perf_counter())
     wall = t_end - t_start
     done = sum(len(r) for r in records)

@@ -153,17 +153,15 @@ class PreparedPlan:
             self.more_lanes[(element, phase)][lane - 1]
 
     def close(self) -> None:
-        for r in [*self.runners.values(), *(x for rs in self.more_lanes.values() for x in rs)]:
-            close = getattr(r, "close", None)
-            if close:
-                close()
+        from hetflow.backends.reuse import release
+
+        release([*self.runners.values(), *(x for rs in self.more_lanes.values() for x in rs)])
 
 
 def prepare(plan: Plan, graph: CnnGraph, progress: Callable[[str], None] | None = None,
             only: set[str] | None = None) -> PreparedPlan:
     """Sessions for every (element, phase) of `plan` (on the elements in `only`, if given)."""
-    from hetflow.backends import backend_for
-    from hetflow.model.subnet import extract_subnet
+    from hetflow.backends.reuse import runners_for
 
     runners, more = {}, {}
     pp = PreparedPlan(plan, graph, runners, more)
@@ -171,16 +169,13 @@ def prepare(plan: Plan, graph: CnnGraph, progress: Callable[[str], None] | None 
         for actor, phases in plan.app.phases.items():
             members = [el for el in group_members(actor) if only is None or el in only]
             for ph in phases if members else ():
-                sub = extract_subnet(graph, ph.layers, name=f"{actor}#{ph.index}")
                 for el in members:
                     element = plan.elements[el]
                     k = plan.mapping.lanes_of(el)
                     if progress:
                         progress(f"preparing {actor} phase {ph.index} on {el}"
                                  + (f" ({k} lanes)" if k > 1 else ""))
-                    backend = backend_for(element)
-                    lanes = (backend.prepare_lanes(sub, element, k) if k > 1
-                             else [backend.prepare(sub, element)])
+                    lanes = runners_for(graph, ph.layers, element, k, name=f"{actor}#{ph.index}")
                     runners[(el, ph.index)], more[(el, ph.index)] = lanes[0], lanes[1:]
     except BaseException:
         pp.close()

@@ -122,9 +122,9 @@ class ElementWorker:
         self.runners = {}
         for ph in self.phases:
             model = onnx.load_from_string(subnets[ph.index])
-            sub = Subnet(model.graph.name, tuple(ph.layers), model,
+            sub = Subnet(f"{actor}#{ph.index}", tuple(ph.layers), model,
                          [i.name for i in model.graph.input], [o.name for o in model.graph.output],
-                         subnets[ph.index])
+                         {"bytes": subnets[ph.index]})
             try:
                 self.runners[ph.index] = backend_for(self.element).prepare(sub, self.element)
             except Exception as e:

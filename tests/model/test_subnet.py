@@ -176,3 +176,27 @@ def test_model_local_functions_travel_with_the_subnet(tmp_path):
     a = np.array([[-1.0, 0.0, 1.0, 2.0]], np.float32)
     got = session(sub.serialized(), False).run(sub.outputs, {"a": a})[0]
     np.testing.assert_allclose(got, a / (1 + np.exp(-a)), rtol=1e-6)
+
+
+def test_a_cut_is_made_once_and_its_bytes_serialized_once(diamond):
+    a = extract_subnet(diamond, ["B", "C"], name="first")
+    b = extract_subnet(diamond, ["C", "B"], name="second")  # the same set, another order
+    assert (a.name, b.name) == ("first", "second") and a.layers == b.layers
+    assert b.model is a.model and a.serialized() is b.serialized()
+    other = extract_subnet(diamond, ["B"])
+    assert other.model is not a.model
+
+
+def test_the_cut_cache_keeps_recent_cuts_within_its_byte_bound(diamond, monkeypatch):
+    import hetflow.model.subnet as subnet
+
+    monkeypatch.setattr(subnet, "CUT_CACHE_BYTES", -1)  # room for the newest cut only
+    first = extract_subnet(diamond, ["B"])
+    extract_subnet(diamond, ["C"])
+    assert extract_subnet(diamond, ["C"]).model is extract_subnet(diamond, ["C"]).model
+    again = extract_subnet(diamond, ["B"])
+    assert again.model is not first.model  # evicted, cut anew
+    feeds = {t: np.ones(diamond.tensors[t].shape, np.float32) for t in first.inputs}
+    np.testing.assert_array_equal(  # and the same computation
+        ort.InferenceSession(again.serialized()).run(None, feeds)[0],
+        ort.InferenceSession(first.serialized()).run(None, feeds)[0])

@@ -1,0 +1,170 @@
+"""Runners built once and reused inside a scope.
+
+Building a runner is the slow part of a short measurement: an ONNX Runtime session of a large
+CNN takes seconds to create (and holds the GIL while it does, so sessions cannot be built in
+parallel threads), and the GPU backend converts the model and captures a CUDA graph per lane.
+A bench builds the same runners again and again: the parallel baseline's whole-model copy on
+each core, then each pilot, the plan's re-timing and its run. Inside `reusing_runners()`,
+`runners_for` hands back the runners built earlier for the same model, layers and element
+(GPU lanes from one pool per element: k lanes are the pool's first k) and `release` keeps them;
+they are closed when the scope ends, or earlier, least recently used first, when the models
+they hold exceed the scope's byte budget. Outside a scope `runners_for` builds fresh runners
+and `release` closes them.
+
+A runner is used by one run at a time: callers release what they took before the next run.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Iterable, Iterator
+
+from .registry import backend_for
+
+if TYPE_CHECKING:
+    from hetflow.model.graph import CnnGraph
+    from hetflow.platform.spec import ProcessingElement
+
+    from .base import Runner
+
+
+class _Scope:
+    def __init__(self, max_bytes: int | None):
+        self.max_bytes = max_bytes
+        self.pools: OrderedDict[tuple, list] = OrderedDict()  # least recently used first
+        self.bytes: dict[tuple, int] = {}
+        self.in_use: dict[int, int] = {}  # id(runner) -> how many callers hold it
+        self.owned: set[int] = set()
+        self.lock = threading.Lock()
+        self.built = self.reused = 0
+
+    def take(self, key: tuple, build, count: int) -> list:
+        with self.lock:
+            pool = self.pools.setdefault(key, [])
+            self.pools.move_to_end(key)
+            missing = count - len(pool)
+            self.reused += min(count, len(pool))
+        if missing > 0:
+            fresh, nbytes = build(len(pool), missing)
+            with self.lock:
+                pool += fresh
+                self.owned.update(id(r) for r in fresh)
+                self.bytes[key] = self.bytes.get(key, 0) + nbytes
+                self.built += len(fresh)
+        with self.lock:
+            got = pool[:count]
+            for r in got:
+                self.in_use[id(r)] = self.in_use.get(id(r), 0) + 1
+            self._evict()
+        return got
+
+    def release(self, runners: Iterable) -> list:
+        """The runners this scope does not own (the caller closes them)."""
+        foreign = []
+        with self.lock:
+            for r in runners:
+                if id(r) in self.owned:
+                    n = self.in_use.get(id(r), 0) - 1
+                    if n > 0:
+                        self.in_use[id(r)] = n
+                    else:
+                        self.in_use.pop(id(r), None)
+                else:
+                    foreign.append(r)
+            self._evict()
+        return foreign
+
+    def _evict(self) -> None:
+        if self.max_bytes is None:
+            return
+        for key in list(self.pools):
+            if sum(self.bytes.values()) <= self.max_bytes:
+                return
+            pool = self.pools[key]
+            if any(id(r) in self.in_use for r in pool):
+                continue
+            del self.pools[key]
+            self.bytes.pop(key, None)
+            for r in pool:
+                self.owned.discard(id(r))
+                _close(r)
+
+    def close(self) -> None:
+        with self.lock:
+            pools, self.pools = list(self.pools.values()), OrderedDict()
+            self.bytes.clear()
+            self.owned.clear()
+            self.in_use.clear()
+        for pool in pools:
+            for r in pool:
+                _close(r)
+
+
+_scope: _Scope | None = None
+
+
+def _close(runner) -> None:
+    close = getattr(runner, "close", None)
+    if close is not None:
+        close()
+
+
+def _default_budget() -> int | None:
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil is a dependency
+        return None
+    return int(0.25 * psutil.virtual_memory().total)
+
+
+@contextmanager
+def reusing_runners(max_bytes: int | None = -1) -> Iterator[_Scope]:
+    """Reuse runners inside the block (nested blocks share the outer one). `max_bytes`: the
+    serialized size of the models the kept runners hold, at most (-1: a quarter of this
+    machine's memory; None: no bound)."""
+    global _scope
+    if _scope is not None:
+        yield _scope
+        return
+    _scope = _Scope(_default_budget() if max_bytes == -1 else max_bytes)
+    try:
+        yield _scope
+    finally:
+        scope, _scope = _scope, None
+        scope.close()
+
+
+def runners_for(graph: "CnnGraph", layers: Iterable[str], element: "ProcessingElement",
+                lanes: int = 1, name: str | None = None) -> list["Runner"]:
+    """`lanes` runners of `layers` of `graph` on `element` (one, unless a GPU runs lanes);
+    give them back with `release`."""
+    from hetflow.model.subnet import extract_subnet, subnet_key
+
+    layers = list(layers)
+    backend = backend_for(element)
+
+    def build(have: int, k: int) -> tuple[list, int]:
+        sub = extract_subnet(graph, layers, name=name)
+        made = ([backend.prepare(sub, element)] if k == 1 and have == 0
+                else list(backend.prepare_lanes(sub, element, k)))
+        return made, sub.model.ByteSize()
+
+    if _scope is None:
+        return build(0, lanes)[0]
+    return _scope.take((graph.model_hash, subnet_key(layers), element), build, lanes)
+
+
+def release(runners: Iterable) -> None:
+    """Give back runners from `runners_for` (or any runners): kept if the current scope owns
+    them, closed otherwise. Closes them all even if one fails, then raises the first error."""
+    runners = list(runners)
+    foreign = runners if _scope is None else _scope.release(runners)
+    first: BaseException | None = None
+    for r in foreign:
+        try:
+            _close(r)
+        except Exception as e:  # noqa: BLE001 - close the rest, report the first
+            first = first or e
+    if first is not None:
+        raise first

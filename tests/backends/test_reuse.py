@@ -1,0 +1,145 @@
+"""Runner reuse: one build per (model, layers, element) inside a scope, nothing closed while a
+caller holds it, everything closed when the scope ends; outside a scope, fresh runners."""
+import os
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given, settings, strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+from hetflow.backends import register_backend, registered_backends
+from hetflow.backends.ort_cpu import OrtCpuBackend
+from hetflow.backends.reuse import release, reusing_runners, runners_for
+from hetflow.model import load_model
+from hetflow.platform import ProcessingElement
+
+NAME = "reuse_test"
+CORE = min(os.sched_getaffinity(0))
+
+
+class Recording(OrtCpuBackend):
+    """ONNX Runtime runners that remember being built and closed."""
+
+    name = NAME
+    built: list = []
+    lane_calls: list = []
+
+    def prepare(self, subnet, element, **opts):
+        r = super().prepare(subnet, element, **opts)
+        r.closed = False
+        inner_close = r.close
+
+        def close():
+            assert not r.closed, "closed twice"
+            r.closed = True
+            inner_close()
+
+        r.close = close
+        Recording.built.append(r)
+        return r
+
+    def prepare_lanes(self, subnet, element, lanes, **opts):
+        Recording.lane_calls.append(lanes)
+        return super().prepare_lanes(subnet, element, lanes, **opts)
+
+
+if NAME not in registered_backends():
+    register_backend(NAME, Recording)
+
+
+def element(i: int) -> ProcessingElement:
+    return ProcessingElement(f"e{i}", "cpu", (CORE,), cluster="cpu", backend=NAME)
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["y"], name="relu")]
+    g = helper.make_graph(nodes, "tiny",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+                          [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = tmp_path_factory.mktemp("m") / "tiny.onnx"
+    onnx.save(m, path)
+    return load_model(path, fuse=False)
+
+
+@pytest.fixture(autouse=True)
+def fresh_records():
+    Recording.built.clear()
+    Recording.lane_calls.clear()
+
+
+def test_outside_a_scope_every_call_builds_and_release_closes(graph):
+    a = runners_for(graph, ["conv"], element(0))
+    b = runners_for(graph, ["conv"], element(0))
+    assert a[0] is not b[0] and len(Recording.built) == 2
+    release([*a, *b])
+    assert all(r.closed for r in Recording.built)
+
+
+def test_inside_a_scope_the_same_layers_on_the_same_element_are_built_once(graph):
+    x = np.ones((1, 4, 8, 8), np.float32)
+    with reusing_runners() as scope:
+        a = runners_for(graph, ["conv", "relu"], element(0))
+        want = a[0].run({"x": x})["y"]
+        release(a)
+        b = runners_for(graph, ["conv", "relu"], element(0))
+        c = runners_for(graph, ["conv"], element(0))  # other layers: another runner
+        d = runners_for(graph, ["conv", "relu"], element(1))  # another element: another
+        assert b[0] is a[0] and c[0] is not a[0] and d[0] is not a[0]
+        np.testing.assert_array_equal(b[0].run({"x": x})["y"], want)
+        release([*b, *c, *d])
+        assert not any(r.closed for r in Recording.built)
+        assert (scope.built, scope.reused) == (3, 1)
+    assert len(Recording.built) == 3 and all(r.closed for r in Recording.built)
+
+
+def test_lanes_come_from_one_pool_per_element(graph):
+    with reusing_runners():
+        one = runners_for(graph, ["conv"], element(0), lanes=1)
+        three = runners_for(graph, ["conv"], element(0), lanes=3)
+        two = runners_for(graph, ["conv"], element(0), lanes=2)
+        assert three[0] is one[0] and two == three[:2] and len(set(map(id, three))) == 3
+        assert Recording.lane_calls == [2]  # the pool grew once, by the two lanes it lacked
+        release([*one, *three, *two])
+
+
+def test_a_nested_scope_is_the_outer_one(graph):
+    with reusing_runners() as outer:
+        with reusing_runners() as inner:
+            r = runners_for(graph, ["conv"], element(0))
+            release(r)
+        assert inner is outer and not r[0].closed
+    assert r[0].closed
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["take", "release"]), st.integers(0, 3)),
+                max_size=25),
+       st.integers(0, 3))
+def test_a_bounded_scope_never_closes_what_a_caller_holds(graph, ops, keep):
+    """Random takes and releases over four keys with room for about `keep` models: a runner
+    handed out is open until released; released ones may be closed (evicted) but are never
+    handed out again once closed; the scope's end closes every runner exactly once."""
+    Recording.built.clear()
+    size = len(graph.onnx.SerializeToString())
+    held: dict[int, list] = {}
+    with reusing_runners(max_bytes=keep * size):
+        for op, k in ops:
+            if op == "take" and k not in held:
+                got = runners_for(graph, ["conv"], element(k))
+                assert not got[0].closed
+                held[k] = got
+            elif op == "release" and k in held:
+                release(held.pop(k))
+            for rs in held.values():
+                assert not rs[0].closed
+        for rs in held.values():
+            release(rs)
+    assert all(r.closed for r in Recording.built)  # and none twice (the close asserts it)
