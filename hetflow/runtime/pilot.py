@@ -17,11 +17,18 @@ from hetflow.model.graph import CnnGraph
 from .report import RunReport
 
 
-def frames_for(plan: Plan, seconds: float, at_least: int, at_most: int = 20000) -> int:
-    """Frames for a run of about `seconds` at the plan's predicted rate: a fixed count is over
-    before a slow member's first frame comes back when a GPU beside it runs 2,000 frames/s."""
+def frames_for(plan: Plan, seconds: float, at_least: int, at_most: int = 20000,
+               firings: float = 4.0) -> int:
+    """Frames for a run of about `seconds` at the plan's predicted rate, and at least long
+    enough for `firings` frames' predicted latency: a fixed count is over before a slow
+    member's first frame comes back when a GPU beside it runs 2,000 frames/s, and a run
+    shorter than a few of a slow member's firings measures the bursts that its in-order
+    release lets out (vgg19 with single-core CPU members piloted at 2,600 frames/s for a
+    design that runs 700)."""
     thr = plan.predicted.get("throughput") or 0.0
-    return int(min(at_most, max(at_least, thr * seconds if thr == thr else 0)))
+    lat = plan.predicted.get("latency") or 0.0
+    span = max(seconds, firings * lat if lat == lat else 0.0)
+    return int(min(at_most, max(at_least, thr * span if thr == thr else 0)))
 
 
 def choose_by_pilot(candidates: list[tuple[Plan, Any]], graph: CnnGraph | None,

@@ -99,3 +99,14 @@ def test_a_uniform_group_under_load_costs_its_members_mean(factory):
     assert p.actor_time(layers, "cpu1") == 6e-3  # asked per member: that member's
     m = Mapping({l: "cpu0|cpu1" for l in layers})
     assert evaluate(p, m).throughput == pytest.approx(2 / (5e-3 + p.call_overhead))
+
+
+def test_a_gpu_whole_model_costs_its_one_lane_firing_from_the_lane_table(factory):
+    p = factory.problem(4, factory.elements(1, 1))
+    whole = subnet_key(l.name for l in p.graph.layers)
+    prof = SimpleNamespace(subnet_times={},
+                           whole_model={"cpu0": {"median": 5e-3}, "gpu0": {"median": 3e-3}},
+                           gpu_lanes={"gpu0": {"1": {"alone": {"median": 1.6e-3}},
+                                               "8": {"alone": {"median": 2.4e-3}}}})
+    got = measured_subnets(p.graph, prof, p.elements)
+    assert got == {("cpu0", whole): 5e-3, ("gpu0", whole): 1.6e-3}

@@ -99,3 +99,10 @@ def test_the_summary_names_the_choice_and_the_rest():
         "chose d|e (predicted 7.0 fps, pilot 9.5 fps, p99 100.0 ms) over a + b (predicted 10.0 "
         "fps, pilot 9.0 fps, p99 200.0 ms); c (predicted 8.0 fps, pilot error: boom)")
 
+
+
+def test_a_run_lasts_a_few_of_the_slowest_frames_latency():
+    slow = _Plan("a", 700.0)
+    slow.predicted["latency"] = 0.5  # single-core members beside a fast GPU
+    assert frames_for(slow, 0.4, 60) == 1400  # 4 latencies at the predicted rate, not 0.4 s
+    assert frames_for(_Plan("a", 700.0), 0.4, 60) == 280  # a short latency: `seconds` rules
