@@ -18,7 +18,10 @@ def run_together(what: str, names: list[str], prepare: Callable[[int], None],
     start time (perf_counter); raises RuntimeFault "`what`: element X: error" for the first
     element that failed."""
     errors: list[str] = []
-    barrier = threading.Barrier(len(names) + 1)
+    started: list[float] = []
+    # the start is taken as the barrier opens, before any worker steps: taken after, by this
+    # thread, it came after every frame of a short run on a busy machine (a negative rate)
+    barrier = threading.Barrier(len(names) + 1, action=lambda: started.append(time.perf_counter()))
     stop = threading.Event()
 
     def worker(i: int) -> None:
@@ -37,7 +40,7 @@ def run_together(what: str, names: list[str], prepare: Callable[[int], None],
     for t in threads:
         t.start()
     barrier.wait()
-    t_start = time.perf_counter()
+    t_start = started[0]
     if done is not None:
         while not errors and not done(time.perf_counter() - t_start):
             time.sleep(poll)
