@@ -31,3 +31,22 @@ def test_lane_table_has_every_count_alone_and_busy_and_curves_follow():
     alone, busy_curve = slowdown_curves(table)
     assert alone[1] == 1.0 and set(alone) == set(busy_curve) == {1, 2, 4}
     assert alone[4] == pytest.approx(table["4"]["alone"]["median"] / table["1"]["alone"]["median"])
+
+
+def test_two_passes_keep_each_counts_faster_run_and_go_up_then_down():
+    from hetflow.profile.lanes import _two_passes
+
+    calls = []
+    slowed = {(8, 0)}  # the first run of 8 lanes is disturbed
+
+    def run(k, seconds):
+        n = sum(1 for c, _ in calls if c == k)
+        calls.append((k, seconds))
+        t = k * 1e-3 * (3.0 if (k, n) in slowed else 1.0)
+        return {"firing": {"median": t}, "fps": k / t, "host": {}}
+
+    got = _two_passes((1, 2, 4, 8), run, 1.0)
+    assert [k for k, _ in calls] == [1, 2, 4, 8, 8, 4, 2, 1]
+    assert all(sec == 0.5 for _, sec in calls)  # the same time in all
+    assert {k: r["firing"]["median"] for k, r in got.items()} == {1: 1e-3, 2: 2e-3, 4: 4e-3,
+                                                                   8: 8e-3}
