@@ -11,6 +11,8 @@ from typing import Any, Callable
 from hetflow.errors import HetflowError
 from hetflow.runtime.report import RunReport
 
+from .budget import MINIMUMS, Budget, BudgetError, Facts, summary as budget_summary
+
 
 @dataclass
 class BenchSettings:
@@ -35,6 +37,10 @@ class BenchSettings:
     # `pilot_seconds` each and keep the one that measured best (1: trust the prediction)
     pilot_candidates: int = 3
     pilot_seconds: float = 0.4
+    # wall-clock seconds one bench_model call may take (None: no limit): it shortens the
+    # measurements, then skips the least important parts, to fit (bench/budget.py); the CLI's
+    # --budget gives each model an equal share of what is left
+    budget_seconds: float | None = None
 
 
 @dataclass
@@ -55,10 +61,20 @@ def cache_dir() -> Path:
 
 def get_profile(graph, platform, repeats: int, log: Callable[[str], None]):
     """Reuse a cached profile made for this model and platform; else measure and cache it."""
-    from hetflow.profile import profile_model
+    prof = cached_profile(graph, platform, log)
+    return (prof, 0.0) if prof is not None else measure_profile(graph, platform, repeats, log)
+
+
+def _profile_path(graph, platform) -> Path:
+    return (cache_dir() / "profiles" /
+            f"{graph.name}-{graph.model_hash[:12]}-{platform.platform_hash[:12]}.json")
+
+
+def cached_profile(graph, platform, log: Callable[[str], None]):
+    """The cached profile made for this model and platform, or None."""
     from hetflow.profile.profile import Profile
 
-    path = cache_dir() / "profiles" / f"{graph.name}-{graph.model_hash[:12]}-{platform.platform_hash[:12]}.json"
+    path = _profile_path(graph, platform)
     if path.exists():
         try:
             prof = Profile.load(path)
@@ -67,12 +83,24 @@ def get_profile(graph, platform, repeats: int, log: Callable[[str], None]):
                     and e.name in prof.layer_times]
             if all(g in prof.gpu_lanes for g in gpus):  # else made before lanes were measured
                 log(f"reusing profile {path}")
-                return prof, 0.0
+                return prof
         except HetflowError:
             pass
+    return None
+
+
+def profiled_elements(platform) -> list:
     from hetflow.mapping.from_profile import searched_elements
 
-    needed = [e for e in searched_elements(platform) if e.backend != "none"]
+    return [e for e in searched_elements(platform) if e.backend != "none"]
+
+
+def measure_profile(graph, platform, repeats: int, log: Callable[[str], None]):
+    """Measure the profile of this model on this platform and cache it: (profile, seconds)."""
+    from hetflow.profile import profile_model
+
+    path = _profile_path(graph, platform)
+    needed = profiled_elements(platform)
     log(f"profiling {graph.name} on {platform.name} ({len(graph.layers)} layers, "
         f"{len(needed)} elements)")
     t0 = time.perf_counter()
@@ -133,6 +161,7 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
     from hetflow.mapping.problem import evaluate
     from hetflow.model import resolve_model
     from hetflow.model.subnet import subnet_key
+    from hetflow.platform.configs import distinct_elements
     from hetflow.profile import profile_subnets
     from hetflow.runtime.api import run_plan
     from hetflow.runtime.baselines import measure_parallel, measure_single
@@ -148,40 +177,79 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
         timeline.append([round(t, 2), msg])
         outer_log(f"[{t:5.1f} s] {msg}")
 
+    budget = (Budget(settings.budget_seconds, {k: getattr(settings, k) for k in MINIMUMS}, log)
+              if settings.budget_seconds is not None else None)
+    kinds = list(settings.strategies) + (["balanced"] if settings.balanced_latency_share
+                                         is not None else [])
     graph = resolve_model(model, fuse=True)
-    prof, prof_s = get_profile(graph, platform, settings.profile_repeats, log)
+    singles, parallel = baseline_elements(platform)
+    prof, prof_s, repeats = cached_profile(graph, platform, log), 0.0, settings.profile_repeats
+    needed = profiled_elements(platform) if budget is not None and prof is None else []
+    if budget is not None and needed:
+        gpus = sum(e.kind == "gpu" for e in needed)
+        # the profile's cost, estimated from one frame on its slowest element (the runner is
+        # kept for the profile and the baselines)
+        build_s, frame_s = probe(graph, min(needed, key=lambda e: (e.kind != "cpu",
+                                                                  len(e.cores))))
+        got = budget.decide("the profile", Facts(
+            frame_s, len(parallel) / frame_s, kinds, profile=True, baselines=True,
+            elements=len(distinct_elements(needed)), gpus=gpus, build_s=build_s,
+            references=gpus + (gpus > 0), pilots=settings.pilot_candidates,
+            refine=settings.refine))
+        if not got.ok:
+            raise too_small(budget, graph.name, "its profile and baselines", got)
+        repeats = int(budget.settings(got, "profile_repeats")["profile_repeats"])
+    if prof is None:
+        prof, prof_s = measure_profile(graph, platform, repeats, log)
     problem = problem_from_profile(graph, prof, platform, settings.capacity)
     source = random_source(graph)
     rows = []
 
-    singles, parallel = baseline_elements(platform)
     # a GPU runs at the lane count its profile found best (alone for the single element, beside
     # busy CPU copies for the parallel baseline); the one-lane figures stay as reference rows
     solo_lanes = {e.name: problem.best_lanes(e.name, busy=False) for e in singles
                   if e.name in problem.lane_slowdown}
     par_lanes = {e.name: problem.best_lanes(e.name, busy=True) for e in parallel
                  if e.name in problem.lane_slowdown}
+    references = sum(k > 1 for k in solo_lanes.values()) + any(k > 1 for k in par_lanes.values())
+    baseline_s = settings.baseline_seconds
+    alone = {e: st["median"] for e, st in prof.whole_model.items() if e in problem.element_index}
+    frame_s = max(alone.values(), default=0.01)
+    if budget is not None:
+        got = budget.decide("the baselines", Facts(
+            frame_s, sum(1 / alone.get(e.name, frame_s) for e in parallel), kinds,
+            baselines=True, references=references, pilots=settings.pilot_candidates,
+            refine=settings.refine))
+        if not got.ok:
+            what = "its baselines" + (f" (after its profile took {prof_s:.1f} s; the profile "
+                                      f"is cached for the next bench)" if prof_s else "")
+            raise too_small(budget, graph.name, what, got)
+        baseline_s = budget.settings(got, "baseline_seconds")["baseline_seconds"]
+        if references and "reference rows (one lane)" in got.dropped:
+            budget.skip("reference rows (one lane)", "the baselines run at their best lane "
+                        "counts only")
+            references = 0
     single_reports, reference = [], []
     for e in singles:
-        for k in sorted({1, solo_lanes.get(e.name, 1)}):
+        best = solo_lanes.get(e.name, 1)
+        for k in sorted({1, best}) if references else [best]:
             log(f"baseline: whole model on {e.name}" + (f", {k} lanes" if k > 1 else ""))
-            r = measure_single(graph, e, source, warmup=5, seconds=settings.baseline_seconds,
-                               lanes=k)
-            (single_reports if k == solo_lanes.get(e.name, 1) else reference).append(r)
+            r = measure_single(graph, e, source, warmup=5, seconds=baseline_s, lanes=k)
+            (single_reports if k == best else reference).append(r)
     best_single = max(single_reports, key=lambda r: r.throughput)
     rows.append(_row(f"peak single ({best_single.name.split(':', 1)[1]})", "baseline", best_single))
     rows += [_row(f"reference: single {r.name.split(':', 1)[1]}, 1 lane", "reference", r)
              for r in reference]
     log(f"baseline: parallel copies on {', '.join(e.name for e in parallel)}"
         + "".join(f", {e} x{k} lanes" for e, k in par_lanes.items() if k > 1))
-    par = measure_parallel(graph, parallel, source, warmup=5, seconds=settings.baseline_seconds,
+    par = measure_parallel(graph, parallel, source, warmup=5, seconds=baseline_s,
                            lanes=par_lanes)
     rows.append(_row("parallel copies" + "".join(f" ({e} x{k} lanes)" for e, k in
                                                  par_lanes.items() if k > 1), "baseline", par))
-    if any(k > 1 for k in par_lanes.values()):
+    if references and any(k > 1 for k in par_lanes.values()):
         log("reference: parallel copies with one lane per GPU")
-        par1 = measure_parallel(graph, parallel, source, warmup=5,
-                                seconds=settings.baseline_seconds, name="parallel, 1 lane")
+        par1 = measure_parallel(graph, parallel, source, warmup=5, seconds=baseline_s,
+                                name="parallel, 1 lane")
         rows.append(_row("reference: parallel copies, 1 lane per GPU", "reference", par1))
     factors: dict[str, float] = {}
     if settings.contention:
@@ -194,8 +262,7 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
                                for e, c in problem.lane_slowdown.items()},
              "lane_slowdown_busy": {e: {str(k): v for k, v in c.items()}
                                     for e, c in problem.lane_slowdown_busy.items()},
-             "whole_model_alone_s": {e: st["median"] for e, st in prof.whole_model.items()
-                                     if e in problem.element_index},
+             "whole_model_alone_s": alone,
              "parallel_per_element_fps": par.notes.get("per_element_fps", {})}
 
     plans = {}
@@ -206,20 +273,48 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
     whole = subnet_key(l.name for l in graph.layers)
     # mapping key -> pilot run, or the error it ended with (shared by the plan kinds)
     pilots: dict[tuple, RunReport | HetflowError] = {}
-    for label, strategy, options in jobs:
+    search_s = 0.5  # before any search: a guess; then the longest search so far
+    for i, (label, strategy, options) in enumerate(jobs):
+        n_pilots, refine = settings.pilot_candidates, settings.refine
+        repeats = settings.profile_repeats
+        pilot_s, plan_s, under_load_s = (settings.pilot_seconds, settings.plan_seconds,
+                                         settings.under_load_seconds)
+        at_least, warmup = settings.frames, settings.warmup
+        if budget is not None:
+            got = budget.decide(f"plan {label}", Facts(
+                frame_s, par.throughput, kinds[i:], search_s=search_s, pilots=n_pilots,
+                piloted=bool(pilots), refine=refine))
+            if f"plan {label}" in got.dropped:
+                budget.skip(f"plan {label}", "no time left for it")
+                continue
+            if n_pilots > 1 and f"pilots of {label}" in got.dropped:
+                budget.skip(f"pilots of {label}", "the best predicted design runs unpiloted")
+                n_pilots = 1
+            if refine and f"re-timing of {label}" in got.dropped:
+                budget.skip(f"re-timing of {label}", "its a priori prediction is all it gets")
+                refine = False
+            k = budget.settings(got, "plan_seconds", "frames", "warmup",
+                                *(["pilot_seconds"] if n_pilots > 1 else []),
+                                *(["profile_repeats", "under_load_seconds"] if refine else []))
+            plan_s, at_least, warmup = k["plan_seconds"], int(k["frames"]), int(k["warmup"])
+            pilot_s = k.get("pilot_seconds", pilot_s)
+            repeats = int(k.get("profile_repeats", repeats))
+            under_load_s = k.get("under_load_seconds", under_load_s)
         log(f"searching: {label}")
+        t_search = time.perf_counter()
         try:
             candidates = search_candidates(problem, [strategy] if strategy else
                                            settings.strategies, platform.name,
-                                           settings.pilot_candidates, settings.seed, True,
+                                           n_pilots, settings.seed, True,
                                            options, log, skip_unfit=strategy is None)
         except InfeasibleError as e:
             log(f"{label}: {e}")
             candidates = []
+        search_s = max(search_s if i else 0.0, time.perf_counter() - t_search)
         if not candidates:
             rows.append({"name": f"hetflow {label}", "kind": "plan", "infeasible": True})
             continue
-        plan, result, tried = choose_by_pilot(candidates, graph, settings.pilot_seconds,
+        plan, result, tried = choose_by_pilot(candidates, graph, pilot_s,
                                               options.get("latency_cap"), pilots, log)
         # (element, its phases) of every member of every actor of the plan
         placed = [(e, ps) for a, ps in plan.app.phases.items() for e in group_members(a)]
@@ -227,10 +322,10 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
         # the search's problem stays as profiled: a plan's re-timed stages refine that plan's
         # figure only, never the next strategy's a priori prediction of the same design
         refined = problem
-        if settings.refine:
+        if refine:
             # time the plan's phases as whole sub-networks and predict again with those times
             groups = [(e, p.layers) for e, ps in placed for p in ps]
-            profile_subnets(graph, platform, groups, profile=prof, repeats=settings.profile_repeats)
+            profile_subnets(graph, platform, groups, profile=prof, repeats=repeats)
             # the fresh measurement wins, the profile's whole-model time included: a profile
             # taken earlier (or cached from a busier moment) can be far off; on the GPU machine
             # the two samples of one core's whole model differed by up to 38% minutes apart
@@ -241,7 +336,7 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
                 from hetflow.profile.under_load import time_stages_together
 
                 work = [(problem.element(e), [p.layers for p in ps]) for e, ps in placed]
-                loaded = time_stages_together(graph, work, settings.under_load_seconds)
+                loaded = time_stages_together(graph, work, under_load_s)
                 # one lane was timed; a GPU with several keeps its curve measured under load
                 loaded_times = {k: v["median"] for k, v in loaded.items()
                                 if plan.mapping.lanes_of(k[0]) == 1}
@@ -259,15 +354,15 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
                                problem.element_index) if t is not None})
         log(f"running plan {label}: {describe_design(plan.app.phases, plan.mapping.lanes)}")
         trace = Path(report_dir) / f"{graph.name}.{label}.trace.json" if report_dir else None
-        frames = frames_for(plan, settings.plan_seconds, settings.frames)
-        r = run_plan(plan, graph, frames, max(settings.warmup, frames // 10), check="first",
+        frames = frames_for(plan, plan_s, at_least)
+        r = run_plan(plan, graph, frames, max(warmup, frames // 10), check="first",
                      trace_path=trace)
         rows.append(_row(f"hetflow {label}", "plan", r, a_priori["throughput"],
                          plan.search.get("seconds"), plan))
         rows[-1]["strategy"] = plan.strategy
         rows[-1]["pilots"] = tried
         rows[-1]["predicted_latency"] = a_priori["latency"]
-        if settings.refine:  # after timing this plan's own stages: not a prediction
+        if refine:  # after timing this plan's own stages: not a prediction
             rows[-1]["refined_throughput"] = plan.predicted["throughput"]
             rows[-1]["refined_latency"] = plan.predicted["latency"]
         if report_dir is not None:
@@ -284,10 +379,40 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
         row["vs_parallel"] = row["throughput"] / par_fps
         row["vs_single"] = row["throughput"] / single_fps
         row["p99_vs_parallel"] = row["latency_p99"] / par.latency["p99"]
-    return ModelBench(graph.name, platform.name, rows, prof_s,
-                      {"layers": len(graph.layers), "parallel_elements": [e.name for e in parallel],
-                       "prediction_basis": basis,
-                       "seconds": round(time.perf_counter() - t_start, 2), "timeline": timeline})
+    notes = {"layers": len(graph.layers), "parallel_elements": [e.name for e in parallel],
+             "prediction_basis": basis}
+    if budget is not None:
+        notes["budget"] = budget.notes()
+        log(budget_summary(notes["budget"]))
+    notes.update(seconds=round(time.perf_counter() - t_start, 2), timeline=timeline)
+    return ModelBench(graph.name, platform.name, rows, prof_s, notes)
+
+
+def too_small(budget: Budget, model: str, what: str, got) -> BudgetError:
+    return BudgetError(f"{budget.seconds:.1f} s of budget for {model} is too small: "
+                       f"{max(budget.left(), 0.0):.1f} s were left for {what}, which need about "
+                       f"{got.least_s:.1f} s at the least (estimated)")
+
+
+def probe(graph, element) -> tuple[float, float]:
+    """(seconds to build the whole model's runner on `element`, seconds of one frame there).
+    Inside reusing_runners the runner is kept: the profile and the baselines take it again."""
+    from contextlib import nullcontext
+
+    from hetflow.backends import pinned
+    from hetflow.backends.reuse import release, runners_for
+    from hetflow.profile.measure import random_feeds, time_runner
+
+    t0 = time.perf_counter()
+    runner = runners_for(graph, [l.name for l in graph.layers], element)[0]
+    build_s = time.perf_counter() - t0
+    try:
+        with pinned(runner.caller_cores) if runner.caller_cores else nullcontext():
+            times = time_runner(runner, random_feeds(graph, graph.inputs), 3, 1,
+                                end_to_end=True)
+    finally:
+        release([runner])
+    return build_s, sorted(times)[1]
 
 
 def contention_factors(prof, problem, parallel_report) -> dict[str, float]:

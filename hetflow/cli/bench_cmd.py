@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import signal
+import time
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -11,8 +13,8 @@ from rich.table import Table
 
 from hetflow.io import write_json
 
-from .common import (check_writable, console, err_console, print_json, progress, strategy_list,
-                     strategy_names)
+from .common import (check_writable, console, err_console, positive, print_json, progress,
+                     strategy_list, strategy_names)
 
 
 def print_bench(mb) -> None:
@@ -39,6 +41,10 @@ def print_bench(mb) -> None:
     for r in mb.rows:
         if r.get("pilots"):
             console.print(f"{r['name']}: " + pilot_summary(r["pilots"]), highlight=False)
+    if mb.notes.get("budget"):
+        from hetflow.bench.budget import summary
+
+        console.print(summary(mb.notes["budget"]), highlight=False)
 
 
 def check_models(models: list[str]) -> None:
@@ -101,12 +107,20 @@ def register(app: typer.Typer) -> None:
         pilots: int = typer.Option(3, "--pilots", min=1, help="run the best N designs by "
                                    "prediction briefly and keep the one measured best (1: "
                                    "trust the prediction)"),
+        budget: Optional[float] = typer.Option(
+            None, "--budget", metavar="SECONDS", callback=positive,
+            help="wall-clock seconds for all MODELs together: each model gets an equal share of "
+                 "what is left, its measurements are shortened to fit and, where that is not "
+                 "enough, the one-lane reference rows, pilots, re-timing and then plan kinds are "
+                 "skipped (each said and kept in the results); a model whose profile and "
+                 "baselines cannot fit fails"),
         json_out: bool = typer.Option(False, "--json", help="print the results as JSON"),
         report: Optional[Path] = typer.Option(None, "--report",
                                               help="folder for bench.json, plans, traces and "
                                                    "report.html"),
     ) -> None:
         """Profile, map and run MODELs against the baselines; print one table per model."""
+        started = time.perf_counter()
         from hetflow.bench.core import BenchSettings, bench_model, cache_dir
         from hetflow.errors import HetflowError
         from hetflow.platform import resolve_platform
@@ -115,7 +129,7 @@ def register(app: typer.Typer) -> None:
         check_models(models)
         check_writable(report, folder=True)
         plat = resolve_platform(platform, check_devices=True)
-        s = BenchSettings(strategies=strategies, pilot_candidates=pilots)
+        s = BenchSettings(strategies=strategies, pilot_candidates=pilots, budget_seconds=budget)
         if quick:
             s.frames, s.warmup, s.baseline_seconds, s.profile_repeats = 120, 20, 2.0, 5
             s.plan_seconds = s.under_load_seconds = 1.0
@@ -131,10 +145,14 @@ def register(app: typer.Typer) -> None:
                     "interrupted": interrupted}
 
         with noting_interrupts() as noted:
-            for m in models:
+            for i, m in enumerate(models):
+                ms = s
+                if budget is not None:  # an equal share of what is left
+                    left = budget - (time.perf_counter() - started)
+                    ms = replace(s, budget_seconds=max(0.0, left) / (len(models) - i))
                 try:
                     with progress(f"bench {m}") as log:
-                        mb = bench_model(m, plat, s, log=lambda msg, m=m: log(f"{m}: {msg}"),
+                        mb = bench_model(m, plat, ms, log=lambda msg, m=m: log(f"{m}: {msg}"),
                                          report_dir=report)
                 except HetflowError as e:  # one model's failure is reported; the others run
                     failed[m] = str(e)

@@ -34,6 +34,8 @@ def fake_bench(outcomes: dict):
     (["--strategies", " , "], "name at least one strategy"),
     (["--frames", "1"], "--frames"),
     (["--pilots", "0"], "--pilots"),
+    (["--budget", "0"], "--budget"),
+    (["--budget", "-5"], "--budget"),
 ])
 def test_bad_input_is_refused_before_any_work(hetflow, tmp_path, monkeypatch, args, says):
     monkeypatch.setattr(core, "bench_model", fake_bench({}))  # would raise KeyError if called

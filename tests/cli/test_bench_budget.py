@@ -1,0 +1,72 @@
+"""`hetflow bench --budget`: a tight budget shortens and skips (and says so) and the bench
+still ends with the rows it kept; a budget too small for a model's profile fails that model in
+one line. Real runs of a small random CNN on two cores; no assertion on how long they took
+beyond a generous bound."""
+import json
+import os
+
+import onnx
+import pytest
+
+from hetflow.model.synthetic import random_cnn_model
+
+pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+
+
+@pytest.fixture
+def small(tmp_path, monkeypatch):
+    """(model file, two-core platform file), with the cache in tmp_path."""
+    monkeypatch.setenv("HETFLOW_CACHE", str(tmp_path / "cache"))
+    model = tmp_path / "small.onnx"
+    onnx.save(random_cnn_model(12, 5), model)
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    plat = tmp_path / "two.yaml"
+    plat.write_text(f"name: two\nclusters: [{{name: cpu, cores: {cores}}}]\n")
+    return model, plat
+
+
+def test_a_tight_budget_skips_says_what_and_keeps_the_rows_it_ran(hetflow, small, tmp_path):
+    from hetflow.bench.core import get_profile
+    from hetflow.model import resolve_model
+    from hetflow.platform import resolve_platform
+
+    model, plat = small
+    # the profile is cached first: the budget then holds the baselines and the plans only. At
+    # their least the baselines are estimated 1.6 s (they take over 1 s), the three plan kinds
+    # 7 s (fixed overheads, whatever the machine's speed): 6 s keeps the baselines on a slow
+    # machine and cannot keep every part of the plans on a fast one
+    get_profile(resolve_model(str(model), fuse=True), resolve_platform(str(plat)), 3,
+                lambda msg: None)
+    report = tmp_path / "out"
+    code, out, err = hetflow("bench", model, "-p", plat, "--budget", "6", "--report", report)
+    assert code == 0, err
+    data = json.loads((report / "bench.json").read_text())
+    assert data["settings"]["budget_seconds"] == 6.0 and not data["failed"]
+    mb = data["models"][0]
+    notes = mb["notes"]["budget"]
+    assert 0 < notes["seconds"] <= 6.0
+    assert notes["skipped"] and notes["scaled"]  # shortened, and still some parts skipped
+    assert notes["spent"] < 6.0 + 20  # generous: the point is that it ends
+    names = [r["name"] for r in mb["rows"]]
+    assert names[:2] == ["peak single (cpu0-1)", "parallel copies"]
+    for r in mb["rows"]:
+        assert r.get("infeasible") or r["throughput"] > 0
+        if r["kind"] == "plan" and not r.get("infeasible"):
+            assert r["checked_frames"] == 8  # a kept plan ran checked, if shortened
+    for part in notes["skipped"]:  # a skipped plan kind has no row
+        if part.startswith("plan "):
+            assert f"hetflow {part[5:]}" not in names
+    # said on the way and under the table
+    for part in notes["skipped"]:
+        assert f"budget: skipping {part} (" in err
+    assert "skipped: " + ", ".join(notes["skipped"]) in " ".join(out.split())
+
+
+def test_a_budget_too_small_for_the_profile_fails_the_model_in_one_line(hetflow, small):
+    model, plat = small
+    code, out, err = hetflow("bench", model, "-p", plat, "--budget", "0.01", "--json")
+    assert code == 1 and "Traceback" not in err
+    data = json.loads(out)
+    assert list(data["failed"]) == [str(model)] and data["models"] == []
+    line = next(l for l in err.splitlines() if l.startswith(f"bench {model}: "))
+    assert "of budget for small is too small" in line and "its profile and baselines" in line
