@@ -200,12 +200,14 @@ class Element:
                 self._done_here(a, k)
 
     # ---- firing
-    def fire(self) -> str:
+    def fire(self) -> None:
         _, k, i, ai, ready_at = heapq.heappop(self.ready)
         a = self.by_index[ai]
         f = a.schedule[i]
         fr = a.flow.frames[k]
         feeds = {t: fr.tensors[t] for t in f.inputs}
+        # named while it runs: a firing that raises or hangs is the one a fault or stall names
+        self.what = f"application {a.name}, stage {f.actor} phase {f.phase}, frame {k}"
         t0 = time.perf_counter()
         out = a.runners[(f.actor, f.phase)].run(feeds)
         t1 = time.perf_counter()
@@ -224,7 +226,6 @@ class Element:
             self.inboxes[a.schedule[s].actor].put(("dep", ai, k, s, needs))
         if done:
             self._done_here(a, k)
-        return f"application {a.name}, stage {f.actor} phase {f.phase}, frame {k}"
 
     def _done_here(self, a, k: int) -> None:
         """Every firing of frame k that this element waits for is done."""
@@ -260,7 +261,7 @@ class Element:
                 report()
                 last_report = now
             if self.ready:
-                self.what = self.fire()
+                self.fire()
                 continue
             self.what = "waiting for the next release"
             delay = self.next_release(t0) - time.perf_counter()

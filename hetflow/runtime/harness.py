@@ -18,6 +18,7 @@ from hetflow.errors import RuntimeFault
 
 POLL = 0.05  # s: how often a blocked worker looks at the stop signal
 JOIN = 2.0  # s: how long the engine waits for a stopped worker
+STALLED_JOIN = 0.5  # s: the same after a stall (a worker then waits at most 0.2 s at a time)
 
 
 class Stopped(Exception):
@@ -31,6 +32,7 @@ class Control:
         self.stop = threading.Event()
         self.faults: list[str] = []
         self.waiting: dict[str, str] = {}  # worker -> what it waits on ("running" when not)
+        self.stalled = False  # set by the stall watchdog
 
     def fail(self, message: str) -> None:
         self.faults.append(message)
@@ -70,6 +72,7 @@ def supervise(step: Callable[[], int | None], control: Control, stall_timeout: f
             elif now - last > stall_timeout:
                 why = (describe(done) if describe else
                        f"at frame {done}; {control.waits() or 'every element runs'}")
+                control.stalled = True
                 raise RuntimeFault(f"stall: no frame completed for {stall_timeout:.0f} s {why}")
     except KeyboardInterrupt:
         return False
@@ -77,8 +80,12 @@ def supervise(step: Callable[[], int | None], control: Control, stall_timeout: f
 
 def stop_threads(control: Control, threads: Iterable[threading.Thread],
                  timeout: float = JOIN) -> None:
-    """Signal the stop and wait for the workers (each looks at the signal every POLL)."""
+    """Signal the stop and wait for the workers (each looks at the signal every POLL). After a
+    stall only briefly: a worker still in a stage has then been stuck in it for the whole stall
+    timeout, and waiting for it would only delay the error."""
     control.stop.set()
+    if control.stalled:
+        timeout = min(timeout, STALLED_JOIN)
     deadline = time.perf_counter() + timeout
     for t in threads:
         t.join(timeout=max(0.0, deadline - time.perf_counter()))
