@@ -3,6 +3,9 @@ the same objective and constraints), both solvers, Eq. 5-6 not binding, determin
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +71,26 @@ def test_every_element_used_is_infeasible_with_too_few_layers(factory):
     p = factory.problem(2, factory.elements(3, 1), seed=0)
     with pytest.raises(InfeasibleError, match="uses every element"):
         ilp.search(p, use_all=True)
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "highs"])
+def test_ctrl_c_still_reaches_python_after_a_solve(solver):
+    """A solver may install its own SIGINT handler and leave the default action behind (CP-SAT
+    does unless told not to): the next Ctrl-C, during a run, would then kill the process with
+    nothing reported. In a child process, so that such a kill fails this test only."""
+    code = f"""
+import os, signal, sys, time
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from conftest import make_elements, make_problem
+from hetflow.mapping.strategies import ilp
+ilp.search(make_problem(5, make_elements(2, 1, 0), seed=1), solver={solver!r})
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "KeyboardInterrupt", \
+        f"exit {done.returncode}: {done.stdout[-500:]}{done.stderr[-500:]}"

@@ -115,6 +115,10 @@ class _Model:
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = time_limit
         solver.parameters.num_workers = workers
+        # CP-SAT's own Ctrl-C handler, on by default, leaves SIGINT at the default action when
+        # the solve ends: a later Ctrl-C would then kill the process instead of reaching Python
+        # (a run that is stopped reports what it measured)
+        solver.parameters.catch_sigint_signal = False
         code = solver.Solve(cp)
         status = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "time_limit",
                   cp_model.INFEASIBLE: "infeasible"}.get(code, "unknown")
