@@ -6,6 +6,8 @@ from hypothesis import given, settings
 
 from hetflow.dataflow.analysis import throughput_mcr
 from hetflow.dataflow.analysis.interleave import best_interleaving
+from hetflow.dataflow.analysis.orders import Firing
+from hetflow.dataflow.analysis.repetition import repetition_vector
 from hetflow.dataflow.graphs import Actor, Channel, CsdfGraph
 
 from strategies import csdf_graphs
@@ -47,3 +49,25 @@ def test_the_chosen_orders_are_live_and_never_worse(g):
     for order in best.orders.values():
         offsets = [f.frame_offset for f in order]
         assert offsets == sorted(offsets, reverse=True) and min(offsets) == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(csdf_graphs(mapped=False, max_actors=4))
+def test_an_offset_all_firings_share_changes_nothing(g):
+    """What lets the search keep every order's last offset at 0 (so that the frames ahead it
+    reports are not inflated): the analysis sees only the differences of the offsets along an
+    order, so a shift all firings of a processor share leaves the period as it is."""
+    for a in g.actors:
+        a.processor, a.concurrency = a.name, 1
+    best = best_interleaving(g)
+    orders = {**best.orders}
+    for a in g.actors:  # every processor with several firings, interleaved or not
+        if repetition_vector(g)[a.name] > 1 and a.processor not in orders:
+            orders[a.processor] = tuple(Firing(a.name, i) for i in
+                                        range(repetition_vector(g)[a.name]))
+    base = throughput_mcr(g, orders).period
+    assert base == pytest.approx(best.result.period)
+    for proc, order in orders.items():
+        shifted = {**orders, proc: tuple(Firing(f.actor, f.firing, f.frame_offset + 1)
+                                         for f in order)}
+        assert throughput_mcr(g, shifted).period == pytest.approx(base)
