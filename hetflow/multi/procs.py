@@ -160,13 +160,13 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
         start.value = time.perf_counter() + 0.02
         go.value = 1
 
-        def step() -> int | None:
+        def step() -> dict[str, int] | None:
             if all(n >= target for n in counts.values()):
                 return None
             msg = next_message(0.1)
             if msg is not None and msg[0] == "progress":
                 counts.update(msg[2])
-            return sum(counts.values())
+            return {name: n for name, n in counts.items() if n < target}
 
         def behind(_: int) -> str:
             return "(" + ", ".join(f"{n} {c}/{target}" for n, c in counts.items()) + ")"

@@ -69,12 +69,12 @@ def run_threads(mp: MultiPlan, graphs: dict, frames: int, warmup: int, n_check: 
             except BaseException as e:  # stop everything, naming where it happened
                 control.fail(fault_text(el, lp.what, e))
 
-        def step() -> int | None:
-            done = [len(a.responses) for a in collectors]
-            if min(done) >= target:
+        def step() -> dict[str, int] | None:
+            done = {a.name: len(a.responses) for a in collectors}
+            if min(done.values()) >= target:
                 return None
             time.sleep(POLL / 5)
-            return sum(done)
+            return {name: n for name, n in done.items() if n < target}
 
         def doing(_: int) -> str:
             return "(" + "; ".join(f"{e}: {lp.what}" for e, lp in sorted(loops.items())) + ")"

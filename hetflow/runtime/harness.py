@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from hetflow.errors import RuntimeFault
 
@@ -53,13 +53,17 @@ def fault_text(element: str, where: str, e: BaseException) -> str:
     return f"element {element}, {where}: {type(e).__name__}: {msg}"
 
 
-def supervise(step: Callable[[], int | None], control: Control, stall_timeout: float,
-              describe: Callable[[int], str] | None = None) -> bool:
+def supervise(step: Callable[[], int | Mapping[str, int] | None], control: Control,
+              stall_timeout: float, describe: Callable[[Any], str] | None = None) -> bool:
     """Call `step` until it returns None (the run is complete: True) or Ctrl-C (False). A fault
     or `stall_timeout` seconds without a new frame raises RuntimeFault, its message ending with
-    `describe(frames done)` (default: which frame, and what each worker waits on). `step` paces
-    itself (it waits when there is nothing to do)."""
-    seen, last = -1, time.perf_counter()
+    `describe(what step returned)` (default: which frame, and what each worker waits on).
+    `step` says the frames done, as one count or as a count per application still running:
+    then each must progress (one application hung beside a live one is a stall too, or the
+    live one would keep the run going for ever). `step` paces itself (it waits when there is
+    nothing to do)."""
+    seen: dict[str, int] = {}
+    last: dict[str, float] = {}
     try:
         while True:
             done = step()
@@ -67,13 +71,18 @@ def supervise(step: Callable[[], int | None], control: Control, stall_timeout: f
                 return True
             control.raise_fault()
             now = time.perf_counter()
-            if done != seen:
-                seen, last = done, now
-            elif now - last > stall_timeout:
+            counts = done if isinstance(done, Mapping) else {"": done}
+            for key, n in counts.items():
+                if seen.get(key) != n:
+                    seen[key], last[key] = n, now
+            stalled = sorted(k for k in counts if now - last[k] > stall_timeout)
+            if stalled:
                 why = (describe(done) if describe else
                        f"at frame {done}; {control.waits() or 'every element runs'}")
+                by = f"by {', '.join(stalled)} " if isinstance(done, Mapping) else ""
                 control.stalled = True
-                raise RuntimeFault(f"stall: no frame completed for {stall_timeout:.0f} s {why}")
+                raise RuntimeFault(f"stall: no frame completed for {stall_timeout:.0f} s "
+                                   f"{by}{why}")
     except KeyboardInterrupt:
         return False
 

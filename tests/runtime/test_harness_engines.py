@@ -160,13 +160,14 @@ class MultiEngine(Engine):
         self.e0, self.e1 = (e.name for e in cpu_elements())
         self.broken = self.stage = self.e0
 
+    def mappings(self):
+        """a: e0 -> e1, b: e1 -> e0: a block on e0 holds up both applications."""
+        return [split(self.mp.apps[0], self.e0, self.e1), split(self.mp.apps[1], self.e1, self.e0)]
+
     def run(self, spec, on_running):
         from hetflow.multi.run import run_multiplan
 
-        # a: e0 -> e1, b: e1 -> e0: a block on e0 holds up both applications
-        plan = on_files(plan_of(self.mp, [split(self.mp.apps[0], self.e0, self.e1),
-                                          split(self.mp.apps[1], self.e1, self.e0)]),
-                        self.tmp_path)
+        plan = on_files(plan_of(self.mp, self.mappings()), self.tmp_path)
         if spec:
             self.inject(spec)
 
@@ -184,7 +185,8 @@ class MultiThreadEngine(MultiEngine):
 
     @property
     def waits(self):
-        return rf"\({self.e0}: application \w, stage {self.e0} phase \d, frame \d+; {self.e1}: "
+        return (rf"by [ab](, b)? \({self.e0}: application \w, stage {self.e0} phase \d, "
+                rf"frame \d+; {self.e1}: ")
 
     def inject(self, spec):
         wrap_prepare(self.monkeypatch, self.e0, breaker(*spec))
@@ -192,7 +194,7 @@ class MultiThreadEngine(MultiEngine):
 
 class MultiProcessEngine(MultiEngine):
     kind = "processes"
-    waits = r"\(a \d+/\d+, b \d+/\d+\)"
+    waits = r"by [ab](, b)? \(a \d+/\d+, b \d+/\d+\)"
 
     def inject(self, spec):
         import hetflow.multi.procs as procs
@@ -328,6 +330,32 @@ def test_a_stall_names_what_waits_after_the_stall_timeout(engine, tmp_path):
         assert STALL - 0.3 < stopped - injected_at(marks) < STALL + BOUND, str(err.value)
     finally:
         release.touch()  # a thread blocked in the stage may go now; a process was stopped
+    before.check()
+
+
+@pytest.mark.parametrize("kind", ["multi-thread", "multi-process"])
+def test_one_application_hung_beside_a_live_one_is_a_stall(kind, request, monkeypatch, tmp_path):
+    """a alone on e0, b alone on e1: b keeps completing frames while a's stage blocks; the run
+    must still stop, naming a (counting the frames of both, it ran for ever)."""
+    from hetflow.mapping.mapping import Mapping
+
+    engine = KINDS[kind](request, monkeypatch, tmp_path)
+    engine.mappings = lambda: [Mapping({l.name: on for l in app.graph.layers})
+                               for app, on in zip(engine.mp.apps, (engine.e0, engine.e1))]
+    marks, release = tmp_path / "marks", tmp_path / "release"
+    before = Leftovers()
+    # were the stall missed, the live application would keep the run going: Ctrl-C it after
+    # a while, so that the test fails (the run returns, no RuntimeFault) instead of hanging
+    guard = threading.Timer(30.0, _thread.interrupt_main)
+    guard.start()
+    try:
+        with pytest.raises(RuntimeFault, match=r"^stall: no frame completed for 1 s by a \("):
+            engine.run(("hang", AFTER, str(marks), str(release)), lambda: None)
+        assert time.time() - injected_at(marks) < STALL + BOUND
+    finally:
+        guard.cancel()
+        guard.join()
+        release.touch()
     before.check()
 
 
