@@ -85,9 +85,9 @@ def run_threads(mp: MultiPlan, graphs: dict, frames: int, warmup: int, n_check: 
             progress(f"running {len(mp.apps)} applications")
         with frozen_heap(switch_interval), pinned(control_cores(elements.values())):
             t0 = time.perf_counter() + 0.01
-            for t in threads:
-                t.start()
-            try:
+            try:  # (a Ctrl-C while they start stops those started)
+                for t in threads:
+                    t.start()
                 complete = supervise(step, control, stall_timeout, doing)
             finally:
                 stop_threads(control, threads)

@@ -308,9 +308,9 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     # this thread only releases frames and watches: off the cores of the stages
     with frozen_heap(), pinned(control_cores(plan.elements.values())):
         t_start = time.perf_counter()  # after the heap is frozen (a full collection first)
-        for t in threads:
-            t.start()
-        try:
+        try:  # (a Ctrl-C while they start stops those started)
+            for t in threads:
+                t.start()
             complete = supervise(release, control, stall_timeout)
         finally:
             stop_threads(control, threads)

@@ -97,4 +97,5 @@ def stop_threads(control: Control, threads: Iterable[threading.Thread],
         timeout = min(timeout, STALLED_JOIN)
     deadline = time.perf_counter() + timeout
     for t in threads:
-        t.join(timeout=max(0.0, deadline - time.perf_counter()))
+        if t.ident is not None:  # started
+            t.join(timeout=max(0.0, deadline - time.perf_counter()))

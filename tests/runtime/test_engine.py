@@ -120,6 +120,31 @@ def test_interrupt_returns_partial_report(plan_for):
     assert not report.complete and report.frames == 31 and report.throughput > 0
 
 
+def test_ctrl_c_while_the_workers_start_stops_those_started(plan_for, monkeypatch):
+    import threading
+
+    import hetflow.runtime.engine as engine
+
+    graph = GRAPHS[(8, 0)]
+    plan = plan_for(graph, {l.name: ("pe0" if i < 4 else "pe1") for i, l in
+                            enumerate(graph.layers)})
+    pp = prepare(plan, graph)
+    started: list[threading.Thread] = []
+
+    class SecondStartInterrupted(threading.Thread):
+        def start(self):
+            if started:  # as if Ctrl-C came between the first worker's start and the second's
+                raise KeyboardInterrupt
+            started.append(self)
+            super().start()
+
+    monkeypatch.setattr(engine.threading, "Thread", SecondStartInterrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_prepared(pp, random_source(graph), 10_000)
+    started[0].join(timeout=5)
+    assert not started[0].is_alive()
+
+
 def test_mismatch_names_stage(plan_for, monkeypatch):
     graph = GRAPHS[(8, 1)]
     plan = plan_for(graph, {l.name: "pe0" for l in graph.layers})
