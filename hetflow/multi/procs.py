@@ -16,13 +16,14 @@ import contextlib
 import multiprocessing as mp_
 import queue
 import signal
+import threading
 import time
 from typing import Callable
 
 from hetflow.errors import RuntimeFault
 from hetflow.runtime.harness import Control, fault_text, supervise
 
-from .element import Element, hosts, make_app, prewarm
+from .element import PROGRESS_EVERY, Element, hosts, make_app, prewarm
 from .multiplan import MultiPlan
 from .report import multi_report
 
@@ -77,9 +78,22 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
             while not go.value:  # flags, not multiprocessing Events: a killed waiter would
                 time.sleep(0.001)  # hang an Event's set() (it waits for every sleeper)
             what = "the loop"
-            loop.run(start.value, lambda: bool(stop.value), lambda: out.put((
-                "progress", element, {a.name: len(a.responses) for a in apps
-                                      if loop.collects[a.index]})))
+            ended = threading.Event()
+
+            def report() -> None:  # from a thread: a loop stuck in a stage is still described
+                while not ended.wait(PROGRESS_EVERY):
+                    out.put(("progress", element, (
+                        {a.name: len(a.responses) for a in apps if loop.collects[a.index]},
+                        loop.what)))
+
+            reporter = threading.Thread(target=report, name=f"hetflow-{element}-report",
+                                        daemon=True)
+            reporter.start()
+            try:
+                loop.run(start.value, lambda: bool(stop.value))
+            finally:
+                ended.set()
+                reporter.join()
         out.put(("result", element, {**loop.results(), "realtime": rt}))
     except BaseException as e:  # report where it happened; the parent stops the others
         if what == "the loop":
@@ -122,6 +136,7 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
         on_started(list(procs.values()))
     target = warmup + frames
     counts = {a.name: 0 for a in mp.apps}
+    doing = {el: "not started" for el in procs}  # what each element's loop does, as it said
     results: dict[str, dict] = {}
     t_stop = None
 
@@ -165,11 +180,13 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
                 return None
             msg = next_message(0.1)
             if msg is not None and msg[0] == "progress":
-                counts.update(msg[2])
+                counts.update(msg[2][0])
+                doing[msg[1]] = msg[2][1]
             return {name: n for name, n in counts.items() if n < target}
 
         def behind(_: int) -> str:
-            return "(" + ", ".join(f"{n} {c}/{target}" for n, c in counts.items()) + ")"
+            return ("(" + ", ".join(f"{n} {c}/{target}" for n, c in counts.items()) + "; "
+                    + "; ".join(f"{el}: {what}" for el, what in sorted(doing.items())) + ")")
 
         complete = supervise(step, Control(), stall_timeout, behind)
         t_stop = time.perf_counter()

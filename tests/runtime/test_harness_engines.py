@@ -194,7 +194,10 @@ class MultiThreadEngine(MultiEngine):
 
 class MultiProcessEngine(MultiEngine):
     kind = "processes"
-    waits = r"by [ab](, b)? \(a \d+/\d+, b \d+/\d+\)"
+    @property
+    def waits(self):
+        return (rf"by [ab](, b)? \(a \d+/\d+, b \d+/\d+; {self.e0}: application \w, stage "
+                rf"{self.e0} phase \d, frame \d+; {self.e1}: ")
 
     def inject(self, spec):
         import hetflow.multi.procs as procs
