@@ -135,7 +135,9 @@ def _row(name: str, kind: str, r: RunReport, predicted: float | None = None,
             "design": (describe_design(plan.app.phases, plan.mapping.lanes) if plan is not None
                        else None),
             "lanes": ({e: k for e, k in plan.mapping.lanes.items() if k > 1} if plan is not None
-                      else r.notes.get("lanes", {}))}
+                      else r.notes.get("lanes", {})),
+            **({"interleave": plan.mapping.interleave}
+               if plan is not None and plan.mapping.interleave else {})}
 
 
 def bench_model(model: str, platform, settings: BenchSettings,

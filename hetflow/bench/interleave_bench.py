@@ -10,6 +10,14 @@ that load plus the transfers in and out of the element.
 
 Each model runs with the GPU 20x a core (search_bench's default) and 5x a core (where the greedy
 mapping puts more on the cores).
+
+    python -m hetflow.bench.interleave_bench --measure [--every 4] [--seconds 8] [MODEL ...]
+
+measures instead, on this machine: the model profiled on two of its elements (the first two
+single-core CPUs, or --elements A,B; the profile is bench's, cached), every `--every`-th layer on
+the second and the rest on the first, so each frame leaves the first element and comes back;
+the plan made frame by frame and the plan made with interleaved orders, both predicted before
+they run, then run through the engine with outputs checked.
 """
 from __future__ import annotations
 
@@ -38,7 +46,10 @@ def load_bounds(g) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    models = (sys.argv[1:] if argv is None else argv) or DEFAULT_MODELS
+    argv = sys.argv[1:] if argv is None else argv
+    if "--measure" in argv:
+        return measure_main(argv)
+    models = argv or DEFAULT_MODELS
     for model in models:
         for speedup in (20.0, 5.0):
             problem = synthetic_problem(model, gpu_speedup=speedup)
@@ -70,3 +81,82 @@ def report(model, speedup, kind, problem, mapping) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def measure_main(argv: list[str]) -> None:
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(prog="python -m hetflow.bench.interleave_bench --measure")
+    ap.add_argument("--measure", action="store_true")
+    ap.add_argument("--every", type=int, default=4)
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--elements", default=None, help="two element names, comma-separated")
+    ap.add_argument("--json", default=None, help="write the rows here")
+    ap.add_argument("models", nargs="*", default=["googlenet", "resnet18", "squeezenet1_0"])
+    args = ap.parse_args(argv)
+    rows = [row for model in args.models for row in measure_round_trips(
+        model, args.every, args.seconds, args.elements.split(",") if args.elements else None)]
+    print(f"{'model':14s} {'plan':12s} {'predicted':>10s} {'measured':>10s} {'pred/meas':>9s} "
+          f"{'p50 ms':>8s} {'pred lat ms':>11s} frames ahead")
+    for r in rows:
+        print(f"{r['model']:14s} {r['plan']:12s} {r['predicted']:10.1f} {r['measured']:10.1f} "
+              f"{r['predicted'] / r['measured']:9.2f} {r['latency_p50'] * 1e3:8.1f} "
+              f"{r['predicted_latency'] * 1e3:11.1f} {r['frames_ahead']}")
+    if args.json:
+        from hetflow.io import write_json
+
+        write_json(args.json, {"command": "python -m hetflow.bench.interleave_bench "
+                               + " ".join(argv), "rows": rows})
+    else:
+        print(json.dumps(rows))
+
+
+def measure_round_trips(model: str, every: int, seconds: float,
+                        elements: list[str] | None = None) -> list[dict]:
+    from hetflow.mapping.from_profile import problem_from_profile
+    from hetflow.mapping.interleaving import frames_ahead
+    from hetflow.mapping.planner import make_plan
+    from hetflow.mapping.problem import evaluate
+    from hetflow.model import resolve_model
+    from hetflow.platform.detect import detect_platform
+    from hetflow.runtime.api import run_plan
+
+    from .core import get_profile
+
+    def log(msg: str) -> None:
+        print(f"{model}: {msg}", file=sys.stderr, flush=True)
+
+    graph = resolve_model(model, fuse=True)
+    platform = detect_platform()
+    prof, _ = get_profile(graph, platform, 10, log)
+    problem = problem_from_profile(graph, prof, platform, 2)
+    if elements is None:
+        elements = [e.name for e in problem.elements if e.kind == "cpu" and len(e.cores) == 1][:2]
+    if len(elements) != 2:
+        raise SystemExit(f"need two elements, got {elements}")
+    first, second = elements
+    layers = [l.name for l in graph.layers]
+    mapping = Mapping({l: second if i % every == every - 1 else first
+                       for i, l in enumerate(layers)})
+    plain = evaluate(problem, mapping)
+    rows = []
+    for name, interleave in (("frame order", False), ("interleaved", True)):
+        plan = make_plan(problem, mapping, plain, "round trips", platform.name, fuse=True,
+                         interleave=interleave)
+        thr = plan.predicted["throughput"]
+        frames = max(40, int(seconds * thr))
+        log(f"running {name}: predicted {thr:.1f} frames/s, {frames} frames")
+        r = run_plan(plan, graph, frames, max(4, frames // 10), check="first")
+        g = timed_graph(problem, plan.app, plan.mapping)
+        load, with_transfers = load_bounds(g)
+        rows.append({"model": model, "plan": name, "mapping": f"every {every}th layer on {second}, "
+                     f"the rest on {first}", "phases": {a: len(ps) for a, ps in
+                                                        plan.app.phases.items()},
+                     "predicted": thr, "measured": r.throughput,
+                     "predicted_latency": plan.predicted["latency"],
+                     "latency_p50": r.latency["p50"], "latency_p99": r.latency["p99"],
+                     "checked_frames": r.checked_frames, "max_abs_error": r.max_abs_error,
+                     "frames_ahead": frames_ahead(plan.mapping),
+                     "load_bound": 1 / load, "load_and_transfers_bound": 1 / with_transfers})
+    return rows

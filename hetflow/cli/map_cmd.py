@@ -52,7 +52,9 @@ def print_plan(plan, title: str = "plan") -> None:
     for r in describe_stages(plan):
         elements = [e + (f" x{r['lanes'][e]} lanes" if e in r["lanes"] else "")
                     for e in r["elements"]]
-        t.add_row(r["actor"], ",".join(elements), str(r["phases"]), str(r["layers"]),
+        phases = str(r["phases"]) + (f" (interleaved, up to {r['interleave'][0]} frames ahead)"
+                                     if r.get("interleave") else "")
+        t.add_row(r["actor"], ",".join(elements), phases, str(r["layers"]),
                   f"{r['first']} .. {r['last']}",
                   f"{r['busy_s'] * 1e3:.3f}" if r["busy_s"] is not None else "?",
                   f"{r['utilisation']:.0%}")
@@ -90,6 +92,11 @@ def register(app: typer.Typer) -> None:
         pilots: int = typer.Option(1, "--pilots", min=1,
                                    help="run the best N designs by prediction briefly on this "
                                         "machine and keep the one measured best"),
+        interleave: bool = typer.Option(True, "--interleave/--no-interleave",
+                                        help="let an element whose frames leave and come back "
+                                             "run phases of later frames meanwhile, where the "
+                                             "analysis finds it faster (the ray engine runs "
+                                             "plans made without)"),
     ) -> None:
         """Search a mapping of the model's layers onto the platform's elements; write a plan."""
         from hetflow.mapping.planner import search_plan
@@ -104,7 +111,7 @@ def register(app: typer.Typer) -> None:
             from hetflow.runtime.pilot import choose_by_pilot, pilot_summary
 
             candidates = search_candidates(problem, [strategy], plat.name, pilots, seed, fuse,
-                                           opts)
+                                           opts, interleave=interleave)
             with progress("pilot runs", quiet=json_out) as log:
                 plan, result, tried = choose_by_pilot(candidates, graph,
                                                       latency_cap=opts.get("latency_cap"),
@@ -113,7 +120,8 @@ def register(app: typer.Typer) -> None:
             if tried and not json_out:
                 console.print(pilot_summary(tried), highlight=False)
         else:
-            plan, result = search_plan(problem, strategy, plat.name, seed, fuse, **opts)
+            plan, result = search_plan(problem, strategy, plat.name, seed, fuse, interleave,
+                                       **opts)
         from hetflow.model import parse_input_shapes
 
         # `run` loads the model with the shapes the plan was made for

@@ -43,6 +43,11 @@ class Mapping:
     # patterns, a pure CSDF distributor)
     dispatch_mode: str = "dynamic"
     lanes: dict[str, int] = field(default_factory=dict)  # GPU element -> frames in flight (1)
+    # actor -> frame offset per phase (orders.Firing): in round r the actor fires phase p of
+    # frame r + offset[p], so a processor whose frame leaves between two phases runs the early
+    # phases of later frames meanwhile; offsets never increase and the last is 0. None: frame
+    # by frame
+    interleave: dict[str, list[int]] = field(default_factory=dict)
 
     def lanes_of(self, element: str) -> int:
         return self.lanes.get(element, 1)
@@ -65,19 +70,22 @@ class Mapping:
         groups = sorted(a for a in self.actors if len(group_members(a)) > 1)
         return (tuple(sorted(self.assignment.items())), self.policy, self.dispatch_mode,
                 tuple((a, tuple(self.pattern(a))) for a in groups),
-                tuple(sorted((e, k) for e, k in self.lanes.items() if k != 1)))
+                tuple(sorted((e, k) for e, k in self.lanes.items() if k != 1)),
+                tuple(sorted((a, tuple(o)) for a, o in self.interleave.items() if any(o))))
 
     def to_dict(self) -> dict[str, Any]:
         return {"assignment": self.assignment, "policy": self.policy, "meta": self.meta,
                 "dispatch": self.dispatch, "dispatch_mode": self.dispatch_mode,
-                "lanes": self.lanes}
+                "lanes": self.lanes,
+                **({"interleave": self.interleave} if self.interleave else {})}
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "Mapping":
         return Mapping(dict(d["assignment"]), d.get("policy", "maximal"), d.get("meta", {}),
                        {k: [int(x) for x in v] for k, v in d.get("dispatch", {}).items()},
                        d.get("dispatch_mode", "dynamic"),
-                       {k: int(v) for k, v in d.get("lanes", {}).items()})
+                       {k: int(v) for k, v in d.get("lanes", {}).items()},
+                       {k: [int(x) for x in v] for k, v in d.get("interleave", {}).items()})
 
 
 def weighted_pattern(times: list[float], max_len: int = 64) -> list[int]:

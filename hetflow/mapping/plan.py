@@ -11,6 +11,7 @@ from hetflow.errors import InputError
 from hetflow.model.split import LayerSplit
 from hetflow.platform.spec import ProcessingElement
 
+from .interleaving import check_interleave
 from .mapping import Mapping, group_members
 
 PLAN_VERSION = 1  # plan_schema.PlanFile describes it
@@ -113,6 +114,7 @@ class Plan:
                                  f"{side} of actor {actor!r}"
                                  + (f" phase {index}" if index is not None else "")
                                  + " in app.phases; run `hetflow map` again")
+        check_interleave(m, app, source)
         for actor in [*m.actors, *app.actors, *m.dispatch]:
             for e in group_members(actor):
                 if e not in self.elements:

@@ -36,6 +36,8 @@ class MappingFile(FileModel):
     # how the runtime hands frames to a group's members
     dispatch_mode: Literal["dynamic", "static"] = "dynamic"
     lanes: dict[str, Annotated[int, Field(ge=1)]] = {}  # GPU element -> frames in flight
+    # actor -> frame offset per phase (Mapping.interleave)
+    interleave: dict[str, list[Annotated[int, Field(ge=0)]]] = {}
 
 
 class PhaseFile(FileModel):

@@ -13,12 +13,19 @@ from .strategies.base import SearchResult, check_options, get_strategy
 
 def make_plan(problem: Problem, mapping: Mapping, metrics: Metrics, strategy: str,
               platform_name: str, search: dict | None = None, fuse: bool = False,
-              latency_cap: float | None = None, splits: list | None = None) -> Plan:
-    """The plan of `mapping`; GPU elements get explicit lane counts (`fit_lanes`)."""
+              latency_cap: float | None = None, splits: list | None = None,
+              interleave: bool = True) -> Plan:
+    """The plan of `mapping`; GPU elements get explicit lane counts (`fit_lanes`) and, with
+    `interleave`, actors whose frames leave and come back get frame-interleaved phase orders
+    where the analysis finds them faster (`choose_interleave`)."""
+    from .interleaving import choose_interleave
     from .lanes import check_lanes, fit_lanes
 
     mapping, fitted = fit_lanes(problem, mapping, latency_cap)
     metrics = fitted or metrics
+    if interleave:
+        mapping, chosen = choose_interleave(problem, mapping, latency_cap)
+        metrics = chosen or metrics
     check_lanes(problem, mapping)
     g = problem.graph
     app = build_app(problem, mapping)
@@ -60,7 +67,8 @@ def against_whole_model(problem: Problem, result: SearchResult,
 
 
 def search_plan(problem: Problem, strategy: str, platform_name: str, seed: int = 0,
-                fuse: bool = False, **options) -> tuple[Plan, SearchResult]:
+                fuse: bool = False, interleave: bool = True, **options
+                ) -> tuple[Plan, SearchResult]:
     fn = get_strategy(strategy)
     check_options(strategy, options)
     t0 = time.perf_counter()
@@ -72,14 +80,15 @@ def search_plan(problem: Problem, strategy: str, platform_name: str, seed: int =
                      {"seed": seed, "seconds": round(seconds, 3), "evaluations": result.evaluations,
                       "space_size": result.space_size, **{k: v for k, v in result.notes.items()
                                                           if isinstance(v, (int, float, str))}},
-                     fuse, options.get("latency_cap"), result.splits)
+                     fuse, options.get("latency_cap"), result.splits, interleave)
     return plan, result
 
 
 def search_candidates(problem: Problem, strategies: list[str], platform_name: str,
                       count: int = 3, seed: int = 0, fuse: bool = False,
                       options: dict | None = None, log=lambda msg: None,
-                      skip_unfit: bool | None = None) -> list[tuple[Plan, SearchResult]]:
+                      skip_unfit: bool | None = None, interleave: bool = True
+                      ) -> list[tuple[Plan, SearchResult]]:
     """The best `count` designs by predicted throughput over `strategies` (each strategy's
     front; with a `latency_cap` option, only designs predicted within it), and every strategy's
     own pick, as (plan, search result) pairs, best prediction first. With several strategies, one
@@ -101,7 +110,8 @@ def search_candidates(problem: Problem, strategies: list[str], platform_name: st
             log(f"{name}: takes no {', '.join(lacking)} option; not used for this plan")
             continue
         try:
-            plan, result = search_plan(problem, name, platform_name, seed, fuse, **options)
+            plan, result = search_plan(problem, name, platform_name, seed, fuse, interleave,
+                                       **options)
         except InfeasibleError as e:
             if not skip_unfit:
                 raise
@@ -113,8 +123,9 @@ def search_candidates(problem: Problem, strategies: list[str], platform_name: st
         others = sorted(((mp, m) for mp, m in result.front if mp.key() != plan.mapping.key()
                          and (cap is None or m.latency <= cap)), key=lambda x: -x[1].throughput)
         for mp, m in others[:max(0, count - 1)]:
-            alt = make_plan(problem, mp, m, name, platform_name, dict(plan.search), fuse, cap)
-            found.append((m.throughput, len(found), alt, result))
+            alt = make_plan(problem, mp, m, name, platform_name, dict(plan.search), fuse, cap,
+                            interleave=interleave)
+            found.append((alt.predicted["throughput"], len(found), alt, result))
     found.sort(key=lambda x: (-x[0], x[1]))
     out, seen = [], set()
     for _, _, plan, result in found:
@@ -131,7 +142,7 @@ def search_candidates(problem: Problem, strategies: list[str], platform_name: st
     if single and count > 1:
         _, _, mp, m, p, r = max(single, key=lambda x: (x[0], -x[1]))
         own_picks.append((make_plan(problem, mp, m, p.strategy, platform_name, dict(p.search),
-                                    fuse, cap), r))
+                                    fuse, cap, interleave=interleave), r))
     for plan, result in own_picks:
         if plan.mapping.key() not in seen and count > 1:
             seen.add(plan.mapping.key())
@@ -148,7 +159,8 @@ def describe_stages(plan: Plan, problem: Problem | None = None) -> list[dict]:
         rows.append({"actor": actor, "elements": list(group_members(actor)),
                      "lanes": {e: plan.mapping.lanes_of(e) for e in group_members(actor)
                                if plan.mapping.lanes_of(e) > 1},
-                     "phases": len(phases), "layers": len(layers), "first": layers[0],
+                     "phases": len(phases), "interleave": plan.mapping.interleave.get(actor),
+                     "layers": len(layers), "first": layers[0],
                      "last": layers[-1], "busy_s": stage_times.get(actor),
                      "utilisation": max((util.get(e, 0.0) for e in group_members(actor)), default=0.0)})
     return rows

@@ -306,11 +306,14 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
 def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> Metrics:
     from hetflow.dataflow.analysis import latency, throughput_mcr
 
+    from .interleaving import firing_orders
+
     if problem.contention and len(set(mapping.elements)) == 1 and not problem.loaded_times:
         problem = problem.alone
     app = build_app(problem, mapping)
     g = timed_graph(problem, app, mapping)
-    res = throughput_mcr(g)
+    orders = firing_orders(mapping)
+    res = throughput_mcr(g, orders or None)
     thr = res.throughput
     stage = {a: sum(problem.actor_time(p.layers, a) + problem.call_overhead for p in ps)
              for a, ps in app.phases.items()}
@@ -344,6 +347,6 @@ def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> M
             mem[e] = w + buf
     lat = lat_iso = float("nan")
     if with_latency:
-        lr = latency(timed_graph(problem, app, mapping, for_latency=True))
+        lr = latency(timed_graph(problem, app, mapping, for_latency=True), orders=orders or None)
         lat, lat_iso = lr.steady, lr.isolated
     return Metrics(thr, lat, lat_iso, util, energy, mem, stage, list(res.critical), lanes)

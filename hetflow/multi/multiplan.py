@@ -91,6 +91,12 @@ class MultiPlan:
         apps = [AppEntry(a.name, a.period_s, a.priority,
                          Plan.from_file(a.plan, f"{source} (application {a.name})"), a.predicted)
                 for a in f.apps]
+        for a in apps:
+            if a.plan.mapping.interleave:
+                raise InputError(f"{source} (application {a.name}): mapping.interleave is not "
+                                 "run by the multi-CNN engines (they fire each actor's phases "
+                                 "frame by frame, as the schedulability analysis assumes); run "
+                                 "`hetflow map-multi` again")
         mp = MultiPlan(f.platform_name, sorted(apps, key=lambda a: a.priority), f.predicted,
                        f.search)
         mp.validate(source)
@@ -149,7 +155,8 @@ def make_multiplan(mp, result, strategy: str = "multi") -> MultiPlan:
         metrics = app_metrics(sched, cand.analysis[a.name], mp.powers())
         plan = make_plan(a.problem, mapping, metrics, strategy, mp.platform_name,
                          {"profile": a.profile_source, "calibration": a.calibration,
-                          "time_stat": mp.time_stat}, a.fuse)
+                          "time_stat": mp.time_stat}, a.fuse,
+                         interleave=False)  # the schedulability analysis fires frame by frame
         plan.model_source = a.spec.model  # as given (a zoo name, or a path from here)
         apps.append(AppEntry(a.name, a.spec.period, a.spec.priority, plan,
                              app_prediction(cand, a.name)))

@@ -40,7 +40,7 @@ from hetflow.model.graph import CnnGraph
 
 from .harness import POLL, Control, Stopped, fault_text, stop_threads, supervise
 from .report import RunReport, stream_report
-from .schedule import Dispatch, InOrder, channel_windows, firings
+from .schedule import Dispatch, InOrder, channel_windows, firings, phase_sequence
 
 RELEASE_POLL = 0.005  # how often the calling thread looks for completed frames
 
@@ -245,36 +245,43 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                    for c in fi.send]) for fi in schedule[actor]]
         me = f"{el}/lane{lane}" if lanes[el] > 1 else el
         source, delivers, stop = reads[actor], writes[actor], control.stop
+        offsets = plan.mapping.interleave.get(actor) or [0] * len(steps)
+        last = len(steps) - 1
         spent, fi = 0.0, None
+        frame_tensors: dict[int, dict[str, np.ndarray]] = {}  # frames begun here, not ended
         try:
             pin_current_thread(caller_cores_of((r for _, r, _, _ in steps), element))
-            for f in dispatch[actor].frames_of(j):
+            for f, p in phase_sequence(dispatch[actor].frames_of(j), offsets):
                 fi = None
-                local: dict[str, np.ndarray] = {}
-                if source:
-                    try:
-                        x = inputs(f)
-                    except BaseException as e:
-                        control.fail(f"frame source, frame {f}: {type(e).__name__}: {e}")
+                local = frame_tensors.get(f)
+                if local is None:
+                    local = frame_tensors[f] = {}
+                    if source:
+                        try:
+                            x = inputs(f)
+                        except BaseException as e:
+                            control.fail(f"frame source, frame {f}: {type(e).__name__}: {e}")
+                            return
+                        local.update({t: x[t] for t in source})
+                        first_start.setdefault(f, time.perf_counter())
+                fi, runner, recv, send = steps[p]
+                for ch, t, what in recv:
+                    local[t] = ch.get(f, control, me, what)
+                t0 = time.perf_counter()
+                out = runner.run({t: local[t] for t in fi.inputs})
+                t1 = time.perf_counter()
+                spent += t1 - t0
+                if trace:
+                    state.events.append((me, actor, fi.phase, f, t0, t1))
+                local.update(out)
+                for ch, t, what in send:
+                    ch.put(f, local[t], control, me, what)
+                if p == last:
+                    del frame_tensors[f]
+                    if delivers:
+                        deliver(f, {t: local[t] for t in delivers})
+                    if stop.is_set():
                         return
-                    local.update({t: x[t] for t in source})
-                    first_start.setdefault(f, time.perf_counter())
-                for fi, runner, recv, send in steps:
-                    for ch, t, what in recv:
-                        local[t] = ch.get(f, control, me, what)
-                    t0 = time.perf_counter()
-                    out = runner.run({t: local[t] for t in fi.inputs})
-                    t1 = time.perf_counter()
-                    spent += t1 - t0
-                    if trace:
-                        state.events.append((me, actor, fi.phase, f, t0, t1))
-                    local.update(out)
-                    for ch, t, what in send:
-                        ch.put(f, local[t], control, me, what)
-                if delivers:
-                    deliver(f, {t: local[t] for t in delivers})
-                if stop.is_set():
-                    return
         except Stopped:
             return
         except BaseException as e:  # any failure stops the whole run, naming where it happened

@@ -222,6 +222,11 @@ class RayPipeline:
         from hetflow.model.subnet import extract_subnet
         from hetflow.platform.cluster import split_element
 
+        if plan.mapping.interleave:
+            raise InputError(f"plan for {plan.model_name}: it interleaves frames on "
+                             f"{', '.join(sorted(plan.mapping.interleave))}, which the ray engine "
+                             "does not run (it submits each frame's phases in turn); make the "
+                             "plan with `hetflow map --no-interleave` or run it locally")
         self.ray = ray = import_ray()
         self.plan, self.graph = plan, graph
         self.firings = firings(plan.app)

@@ -7,6 +7,7 @@
   frame f.
 - `Readiness`: which firings of which frames may start, given the ones that ended (the multi-CNN
   engines' ready queues, in threads or one process per element).
+- `phase_sequence`: the (frame, phase) order of one worker, frame by frame or interleaved.
 - `Dispatch`: which member of a replica group (or which lane of a GPU) takes frame f.
 - `InOrder`: frames released in input order, each at the latest completion so far.
 - `channel_windows` / `frames_in_flight`: how many frames the engines let run ahead.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import itertools
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable, Iterator, Sequence
 
 from hetflow.dataflow.csdf import AppChannel, CsdfApp
 from hetflow.errors import InputError
@@ -89,6 +90,26 @@ def firings(app: CsdfApp) -> list[Firing]:
                           tuple(sorted(pos[s] for s in g.successors((a, i)))),
                           i == 0, i == len(app.phases[a]) - 1))
     return out
+
+
+def phase_sequence(frames: Iterable[int], offsets: Sequence[int]) -> Iterator[tuple[int, int]]:
+    """(frame, phase) in the order a worker fires them: round i fires phase p of its
+    (i + offsets[p])-th frame, skipping frames it does not have (orders.Firing's rounds). All
+    offsets 0: each frame's phases, frame by frame. Frames are taken from `frames` only when a
+    round needs them (a dynamic dispatcher hands a frame to a member ready to start it)."""
+    it = iter(frames)
+    got: list[int] = []  # the worker's frames so far, in order
+    ahead = offsets[0] if offsets else 0
+    i = -ahead
+    while True:
+        while len(got) <= i + ahead and (f := next(it, None)) is not None:
+            got.append(f)
+        if i >= len(got):
+            return
+        for p, o in enumerate(offsets):
+            if 0 <= i + o < len(got):
+                yield got[i + o], p
+        i += 1
 
 
 # ---- readiness of firings, frame by frame ------------------------------------------------------

@@ -53,6 +53,9 @@ class Hsdf:
     tokens: np.ndarray
     with_time: np.ndarray
     delay: np.ndarray
+    # per node: iteration k of the recursion over this graph is iteration k + shift of the CSDF
+    # graph's own (<= 0 where `_retime` moved firing orders' edges; None: all 0)
+    shift: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -307,7 +310,7 @@ def _retime(h: Hsdf) -> Hsdf:
         raise DeadlockError(f"the firing orders make actors {', '.join(map(repr, stuck))} wait "
                             f"for later frames of themselves")
     return Hsdf(h.actor, h.firing, h.time, h.src, h.dst, h.tokens + p[h.src] - p[h.dst],
-                h.with_time, h.delay)
+                h.with_time, h.delay, p)
 
 
 def _last_needed(cum: list[int], need: int) -> int:
@@ -330,7 +333,7 @@ def _dedupe(h: Hsdf) -> Hsdf:
     keep[1:] = np.any(key[:, 1:] != key[:, :-1], axis=0)
     idx = order[keep]
     return Hsdf(h.actor, h.firing, h.time, h.src[idx], h.dst[idx], h.tokens[idx],
-                h.with_time[idx], h.delay[idx])
+                h.with_time[idx], h.delay[idx], h.shift)
 
 
 def zero_token_order(h: Hsdf) -> list[int]:

@@ -35,6 +35,7 @@ from ..graphs import CsdfGraph
 from .hsdf import Hsdf, common_scale, expand, zero_token_order
 from .liveness import check_liveness
 from .mcr import max_cycle_ratio
+from .orders import FiringOrders
 from .simulation import StateSpaceLimitError
 from .throughput import critical_cycle
 
@@ -54,11 +55,31 @@ class LatencyResult:
 
 
 def latency(g: CsdfGraph, period: float | None = None,
-            max_iterations: int = MAX_ITERATIONS) -> LatencyResult:
-    """Isolated and steady-state latency of `g` (see the module docstring for definitions)."""
+            max_iterations: int = MAX_ITERATIONS, orders: FiringOrders | None = None
+            ) -> LatencyResult:
+    """Isolated and steady-state latency of `g` (see the module docstring for definitions), with
+    the processors' frame-interleaved firing `orders` (orders.py) if given. An iteration alone
+    runs the same with or without them (a processor skips the firings of iterations that do not
+    exist), so they change `steady` only."""
     if period is not None and not period > 0:
         raise InputError(f"latency of graph {g.name!r}: period must be positive, got {period}")
     check_liveness(g)
+    if orders:
+        steady = latency(g, period, max_iterations)
+        h = expand(g, orders=orders)
+        own, _ = critical_cycle(h)
+        rate = max(Fraction(period) if period is not None else own, own)
+        if period is not None and abs(Fraction(period) - own) <= own * RELATIVE_TOLERANCE:
+            rate = own
+        sources = _sources(g)
+        scale = common_scale(h.time_values())
+        scale *= (rate * scale).denominator
+        run = _Recursion(h, zero_token_order(h), {h.actor.index(a) for a in
+                                                  sources + _unfed(g, sources)},
+                         [h.actor.index(a) for a in sources], scale, int(rate * scale))
+        run.step()
+        value = run.paced_by_input() if rate > own else run.steady(max_iterations, g.name)
+        return LatencyResult(steady.isolated, value / scale, float(rate), sources)
     h = expand(g)
     order = zero_token_order(h)
     own, _ = critical_cycle(h)
@@ -77,7 +98,8 @@ def latency(g: CsdfGraph, period: float | None = None,
     scale = common_scale(h.time_values())
     scale *= (rate * scale).denominator
     run = _Recursion(h, order, clocked, first_of_source, scale, int(rate * scale))
-    isolated = run.iteration_latency(run.step())
+    run.step()
+    isolated = run.iteration_latency()
     if steady is None:
         # slower than every cycle, the input alone sets the pace and the regime has a closed
         # form; at the graph's own pace the transient decides, so we run to periodicity
@@ -110,18 +132,22 @@ def _held_back(h: Hsdf, first_of_source: list[int], own: Fraction) -> bool:
 
 
 class _Recursion:
-    """x_k(v) = max(0, [k * rate if v is clocked], max over edges u->v of x_{k-d}(u) + w)."""
+    """x_k(v) = max(0, [(k + shift(v)) * rate if v is clocked], max over edges u->v of
+    x_{k-d}(u) + w). Step k computes node v's firing of the graph's iteration k + shift(v)
+    (shift <= 0, see hsdf.Hsdf), so an iteration's latency is read `lag` steps later."""
 
     def __init__(self, h: Hsdf, order: list[int], clocked: set[int], first_of_source: list[int],
                  scale: int, rate: int):
         self.order, self.clocked, self.first_of_source = order, clocked, first_of_source
         self.rate = rate
         self.time = [int(Fraction(t) * scale) for t in h.time]
+        self.shift = [0] * h.n if h.shift is None else [int(s) for s in h.shift]
+        self.lag = -min(self.shift, default=0)
         self.inputs: list[list[tuple[int, int, int]]] = [[] for _ in range(h.n)]
         for u, v, w, d in zip(h.src.tolist(), h.dst.tolist(), h.exact_weights(scale),
                               h.tokens.tolist()):
             self.inputs[v].append((u, w, d))
-        self.depth = max(1, int(h.tokens.max()))
+        self.depth = max(1, int(h.tokens.max()) if len(h.tokens) else 1, self.lag + 1)
         self.history: list[list[int]] = []  # the last `depth` iterations' start times
         self.k = 0
 
@@ -129,7 +155,7 @@ class _Recursion:
         k, hist = self.k, self.history
         x = [0] * len(self.time)
         for v in self.order:
-            best = k * self.rate if v in self.clocked else 0
+            best = (k + self.shift[v]) * self.rate if v in self.clocked else 0
             for u, w, d in self.inputs[v]:
                 if d <= k:
                     start = (x if d == 0 else hist[-d])[u]
@@ -142,17 +168,24 @@ class _Recursion:
         self.k += 1
         return x
 
-    def iteration_latency(self, x: list[int]) -> int:
+    def iteration_latency(self) -> int | None:
+        """Latency of the graph's iteration `lag` steps before the last one computed (None while
+        it is not complete)."""
+        if self.k <= self.lag:
+            return None
+        # node v ran that iteration at step (k - 1 - lag) - shift(v) = k - 1 - lag + lag(v)
+        x = [self.history[-1 - self.lag - s][v] for v, s in enumerate(self.shift)]
         end = max(s + t for s, t in zip(x, self.time))
         return end - min(x[v] for v in self.first_of_source)
 
     def paced_by_input(self) -> int:
         """Steady latency when `rate` exceeds every cycle ratio: then, after a transient,
         x_k(v) = k * rate + y(v) where y(v) is the longest path from the clocked nodes under
-        weights w - rate * d (every cycle is negative under them, so it exists)."""
+        weights w - rate * d (every cycle is negative under them, so it exists); the graph's
+        iteration K runs at node v at K * rate + y(v) - shift(v) * rate."""
         y: list[int | None] = [None] * len(self.time)
         for v in self.clocked:
-            y[v] = 0
+            y[v] = self.shift[v] * self.rate
         changed = True
         while changed:  # Bellman-Ford, sweeping in the order of one iteration
             changed = False
@@ -163,21 +196,23 @@ class _Recursion:
                         best = y[u] + w - self.rate * d
                 if best != y[v]:
                     y[v], changed = best, True
-        end = max(s + t for s, t in zip(y, self.time))
-        return end - min(y[v] for v in self.first_of_source)
+        z = [b - s * self.rate for b, s in zip(y, self.shift)]
+        end = max(s + t for s, t in zip(z, self.time))
+        return end - min(z[v] for v in self.first_of_source)
 
     def steady(self, max_iterations: int, name: str) -> int:
         seen: dict[tuple, int] = {}
-        latencies = [self.iteration_latency(self.history[-1])]
+        latencies = [self.iteration_latency()]
         while self.k < max_iterations:
-            latencies.append(self.iteration_latency(self.step()))
+            self.step()
+            latencies.append(self.iteration_latency())
             if self.k < self.depth:
                 continue
             k = self.k - 1
             key = tuple(s - (k - j) * self.rate
                         for j, x in enumerate(reversed(self.history)) for s in x)
             if key in seen:
-                return max(latencies[seen[key]:k])
+                return max(x for x in latencies[seen[key]:k] if x is not None)
             seen[key] = k
         raise StateSpaceLimitError(f"latency of graph {name!r}: no periodic regime within "
                                    f"{max_iterations} iterations")

@@ -1,0 +1,62 @@
+"""Plans choose frame-interleaved phase orders where the analysis finds them faster."""
+import pytest
+
+from hetflow.bench.search_bench import synthetic_problem
+from hetflow.errors import InputError
+from hetflow.mapping.mapping import Mapping
+from hetflow.mapping.plan import Plan
+from hetflow.mapping.planner import make_plan
+from hetflow.mapping.problem import evaluate
+
+
+@pytest.fixture(scope="module")
+def round_trips():
+    """squeezenet on a GPU 5x a core with every 6th layer sent to a core: the GPU's frames
+    leave and come back many times."""
+    problem = synthetic_problem("squeezenet1_0", gpu_speedup=5.0)
+    layers = [l.name for l in problem.graph.layers]
+    return problem, Mapping({l: "cpu1" if i % 6 == 3 else "gpu0" for i, l in enumerate(layers)})
+
+
+def test_a_plan_interleaves_where_the_analysis_finds_it_faster(round_trips):
+    problem, mapping = round_trips
+    plain = evaluate(problem, mapping)
+    plan = make_plan(problem, mapping, plain, "test", "synthetic")
+    assert set(plan.mapping.interleave) == {"gpu0", "cpu1"}
+    assert plan.predicted["throughput"] > 1.02 * plain.throughput
+    # the plan's prediction is the cost model's for the interleaved mapping, and a frame now
+    # spends more rounds in flight
+    again = evaluate(problem, plan.mapping)
+    assert plan.predicted["throughput"] == pytest.approx(again.throughput)
+    assert again.latency > plain.latency
+    assert Plan.from_dict(plan.to_dict()).mapping.interleave == plan.mapping.interleave
+    assert not make_plan(problem, mapping, plain, "test", "synthetic",
+                         interleave=False).mapping.interleave
+
+
+def test_a_latency_cap_keeps_frames_in_order(round_trips):
+    problem, mapping = round_trips
+    plain = evaluate(problem, mapping)
+    plan = make_plan(problem, mapping, plain, "test", "synthetic", latency_cap=plain.latency * 1.01)
+    assert not plan.mapping.interleave
+    assert plan.predicted["throughput"] == pytest.approx(plain.throughput)
+
+
+def test_edited_offsets_are_checked(round_trips):
+    problem, mapping = round_trips
+    plan = make_plan(problem, mapping, evaluate(problem, mapping), "test", "synthetic")
+    d = plan.to_dict()
+    d["mapping"]["interleave"]["gpu0"][0] += 100  # still never increasing: allowed
+    Plan.from_dict(d)
+    d["mapping"]["interleave"]["gpu0"][-1] = 1
+    with pytest.raises(InputError, match="interleave 'gpu0'.*end at 0"):
+        Plan.from_dict(d, "p.json")
+
+
+def test_the_ray_engine_refuses_an_interleaved_plan(round_trips):
+    from hetflow.runtime.ray_engine import RayPipeline
+
+    problem, mapping = round_trips
+    plan = make_plan(problem, mapping, evaluate(problem, mapping), "test", "synthetic")
+    with pytest.raises(InputError, match="--no-interleave"):
+        RayPipeline(plan, problem.graph)
