@@ -111,15 +111,15 @@ def test_an_applied_split_is_a_plan_that_runs_and_equals_the_unsplit_model(facto
     plan, res = search_plan(p, "gp", "test", apply="always")
     layer = res.notes["layer"]
     (split,) = plan.splits
-    assert split.layer == layer and sum(split.channels) == sum(res.notes["channels"].values())
+    assert split.layer == layer and sum(split.sizes) == sum(res.notes["channels"].values())
     sp = res.problem
-    parts = [part_name(layer, i) for i in range(len(split.channels))]
+    parts = [part_name(layer, i) for i in range(len(split.sizes))]
     assert {plan.mapping.assignment[x] for x in parts} == {"cpu0", "cpu1"}
     assert plan.mapping.assignment[concat_name(layer)] == res.best.assignment[concat_name(layer)]
     # each part is predicted at its share of the whole layer's time on its element
     t = p.layer_times[p.layer_index[layer]]
     for i, x in enumerate(parts):
-        share = split.channels[i] / sum(split.channels)
+        share = split.sizes[i] / sum(split.sizes)
         np.testing.assert_allclose(sp.layer_times[sp.layer_index[x]], t * share)
     assert plan.predicted["throughput"] == pytest.approx(res.metrics.throughput)
     report = run_plan(plan, sp.graph, frames=9, warmup=1, check="all")

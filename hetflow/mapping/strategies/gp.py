@@ -239,7 +239,7 @@ def split_problem(problem: Problem, split) -> Problem:
     g = problem.graph
     fused = any(len(l.nodes) > 1 for l in g.layers)
     g2 = apply_splits(g, [split], fused)
-    total = sum(split.channels)
+    total = sum(split.sizes)
     rows = []
     for lay in g2.layers:
         if lay.name in g.layer_index:
@@ -251,7 +251,7 @@ def split_problem(problem: Problem, split) -> Problem:
         else:  # "<node>/part<i>": part i of one of the split layer's nodes
             node, _, i = lay.name.rpartition("/part")
             src = split.layer if node not in g.layer_index else node
-            rows.append(problem.layer_times[g.layer_index[src]] * split.channels[int(i)] / total)
+            rows.append(problem.layer_times[g.layer_index[src]] * split.sizes[int(i)] / total)
     return replace(problem, graph=g2, layer_times=np.array(rows, float))
 
 
@@ -349,7 +349,7 @@ def search(problem: Problem, seed: int = 0, layer: str | None = None,
         metrics = evaluate(sp, split_mapping)
         notes["split_throughput"] = metrics.throughput
         if apply == "always" or metrics.throughput > based.metrics.throughput:
-            notes["applied"] = f"{layer!r} split as {dict(zip(per_element, split.channels))}"
+            notes["applied"] = f"{layer!r} split as {dict(zip(per_element, split.sizes))}"
             notes["keep_design"] = apply == "always"
             return SearchResult(split_mapping, metrics, [], based.evaluations,
                                 time.perf_counter() - t0, None, notes, sp, [split])
