@@ -108,3 +108,41 @@ def test_a_zoo_cnn_with_row_and_channel_splits_runs_across_two_elements(plan_for
     assert back.splits == splits
     report = run_plan(back, frames=5, warmup=1, check="all")
     assert report.checked_frames == 5 and report.max_abs_error < 1e-4
+    # the file names each split's axis by its key; one that gives no sizes is refused
+    import json
+
+    from hetflow.errors import InputError
+
+    d = json.loads((tmp_path / "p.json").read_text())
+    assert d["splits"][0] == {"layer": first, "rows": list(splits[0].sizes)}
+    assert d["splits"][1] == {"layer": widest, "channels": list(splits[1].sizes)}
+    del d["splits"][0]["rows"]
+    (tmp_path / "bad.json").write_text(json.dumps(d))
+    with pytest.raises(InputError, match=f"bad.json: splits: split of layer {first!r} must "
+                                         "give exactly one of 'channels' or 'rows'"):
+        Plan.load(tmp_path / "bad.json")
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(sorted(GRAPHS)), data=st.data())
+def test_several_splits_along_either_axis_stay_live_and_exact(plan_for, key, data):
+    """Two or three convolutions of one DAG split at once, each by rows or channels, parts
+    anywhere (a row part's Slice too): every frame equals the unsplit model's."""
+    graph = GRAPHS[key]
+    convs = _row_convs(graph)
+    chosen = data.draw(st.lists(st.sampled_from(convs), min_size=min(2, len(convs)),
+                                max_size=min(3, len(convs)), unique=True), label="layers")
+    splits = []
+    for layer in chosen:
+        axis = data.draw(st.sampled_from(["rows", "channels"] if layer in _convs(graph)
+                                         else ["rows"]), label="axis")
+        total = output_rows(graph, layer) if axis == "rows" else output_channels(graph, layer)
+        k = data.draw(st.integers(2, min(3, total)), label="parts")
+        fr = data.draw(st.lists(st.floats(0.1, 1), min_size=k, max_size=k), label="ratio")
+        splits.append(LayerSplit(layer, channels_for(fr, total, axis), axis))
+    split = apply_splits(graph, splits, False)
+    pool = data.draw(st.sampled_from(POOLS), label="pool")
+    assignment = {l.name: data.draw(st.sampled_from(pool)) for l in split.layers}
+    plan = plan_for(split, assignment, data.draw(st.integers(1, 3), label="capacity"))
+    report = run_plan(plan, split, frames=7, warmup=1, check="all")
+    assert report.checked_frames == 7 and report.max_abs_error < 1e-4
