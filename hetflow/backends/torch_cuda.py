@@ -27,6 +27,7 @@
 """
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -141,6 +142,65 @@ def _freeze_constant_pads(module):
     return module
 
 
+@functools.cache
+def _static_slice_class():
+    import torch
+
+    class StaticSlice(torch.nn.Module):
+        """A Slice whose bounds were constants: Python slices, read once at conversion
+        (flipped axes first, as onnx2torch does for negative steps)."""
+
+        def __init__(self, flip_dims: list, pos_slices: list, neg_slices: list):
+            super().__init__()
+            self.flip_dims = flip_dims
+            self.pos_slices, self.neg_slices = tuple(pos_slices), tuple(neg_slices)
+
+        def forward(self, x):
+            if self.flip_dims:
+                x = torch.flip(x, dims=self.flip_dims)
+            if self.pos_slices:
+                x = x[self.pos_slices]
+            if self.neg_slices:
+                x = x[self.neg_slices]
+            return x
+
+    return StaticSlice
+
+
+def _freeze_constant_slices(module):
+    """onnx2torch's Slice (opset >= 10) reads its starts, ends, axes and steps on the host on
+    every run (a device-to-host sync: no CUDA graph). Where they are initializers, as a row
+    split's Slices have them, swap in a module holding them as Python slices."""
+    from onnx2torch.node_converters.slice import OnnxSlice, _get_slices
+
+    changed = False
+    for node in list(module.graph.nodes):
+        if node.op != "call_module" or not isinstance(module.get_submodule(node.target),
+                                                      OnnxSlice):
+            continue
+        args = list(node.args[1:]) + [node.kwargs.get(k) for k in ("axes", "steps")
+                                      if k in node.kwargs]
+        if len(args) < 2 or any(getattr(a, "op", None) != "get_attr" for a in args):
+            continue
+        values = [module.get_buffer(a.target).detach().cpu() for a in args]
+        starts, ends = (np.asarray(v.tolist(), np.int64) for v in values[:2])
+        axes = values[2] if len(values) > 2 else None
+        steps = values[3] if len(values) > 3 else None
+        flip, pos, neg = _get_slices(starts, ends, axes, steps)
+        plain = [s if s is Ellipsis else slice(*(None if v is None else int(v)
+                                                 for v in (s.start, s.stop, s.step)))
+                 for s in (*pos, *neg)]
+        module.add_submodule(node.target, _static_slice_class()(
+            [int(d) for d in flip], plain[:len(pos)], plain[len(pos):]))
+        node.args, node.kwargs = node.args[:1], {}
+        changed = True
+    if changed:
+        module.graph.eliminate_dead_code()
+        module.delete_all_unused_submodules()
+        module.recompile()
+    return module
+
+
 def to_torch_module(model: onnx.ModelProto, name: str = "sub-network"):
     """An ONNX (sub-)model as a torch.fx.GraphModule in eval mode, on the CPU.
 
@@ -160,7 +220,7 @@ def to_torch_module(model: onnx.ModelProto, name: str = "sub-network"):
         node, op, reason = failed
         raise BackendError(f"{NAME}: onnx2torch cannot convert node {node!r} ({op}) of {name}: "
                            f"{reason}") from None
-    return _freeze_constant_pads(module).eval()
+    return _freeze_constant_slices(_freeze_constant_pads(module)).eval()
 
 
 # ---- the runner --------------------------------------------------------------------------

@@ -75,7 +75,8 @@ class Plan:
                      for k, v in f.elements.items()},
                     f.capacity_frames, f.predicted, f.strategy, f.search, f.fuse,
                     f.input_shapes,
-                    [LayerSplit(x.layer, tuple(x.channels)) for x in f.splits])
+                    [LayerSplit.from_dict(x.model_dump(), f"{source}: splits")
+                     for x in f.splits])
         plan.check(source)
         return plan
 

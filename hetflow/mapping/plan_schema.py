@@ -70,8 +70,11 @@ class AppFile(FileModel):
 
 
 class SplitFile(FileModel):
+    """A layer split: part sizes under the key of their axis, "channels" or "rows" (exactly
+    one; LayerSplit.from_dict says so where neither or both is given)."""
     layer: str
-    channels: list[Annotated[int, Field(ge=1)]] = Field(min_length=2)
+    channels: list[Annotated[int, Field(ge=1)]] | None = Field(None, min_length=2)
+    rows: list[Annotated[int, Field(ge=1)]] | None = Field(None, min_length=2)
 
 
 class PlanFile(FileModel):

@@ -100,6 +100,23 @@ def model_input(graph) -> dict:
             for n in graph.inputs}
 
 
+def row_split_model() -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """(unsplit, split): a grouped 3x5 Conv + Relu (stride 2, uneven pads) and the same layer
+    split by output rows into three parts, each reading its rows through a constant Slice."""
+    from hetflow.model.reader import normalise, to_cnn_graph
+    from hetflow.model.split import LayerSplit, apply_splits, output_rows, rows_for
+
+    w = np.random.default_rng(2).standard_normal((8, 1, 3, 5)).astype(np.float32)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["c"], name="conv", group=4,
+                                         kernel_shape=[3, 5], strides=[2, 1], pads=[1, 2, 2, 2]),
+                        helper.make_node("Relu", ["c"], ["y"], name="relu")],
+                       [("x", [1, 4, 13, 9])], [("y", [1, 8, 7, 9])],
+                       [numpy_helper.from_array(w, "w")])
+    graph = to_cnn_graph(normalise(model, "rows", {}), "rows", fuse=True)
+    split = LayerSplit("conv", rows_for([1, 2, 1], output_rows(graph, "conv")), "rows")
+    return graph.onnx, apply_splits(graph, [split], True).onnx
+
+
 # ---- everywhere, CI included ------------------------------------------------------------
 
 def test_imports_and_refuses_cleanly_without_torch():
@@ -225,6 +242,52 @@ def test_output_that_is_one_of_several_node_outputs():
     np.testing.assert_array_equal(y.numpy(), np.maximum(x[:, 1:], 0))
 
 
+SLICES = [  # (starts, ends, axes, steps) on a 1x4x6x5 tensor
+    ([1], [4], [2], None), ([0, 2], [3, 99], [1, 3], None), ([-4], [-1], [-1], None),
+    ([0], [6], [2], [2]), ([1, 0], [4, 5], [2, 3], [2, 3]), ([5], [-99], [2], [-1]),
+    ([4, 3], [0, 1], [1, -1], [-2, -1]),
+]
+
+
+@needs_onnx2torch
+@pytest.mark.parametrize("starts, ends, axes, steps", SLICES)
+def test_constant_slices_are_frozen_for_capture(starts, ends, axes, steps):
+    """onnx2torch's Slice reads its bounds on the host each run unless frozen (no CUDA graph);
+    frozen, it slices as ONNX Runtime does."""
+    import torch
+    from onnx2torch.node_converters.slice import OnnxSlice
+
+    from hetflow.backends.torch_cuda import to_torch_module
+
+    consts = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in
+              (("starts", starts), ("ends", ends), ("axes", axes), ("steps", steps)) if v]
+    model = make_model([helper.make_node("Slice", ["x"] + [c.name for c in consts], ["y"],
+                                         name="slice")], [("x", [1, 4, 6, 5])], [("y", None)],
+                       consts)
+    module = to_torch_module(model)
+    kinds = {type(m).__name__ for m in module.modules()}
+    assert "StaticSlice" in kinds and not any(isinstance(m, OnnxSlice) for m in module.modules())
+    x = np.arange(120, dtype=np.float32).reshape(1, 4, 6, 5)
+    with torch.inference_mode():
+        got = module(torch.from_numpy(x)).numpy()
+    np.testing.assert_array_equal(got, ort_reference(whole(model), {"x": x})["y"])
+
+
+@needs_onnx2torch
+def test_a_row_split_layer_converts_and_equals_the_unsplit_one():
+    import torch
+
+    from hetflow.backends.torch_cuda import to_torch_module
+
+    unsplit, split = row_split_model()
+    module = to_torch_module(split)
+    assert sum(type(m).__name__ == "StaticSlice" for m in module.modules()) == 3
+    x = np.random.default_rng(0).standard_normal((1, 4, 13, 9), dtype=np.float32)
+    with torch.inference_mode():
+        got = module(torch.from_numpy(x)).numpy()
+    assert_close(got, ort_reference(whole(unsplit), {"x": x})["y"], "y")
+
+
 # ---- a CUDA GPU ---------------------------------------------------------------------------
 
 @needs_cuda
@@ -272,6 +335,19 @@ def test_graph_replay_equals_eager_and_outputs_stay_valid():
     finally:
         graphed.close()
         eager.close()
+
+
+@needs_cuda
+def test_a_row_split_layer_is_captured_and_equals_the_unsplit_one():
+    unsplit, split = row_split_model()
+    x = np.random.default_rng(0).standard_normal((1, 4, 13, 9), dtype=np.float32)
+    runner = get_backend("gpu").prepare(whole(split), GPU)
+    try:
+        assert runner.mode == "cuda_graph", runner.fallback_reason
+        got = runner.run({"x": x})["y"]
+    finally:
+        runner.close()
+    assert_close(got, ort_reference(whole(unsplit), {"x": x})["y"], "y")
 
 
 @needs_cuda

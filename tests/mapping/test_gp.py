@@ -111,19 +111,58 @@ def test_an_applied_split_is_a_plan_that_runs_and_equals_the_unsplit_model(facto
     plan, res = search_plan(p, "gp", "test", apply="always")
     layer = res.notes["layer"]
     (split,) = plan.splits
-    assert split.layer == layer and sum(split.channels) == sum(res.notes["channels"].values())
+    assert split.layer == layer and sum(split.sizes) == sum(res.notes["channels"].values())
     sp = res.problem
-    parts = [part_name(layer, i) for i in range(len(split.channels))]
+    parts = [part_name(layer, i) for i in range(len(split.sizes))]
     assert {plan.mapping.assignment[x] for x in parts} == {"cpu0", "cpu1"}
     assert plan.mapping.assignment[concat_name(layer)] == res.best.assignment[concat_name(layer)]
     # each part is predicted at its share of the whole layer's time on its element
     t = p.layer_times[p.layer_index[layer]]
     for i, x in enumerate(parts):
-        share = split.channels[i] / sum(split.channels)
+        share = split.sizes[i] / sum(split.sizes)
         np.testing.assert_allclose(sp.layer_times[sp.layer_index[x]], t * share)
     assert plan.predicted["throughput"] == pytest.approx(res.metrics.throughput)
     report = run_plan(plan, sp.graph, frames=9, warmup=1, check="all")
     assert report.checked_frames == 9 and report.max_abs_error < 1e-4
+
+
+def test_a_split_by_rows_is_a_plan_that_runs_and_equals_the_unsplit_model(factory):
+    """axis="rows": the heaviest conv's output rows over the two elements, its Slices and
+    Concat on the layer's own actor, each part predicted at its share of the layer's time."""
+    from hetflow.mapping.planner import search_plan
+    from hetflow.model.split import concat_name, output_rows, part_name, slice_name
+    from hetflow.runtime.api import run_plan
+
+    els = [ProcessingElement("cpu0", "cpu", (0,), cluster="c"),
+           ProcessingElement("cpu1", "cpu", (1,), cluster="d")]
+    p = factory.problem(8, els, seed=2, call_overhead=0.0, transfer=lambda n, a, b: 0.0)
+    p.layer_times[:, 1] = 3 * p.layer_times[:, 0]
+    plan, res = search_plan(p, "gp", "test", apply="always", axis="rows")
+    layer = res.notes["layer"]
+    (split,) = plan.splits
+    assert split.axis == "rows" and res.notes["axis"] == "rows"
+    assert sum(split.sizes) == sum(res.notes["rows"].values()) == output_rows(p.graph, layer)
+    assert res.notes["fractions"]["cpu0"] == pytest.approx(0.75, abs=1e-3)
+    sp = res.problem
+    parts = [part_name(layer, i) for i in range(len(split.sizes))]
+    assert {plan.mapping.assignment[x] for x in parts} == {"cpu0", "cpu1"}
+    home = res.best.assignment[concat_name(layer)]
+    assert all(plan.mapping.assignment[slice_name(layer, i)] == home for i in range(len(parts)))
+    t = p.layer_times[p.layer_index[layer]]
+    for i, x in enumerate(parts):
+        np.testing.assert_allclose(sp.layer_times[sp.layer_index[x]],
+                                   t * split.sizes[i] / sum(split.sizes))
+    report = run_plan(plan, sp.graph, frames=9, warmup=1, check="all")
+    assert report.checked_frames == 9 and report.max_abs_error < 1e-4
+
+
+def test_rows_are_asked_of_a_layer_rows_can_split(factory):
+    p = factory.problem(6, factory.elements(2), seed=0)
+    with pytest.raises(InputError, match="axis='cols': use channels or rows"):
+        gp.search(p, axis="cols")
+    other = next(l.name for l in p.graph.layers if l.op_type != "Conv")
+    with pytest.raises(InputError, match=f"layer {other!r} is a"):
+        gp.search(p, layer=other, axis="rows")
 
 
 def test_apply_must_be_a_known_choice(factory):

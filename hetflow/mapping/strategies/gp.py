@@ -6,10 +6,11 @@ the GP's fractions (`hetflow.model.split`: parts over slices of the output chann
 Concat, ordinary layers of a rewritten model) and maps part i to its element; the result is a
 design over the split model (`SearchResult.problem`, `.splits`), which the plan records and the
 runtime rebuilds. With apply="auto" the split is kept where the cost model predicts it faster
-than the base mapping; the fractions, channels and predicted times are in `notes` either way.
+than the base mapping; the fractions, part sizes and predicted times are in `notes` either way.
 
-The layer (the heaviest convolution by FLOPs, or `layer=`) is split by output channels: element e
-computes a fraction x_e of them, sum x_e = 1. Its time is a posynomial t_e(x) = a_e x^b_e + c_e:
+The layer (the heaviest convolution by FLOPs, or `layer=`) is split by output channels, or with
+axis="rows" (a 2-D Conv) by output rows: element e computes a fraction x_e of them, sum x_e = 1.
+Its time is a posynomial t_e(x) = a_e x^b_e + c_e:
 - a_e, b_e from the profile. The profile holds one point per element (the whole layer), so the
   model is linear in x (b_e = 1, a_e = that time) - an assumption: small parts run less
   efficiently on wide devices. `samples={element: [(fraction, seconds), ...]}` fits a_e, b_e, c_e
@@ -17,7 +18,9 @@ computes a fraction x_e of them, sum x_e = 1. Its time is a posynomial t_e(x) = 
 - c_e: one more backend call (call overhead + element overhead) and, away from the element the
   mapping runs the layer on ("home"), moving the input there and the part of the output back
   (the transfer model, taken as affine in bytes: its fixed part into c_e, its per-byte part
-  times x into a_e).
+  times x into a_e). A channel part reads the whole input (its bytes in c_e); a row part reads
+  its share of the input rows, sliced at home (its bytes times x in a_e; the halo rows a part
+  reads beyond its share, and the part's own time, are taken as linear in x too).
 The objective is the split layer's time, max_e t_e(x_e), with an epigraph variable T:
 minimise T subject to t_e(x_e) / T <= 1. The equality sum x_e = 1 is a posynomial equality,
 which GP does not allow; as in the paper it is *condensed* at a point x^ into the monomial
@@ -80,8 +83,8 @@ def _affine_transfer(problem: Problem, nbytes: int, src: str, dst: str) -> tuple
 
 
 def part_models(problem: Problem, layer: str, elements: list[str], home: str,
-                samples: dict[str, list[tuple[float, float]]] | None = None
-                ) -> dict[str, PartModel]:
+                samples: dict[str, list[tuple[float, float]]] | None = None,
+                axis: str = "channels") -> dict[str, PartModel]:
     g = problem.graph
     lay = g.layer(layer)
     in_bytes = sum(g.tensors[t].nbytes for t in lay.inputs)
@@ -92,6 +95,8 @@ def part_models(problem: Problem, layer: str, elements: list[str], home: str,
         fixed_in, byte_in = _affine_transfer(problem, in_bytes, home, e)
         fixed_out, byte_out = _affine_transfer(problem, out_bytes, e, home)
         comm_a, comm_c = byte_out * out_bytes, fixed_in + byte_in * in_bytes + fixed_out
+        if axis == "rows":  # a row part reads its share of the input rows
+            comm_a, comm_c = comm_a + byte_in * in_bytes, fixed_in + fixed_out
         if samples and e in samples:
             a, b, c = _fit(samples[e], e)
             models[e] = PartModel(a, b, c + call + comm_c, True, comm_a)
@@ -215,7 +220,7 @@ def _solve(prob) -> None:
 
 
 def channel_split(fractions: dict[str, float], channels: int) -> dict[str, int]:
-    """Whole output channels per element (largest remainder)."""
+    """Whole output channels (or rows) per element (largest remainder)."""
     raw = {e: f * channels for e, f in fractions.items()}
     counts = {e: int(np.floor(v)) for e, v in raw.items()}
     short = channels - sum(counts.values())
@@ -229,48 +234,52 @@ CONCAT_BYTES_PER_S = 5e9  # the Concat of a split layer, not profiled: a copy of
 
 def split_problem(problem: Problem, split) -> Problem:
     """`problem` over its model with `split` applied. A part computing a share of the layer's
-    output channels is predicted at that share of the layer's profiled time on each element
-    (time linear in output channels: the part models' own assumption where no samples were
-    measured); the Concat at a copy of the layer's output at CONCAT_BYTES_PER_S."""
+    output channels (rows) is predicted at that share of the layer's profiled time on each
+    element (time linear in output channels or rows: the part models' own assumption where no
+    samples were measured); the Concat at a copy of the layer's output at CONCAT_BYTES_PER_S,
+    and a row part's Slice at a copy of the rows it cuts."""
     from dataclasses import replace
 
-    from hetflow.model.split import apply_splits, concat_name
+    from hetflow.model.split import apply_splits, concat_name, slice_name
 
     g = problem.graph
     fused = any(len(l.nodes) > 1 for l in g.layers)
     g2 = apply_splits(g, [split], fused)
-    total = sum(split.channels)
+    total = sum(split.sizes)
+    slices = {slice_name(split.layer, i) for i in range(len(split.sizes))}
     rows = []
     for lay in g2.layers:
         if lay.name in g.layer_index:
             rows.append(problem.layer_times[g.layer_index[lay.name]])
-        elif lay.name == concat_name(split.layer):
+        elif lay.name == concat_name(split.layer) or lay.name in slices:
             row = problem.layer_times[g.layer_index[split.layer]]
             out = g2.tensors[lay.outputs[0]].nbytes / CONCAT_BYTES_PER_S
             rows.append(np.where(np.isfinite(row), out, np.inf))
         else:  # "<node>/part<i>": part i of one of the split layer's nodes
             node, _, i = lay.name.rpartition("/part")
             src = split.layer if node not in g.layer_index else node
-            rows.append(problem.layer_times[g.layer_index[src]] * split.channels[int(i)] / total)
+            rows.append(problem.layer_times[g.layer_index[src]] * split.sizes[int(i)] / total)
     return replace(problem, graph=g2, layer_times=np.array(rows, float))
 
 
-def _apply_split(problem: Problem, base_mapping, layer: str, channels: dict[str, int],
-                 home_actor: str):
-    """(split problem, mapping, split) with part i of `layer` on the i-th element of
-    `channels` (elements given no channel left out) and the Concat on the layer's own actor."""
-    from hetflow.model.split import LayerSplit, concat_name
+def _apply_split(problem: Problem, base_mapping, layer: str, sizes: dict[str, int],
+                 home_actor: str, axis: str = "channels"):
+    """(split problem, mapping, split) with part i of `layer` on the i-th element of `sizes`
+    (elements given no channel or row left out), and the Concat and a row split's Slices on
+    the layer's own actor (the input arrives there; each part is sent only its rows)."""
+    from hetflow.model.split import LayerSplit, concat_name, slice_name
 
     from ..mapping import Mapping
 
-    used = [e for e, c in channels.items() if c > 0]
-    split = LayerSplit(layer, tuple(channels[e] for e in used))
+    used = [e for e, c in sizes.items() if c > 0]
+    split = LayerSplit(layer, tuple(sizes[e] for e in used), axis)
+    home = {concat_name(layer)} | {slice_name(layer, i) for i in range(len(used))}
     sp = split_problem(problem, split)
     assignment = {}
     for lay in sp.graph.layers:
         if lay.name in base_mapping.assignment:
             assignment[lay.name] = base_mapping.assignment[lay.name]
-        elif lay.name == concat_name(layer):
+        elif lay.name in home:
             assignment[lay.name] = home_actor
         else:
             assignment[lay.name] = used[int(lay.name.rpartition("/part")[2])]
@@ -281,11 +290,16 @@ def _apply_split(problem: Problem, base_mapping, layer: str, channels: dict[str,
 def search(problem: Problem, seed: int = 0, layer: str | None = None,
            elements: list[str] | None = None, samples: dict | None = None,
            resource_use: dict[str, float] | None = None, method: str = "condensation",
-           base: str = "pipeline", apply: str = "auto", **options) -> SearchResult:
+           base: str = "pipeline", apply: str = "auto", axis: str = "channels",
+           **options) -> SearchResult:
     """The base strategy's mapping with one layer split by GP across elements.
 
     apply: "auto" keeps the split where the cost model predicts it faster than the base
-    mapping, "always" keeps it, "never" only recommends it (in `notes`)."""
+    mapping, "always" keeps it, "never" only recommends it (in `notes`).
+    axis: "channels" splits the layer's output channels, "rows" (a 2-D Conv, grouped and
+    depthwise ones too) its output rows."""
+    from hetflow.model.split import AXES, LayerSplit, check_split, split_size
+
     from .base import get_strategy
 
     t0 = time.perf_counter()
@@ -294,6 +308,11 @@ def search(problem: Problem, seed: int = 0, layer: str | None = None,
         raise InputError(f"gp: layer {layer!r} is not in the model")
     if apply not in ("auto", "always", "never"):
         raise InputError(f"gp: apply={apply!r}: use auto, always or never")
+    if axis not in AXES:
+        raise InputError(f"gp: axis={axis!r}: use {' or '.join(AXES)}")
+    total = split_size(problem.graph, layer, axis)
+    if axis == "rows":  # a layer that rows cannot split (a Gemm, a 1-D Conv) is refused here
+        check_split(problem.graph, LayerSplit(layer, (1, total - 1), axis))
     based = get_strategy(base)(problem, seed=seed, **options)
     mapping = based.best
     home = group_members(mapping.assignment[layer])[0]
@@ -311,7 +330,7 @@ def search(problem: Problem, seed: int = 0, layer: str | None = None,
         elements = free
     for e in elements:
         problem.element(e)
-    models = part_models(problem, layer, list(elements), home, samples)
+    models = part_models(problem, layer, list(elements), home, samples, axis)
     caps, skipped = _budgets(problem, layer, list(elements), resource_use)
     # k fastest elements (by time of the whole layer), k = 1..n: GP charges every member
     ranked = sorted(elements, key=lambda e: models[e](1.0))
@@ -327,13 +346,11 @@ def search(problem: Problem, seed: int = 0, layer: str | None = None,
     if best is None:
         raise InfeasibleError(f"gp: no split of {layer!r} fits the elements' resources")
     fractions, split_time, info = best
-    out_channels = problem.graph.tensors[problem.graph.layer(layer).outputs[0]].shape
-    channels = int(out_channels[1]) if len(out_channels) > 1 else 1
     unsplit = min(models[e](1.0) for e in elements)
-    per_element = channel_split(fractions, channels)
+    per_element = channel_split(fractions, total)
     notes = {
-        "layer": layer, "home": home, "fractions": fractions,
-        "channels": per_element, "split_time_s": split_time,
+        "layer": layer, "home": home, "fractions": fractions, "axis": axis,
+        axis: per_element, "split_time_s": split_time,
         "unsplit_time_s": unsplit, "speedup": unsplit / split_time if split_time > 0 else None,
         "models": {e: {"a": m.a, "b": m.b, "c": m.c, "fitted": m.fitted}
                    for e, m in models.items()},
@@ -345,11 +362,11 @@ def search(problem: Problem, seed: int = 0, layer: str | None = None,
         from ..problem import evaluate
 
         sp, split_mapping, split = _apply_split(problem, split_base, layer, per_element,
-                                                split_base.assignment[layer])
+                                                split_base.assignment[layer], axis)
         metrics = evaluate(sp, split_mapping)
         notes["split_throughput"] = metrics.throughput
         if apply == "always" or metrics.throughput > based.metrics.throughput:
-            notes["applied"] = f"{layer!r} split as {dict(zip(per_element, split.channels))}"
+            notes["applied"] = f"{layer!r} split as {dict(zip(per_element, split.sizes))}"
             notes["keep_design"] = apply == "always"
             return SearchResult(split_mapping, metrics, [], based.evaluations,
                                 time.perf_counter() - t0, None, notes, sp, [split])
