@@ -79,9 +79,6 @@ def report(model, speedup, kind, problem, mapping) -> None:
               f"{best.result.period / with_transfers:.3f}, / load = {best.result.period / load:.3f}")
 
 
-if __name__ == "__main__":
-    main()
-
 
 def measure_main(argv: list[str]) -> None:
     import argparse
@@ -160,3 +157,7 @@ def measure_round_trips(model: str, every: int, seconds: float,
                      "frames_ahead": frames_ahead(plan.mapping),
                      "load_bound": 1 / load, "load_and_transfers_bound": 1 / with_transfers})
     return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -42,15 +42,34 @@ def firing_orders(mapping: Mapping) -> FiringOrders:
             for a, offs in mapping.interleave.items() if any(offs)}
 
 
+def extra_windows(mapping: Mapping, app: CsdfApp) -> dict[str, int]:
+    """Frames a channel holds beyond its FIFO window because its producer's phase runs that
+    many rounds ahead of its consumer's (offset of the producing phase minus that of the
+    consuming one); without them the producer would block on the window and the orders could
+    not run as analysed."""
+    off = mapping.interleave
+    out = {}
+    for c in app.channels:
+        d = (off[c.src][c.src_phase] if c.src in off else 0) - \
+            (off[c.dst][c.dst_phase] if c.dst in off else 0)
+        if d > 0:
+            out[c.name] = d
+    return out
+
+
 def frames_ahead(mapping: Mapping) -> int:
     return max((o[0] for o in mapping.interleave.values() if o), default=0)
 
 
 def choose_interleave(problem, mapping: Mapping, latency_cap: float | None = None,
-                      min_gain: float = 0.02):
+                      min_gain: float = 0.02, time_limit: float = 5.0):
     """`mapping` with the firing orders that minimise its analysed period, and its metrics,
     where they are analysed at least `min_gain` faster (and within the latency cap); else
-    (`mapping`, None). Orders add frames in flight, hence latency: a small gain is not worth it."""
+    (`mapping`, None). Orders add frames in flight, hence latency: a small gain is not worth it.
+
+    The orders are searched with FIFOs as deep as they need (their windows then grow by
+    `extra_windows`), for at most about `time_limit` seconds; the plan's metrics come from the
+    cost model with those windows."""
     from hetflow.dataflow.analysis.interleave import best_interleaving, interleavable
     from hetflow.dataflow.analysis.repetition import repetition_vector
 
@@ -61,10 +80,10 @@ def choose_interleave(problem, mapping: Mapping, latency_cap: float | None = Non
     app = build_app(problem, mapping)
     if not any(len(ps) > 1 for ps in app.phases.values()):
         return mapping, None
-    g = timed_graph(problem, app, mapping)
-    if not interleavable(g, repetition_vector(g)):
+    deep = timed_graph(problem, app, mapping, capacity_frames=UNBOUNDED_FRAMES)
+    if not interleavable(deep, repetition_vector(deep)):
         return mapping, None
-    best = best_interleaving(g)
+    best = best_interleaving(deep, time_limit=time_limit)
     if not best.result.period < best.plain.period * (1 - min_gain):
         return mapping, None
     offsets = {f_.actor: [0] * len(app.phases[f_.actor]) for o in best.orders.values()
@@ -74,6 +93,12 @@ def choose_interleave(problem, mapping: Mapping, latency_cap: float | None = Non
             offsets[f_.actor][f_.firing] = f_.frame_offset
     chosen = replace(mapping, interleave=offsets)
     metrics = evaluate(problem, chosen)
+    if not metrics.throughput > evaluate(problem, mapping, with_latency=False).throughput * (
+            1 + min_gain):
+        return mapping, None
     if latency_cap is not None and not metrics.latency <= latency_cap:
         return mapping, None
     return chosen, metrics
+
+
+UNBOUNDED_FRAMES = 1 << 20  # a FIFO depth no order reaches

@@ -252,6 +252,8 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
     one-lane time times the measured slowdown at k lanes; in a group of unlike members its rate
     is k / that time.
     """
+    from .interleaving import extra_windows
+
     mapping = mapping or Mapping(app.assignment)
     uniform = {a: _is_uniform(problem, mapping, a) for a in app.phases}
     busy = len(set(mapping.elements)) > 1
@@ -294,13 +296,15 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
 
     conc = {a: concurrency(a) for a in app.phases}
     cap = problem.capacity_frames if capacity_frames is None else capacity_frames
+    extra = extra_windows(mapping, app)  # interleaved producers run rounds ahead
     if not for_latency:
         # a weighted group's FIFOs hold a pattern period of frames, a laned actor's FIFOs a
         # window per lane (see the runtime)
         return app.to_graph(phase_time, transfer, {c.name: cap * max(
             len(mapping.pattern(c.src)), len(mapping.pattern(c.dst)), conc[c.src], conc[c.dst])
-            for c in app.channels}, conc)
-    return app.to_graph(phase_time, transfer, cap, conc)
+            + extra.get(c.name, 0) for c in app.channels}, conc)
+    return app.to_graph(phase_time, transfer,
+                        {c.name: cap + extra.get(c.name, 0) for c in app.channels}, conc)
 
 
 def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> Metrics:

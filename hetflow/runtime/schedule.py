@@ -255,14 +255,19 @@ def channel_windows(plan) -> dict[str, int]:
     """Frames a channel may hold ahead of its consumer: `capacity_frames` per pattern slot or
     worker of the wider end. While a slow member works on one frame the fast ones complete the
     rest of a pattern period, and outputs leave in order, so a smaller window would stall the
-    fast members behind the slow one."""
+    fast members behind the slow one. A channel out of a frame-interleaved actor holds, on top,
+    the rounds its producer runs ahead of its consumer (`extra_windows`)."""
+    from hetflow.mapping.interleaving import extra_windows
+
     cap = max(1, plan.capacity_frames)
     m = plan.mapping
 
     def width(a: str) -> int:
         return max(len(m.pattern(a)), lanes_of(m, a))
 
-    return {c.name: cap * max(width(c.src), width(c.dst)) for c in plan.app.channels}
+    extra = extra_windows(m, plan.app)  # interleaved producers run rounds ahead
+    return {c.name: cap * max(width(c.src), width(c.dst)) + extra.get(c.name, 0)
+            for c in plan.app.channels}
 
 
 def frames_in_flight(plan) -> int:

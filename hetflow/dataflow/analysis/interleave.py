@@ -110,10 +110,15 @@ def interleavable(g: CsdfGraph, q: dict[str, int]) -> list[str]:
             and a.concurrency == 1 and q[a.name] > 1 and a.processor not in g.static_order]
 
 
-def best_interleaving(g: CsdfGraph, max_offset: int = 2, passes: int = 3) -> InterleavedOrders:
+def best_interleaving(g: CsdfGraph, max_offset: int = 2, passes: int = 3,
+                      time_limit: float | None = None) -> InterleavedOrders:
     """Firing orders for the interleavable actors of `g` that minimise the analysed period (a
-    local optimum of the coordinate descent described above; never worse than no interleaving).
-    Raises what throughput_mcr raises for `g` itself."""
+    local optimum of the coordinate descent described above; never worse than no interleaving;
+    with `time_limit` seconds, the best found when the descent runs out of it). Raises what
+    throughput_mcr raises for `g` itself."""
+    import time
+
+    deadline = None if time_limit is None else time.perf_counter() + time_limit
     plain = throughput_mcr(g)
     q = repetition_vector(g)
     actors = interleavable(g, q)
@@ -138,6 +143,8 @@ def best_interleaving(g: CsdfGraph, max_offset: int = 2, passes: int = 3) -> Int
         improved = False
         for a in actors:
             for cand in candidate_offsets(g, a, q[a], max_offset):
+                if deadline is not None and time.perf_counter() > deadline:
+                    return InterleavedOrders(orders_of(current), best, plain)
                 if cand == current[a]:
                     continue
                 trial = {**current, a: cand}
