@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from hetflow.mapping.interleaving import frames_ahead
 from hetflow.mapping.mapping import group_members
 from hetflow.mapping.plan import Plan
 from hetflow.model.graph import CnnGraph
@@ -325,5 +326,6 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     per_el: dict[str, float] = {}
     for (el, _), b in busy.items():
         per_el[el] = per_el.get(el, 0.0) + b / lanes[el]
-    report = stream_report(done_at, latencies, warmup, per_el, t_start, complete, plan.predicted)
+    report = stream_report(done_at, latencies, warmup, per_el, t_start, complete, plan.predicted,
+                           frames_ahead(plan.mapping))
     return report, kept, state
