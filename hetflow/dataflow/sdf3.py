@@ -284,25 +284,32 @@ def plain_graph(g: CsdfGraph) -> CsdfGraph:
       d starts, so a reverse channel `c__space` from `d__start` to the producer (or its own start
       actor) with capacity - initial tokens frees space exactly at d's start. A reverse channel
       from d itself would free it at d's end (SDF3's bufferSize semantics), later than hetflow.
-      `d__start` fires in order (a one-token self-loop) and waits for the end of the firing k
-      back of d (channel `d__free`, k tokens) when d has concurrency k, so it starts exactly when
-      hetflow starts d.
+      `d__start` starts in order and takes no time, so it also ends in order (no self-loop), and
+      waits for the end of the firing k back of d (channel `d__concurrency`, k tokens) when d has
+      concurrency k, so it starts exactly when hetflow starts d.
     - concurrency k: a channel `a__concurrency` from a to itself (or to `a__start`) with k
-      tokens (firing n waits for the end of firing n - k). While firings end in start order
+      tokens (firing n waits for the end of firing n - k); none if all of a's phases take zero
+      time, as its firings then end when they start, in order. While firings end in start order
       (one phase, equal phase times, k = 1, or serialised by a static order) that is hetflow's
       meaning. Otherwise a count of ended firings no longer names one firing, and hetflow
       delivers tokens in firing order where plain CSDF delivers them as firings end; then a
       reports each phase's end on its own channel `a__donej` (firings of one phase end in
-      order) to a zero-time serial actor `a__deliver` that produces a's outputs in firing order,
-      and the concurrency channel is split per phase likewise (`a__concurrencyj`, from phase j
-      to phase j + k). Cycle replicas of several phases start out of order, which a plain CSDF
-      actor cannot; the export refuses them rather than write another model.
+      order) to a zero-time actor `a__deliver` (starting in order, it ends in order) that
+      produces a's outputs in firing order, and the concurrency channel is split per phase
+      likewise (`a__concurrencyj`, from phase j to phase j + k). Cycle replicas of several
+      phases start out of order, which a plain CSDF actor cannot; the export refuses them rather
+      than write another model.
     - capacity of a self-loop: its space is freed by an earlier start of the same actor, which
       in-order starts already imply; nothing is written (a bound below one firing's claim is a
       deadlock and refused).
     - static order of a processor: the actors on it get one phase per firing of an iteration,
       and a channel `p__orderj` from the end of the j-th listed firing to the start of the next
-      (one token on the wrap-around), exactly hetflow's order edges.
+      (one token on the wrap-around), exactly hetflow's order edges (but for one from a
+      zero-time actor to its own next firing, which in-order starts imply).
+
+    No self-loop is added to an actor that takes no time: it would constrain nothing (firings
+    start in order) and would make a cycle of zero duration, on which cycle-ratio solvers that
+    divide by a cycle's duration fail (Kiter's Howard iteration returns wrong periods there).
 
     Raises InputError for the cases above that have no plain equivalent here.
     """
@@ -384,7 +391,6 @@ def plain_graph(g: CsdfGraph) -> CsdfGraph:
             s = start[a.name]
             channels.append(Channel(fresh(f"{a.name}__go"), s, a.name, ones[a.name],
                                     ones[a.name]))
-            channels.append(Channel(fresh(f"{s}__order"), s, s, ones[a.name], ones[a.name], 1))
         if a.name in deliver:
             # one channel per phase: firings of one phase last equally long and start in
             # order, so they end in order, and a count on that channel names one firing
@@ -396,8 +402,7 @@ def plain_graph(g: CsdfGraph) -> CsdfGraph:
                     to = [int(i == (j + k) % n) for i in range(n)]
                     channels.append(Channel(fresh(f"{a.name}{CONCURRENCY_SUFFIX}{j}"), a.name,
                                             entry(a.name), one, to, (j + k) // n))
-            channels.append(Channel(fresh(f"{d}__order"), d, d, ones[a.name], ones[a.name], 1))
-        elif a.concurrency is not None:
+        elif a.concurrency is not None and any(t > 0 for t in a.exec_times):
             channels.append(Channel(fresh(f"{a.name}{CONCURRENCY_SUFFIX}"), a.name,
                                     entry(a.name), ones[a.name], ones[a.name], a.concurrency))
     for proc, order in g.static_order.items():
@@ -410,6 +415,8 @@ def plain_graph(g: CsdfGraph) -> CsdfGraph:
             seen[n] = seen.get(n, 0) + 1
         for j, (x, rx) in enumerate(firings):
             y, ry = firings[(j + 1) % len(firings)]
+            if x == y and not any(by_name[x].exec_times):
+                continue  # the next firing of a zero-time actor: in-order starts imply it
             prod = [int(i == rx) for i in range(phases[x])]
             cons = [int(i == ry) for i in range(phases[y])]
             channels.append(Channel(fresh(f"{proc}__order{j}"), x, entry(y), prod, cons,

@@ -32,6 +32,15 @@ def csdf_graphs(draw, max_actors: int = 5, max_phases: int = 3, max_cycles: int 
     """
     rng = random.Random(draw(st.integers(0, 2**32 - 1)))
     n = draw(st.integers(2, max_actors))
+    return random_csdf_graph(rng, n, max_phases, max_cycles, mapped, live, float_times,
+                             cycle_replicas)
+
+
+def random_csdf_graph(rng: random.Random, n: int, max_phases: int = 3, max_cycles: int = 2,
+                      mapped: bool = True, live: bool = True, float_times: bool = False,
+                      cycle_replicas: bool = False) -> CsdfGraph:
+    """`csdf_graphs`' graph of `n` actors, every other choice drawn from `rng` (a seeded
+    `random.Random` gives the same graph on every run)."""
     phases = [rng.randint(1, max_phases) for _ in range(n)]
     cycles = [rng.randint(1, max_cycles) for _ in range(n)]
     unit = 0.001 if float_times else 1.0

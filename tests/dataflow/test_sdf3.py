@@ -95,6 +95,36 @@ def test_a_plain_reader_of_the_export_finds_hetflows_period(g):
                                                      abs=1e-8)
 
 
+def zero_time_self_loops(plain: CsdfGraph, original: CsdfGraph) -> list[str]:
+    """Self-loops the export added to actors whose phases all take zero time."""
+    zero = {a.name for a in plain.actors if not any(a.exec_times)}
+    ours = {c.name for c in original.channels}
+    return [c.name for c in plain.channels
+            if c.src == c.dst and c.src in zero and c.name not in ours]
+
+
+def test_the_export_adds_no_self_loop_to_zero_time_actors():
+    # a zero-time actor starts in order, so it ends in order: a self-loop would only make a
+    # cycle of zero duration, on which Kiter's cycle-ratio solver returns wrong periods
+    g = CsdfGraph("z", [Actor("a", [1.0, 3.0], concurrency=2), Actor("b", [2.0]),
+                        Actor("z", [0.0, 0.0], concurrency=1)],
+                  [Channel("ab", "a", "b", [1, 1], [2], capacity=4),
+                   Channel("bz", "b", "z", [2], [1, 1]),
+                   Channel("za", "z", "a", [1, 1], [1, 1], initial_tokens=4)])
+    plain = plain_graph(g)
+    assert {"a__deliver", "b__start"} <= {a.name for a in plain.actors}
+    assert zero_time_self_loops(plain, g) == []
+    assert "z__concurrency" not in {c.name for c in plain.channels}
+    assert sdf3_oracle.period(to_sdf3_xml(g, time_unit=1.0)) == \
+        pytest.approx(throughput_mcr(g).period, rel=1e-8)
+
+
+@settings(max_examples=40, deadline=None)
+@given(csdf_graphs() | csdf_graphs(mapped=False))
+def test_no_random_export_adds_a_zero_time_self_loop(g):
+    assert zero_time_self_loops(plain_graph(g), g) == []
+
+
 @settings(max_examples=60, deadline=None)
 @given(csdf_graphs(live=False))
 def test_a_plain_reader_finds_the_same_deadlocks(g):
