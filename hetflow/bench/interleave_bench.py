@@ -17,7 +17,8 @@ measures instead, on this machine: the model profiled on two of its elements (th
 single-core CPUs, or --elements A,B; the profile is bench's, cached), every `--every`-th layer on
 the second and the rest on the first, so each frame leaves the first element and comes back;
 the plan made frame by frame and the plan made with interleaved orders, both predicted before
-they run, then run through the engine with outputs checked.
+they run (from the profile and the parallel copies' contention, as `hetflow bench` predicts),
+then run through the engine with outputs checked.
 """
 from __future__ import annotations
 
@@ -119,7 +120,10 @@ def measure_round_trips(model: str, every: int, seconds: float,
     from hetflow.platform.detect import detect_platform
     from hetflow.runtime.api import run_plan
 
-    from .core import get_profile
+    from hetflow.runtime.baselines import measure_parallel
+    from hetflow.runtime.inputs import random_source
+
+    from .core import contention_factors, get_profile
 
     def log(msg: str) -> None:
         print(f"{model}: {msg}", file=sys.stderr, flush=True)
@@ -133,6 +137,13 @@ def measure_round_trips(model: str, every: int, seconds: float,
     if len(elements) != 2:
         raise SystemExit(f"need two elements, got {elements}")
     first, second = elements
+    # as the bench does before it predicts: each element's slowdown while both run copies of
+    # the model (the parallel baseline), applied to the profile's times
+    par = measure_parallel(graph, [problem.element(first), problem.element(second)],
+                           random_source(graph), warmup=5, seconds=min(seconds, 4.0))
+    factors = contention_factors(prof, problem, par)
+    problem.apply_contention(factors)
+    log("contention factors: " + ", ".join(f"{k} {v:.2f}" for k, v in factors.items()))
     layers = [l.name for l in graph.layers]
     mapping = Mapping({l: second if i % every == every - 1 else first
                        for i, l in enumerate(layers)})
@@ -141,10 +152,12 @@ def measure_round_trips(model: str, every: int, seconds: float,
     for name, interleave in (("frame order", False), ("interleaved", True)):
         plan = make_plan(problem, mapping, plain, "round trips", platform.name, fuse=True,
                          interleave=interleave)
-        thr = plan.predicted["throughput"]
-        frames = max(40, int(seconds * thr))
+        thr, ahead = plan.predicted["throughput"], frames_ahead(plan.mapping)
+        # many more frames than run ahead: a frame's last phase comes `ahead` rounds after its
+        # first (the run leaves out the first and last `ahead` frames' completions)
+        frames = max(40, int(seconds * thr), 8 * ahead)
         log(f"running {name}: predicted {thr:.1f} frames/s, {frames} frames")
-        r = run_plan(plan, graph, frames, max(4, frames // 10), check="first")
+        r = run_plan(plan, graph, frames, max(4, frames // 10, ahead), check="first")
         g = timed_graph(problem, plan.app, plan.mapping)
         load, with_transfers = load_bounds(g)
         rows.append({"model": model, "plan": name, "mapping": f"every {every}th layer on {second}, "
@@ -154,7 +167,7 @@ def measure_round_trips(model: str, every: int, seconds: float,
                      "predicted_latency": plan.predicted["latency"],
                      "latency_p50": r.latency["p50"], "latency_p99": r.latency["p99"],
                      "checked_frames": r.checked_frames, "max_abs_error": r.max_abs_error,
-                     "frames_ahead": frames_ahead(plan.mapping),
+                     "frames_ahead": frames_ahead(plan.mapping), "contention_factors": factors,
                      "load_bound": 1 / load, "load_and_transfers_bound": 1 / with_transfers})
     return rows
 
