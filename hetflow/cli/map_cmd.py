@@ -52,8 +52,10 @@ def print_plan(plan, title: str = "plan") -> None:
     for r in describe_stages(plan):
         elements = [e + (f" x{r['lanes'][e]} lanes" if e in r["lanes"] else "")
                     for e in r["elements"]]
-        phases = str(r["phases"]) + (f" (interleaved, up to {r['interleave'][0]} frames ahead)"
-                                     if r.get("interleave") else "")
+        k = plan.mapping.round_frames
+        phases = str(r["phases"]) + (
+            f" (interleaved{f', {k} frames a round' if k > 1 else ''}, up to "
+            f"{r['interleave'][0] * k + k - 1} frames ahead)" if r.get("interleave") else "")
         t.add_row(r["actor"], ",".join(elements), phases, str(r["layers"]),
                   f"{r['first']} .. {r['last']}",
                   f"{r['busy_s'] * 1e3:.3f}" if r["busy_s"] is not None else "?",

@@ -48,6 +48,10 @@ class Mapping:
     # phases of later frames meanwhile; offsets never increase and the last is 0. None: frame
     # by frame
     interleave: dict[str, list[int]] = field(default_factory=dict)
+    # frames each round of the interleaved actors covers: round i fires phase p of frames
+    # (i + offset[p]) * round_frames + j for j < round_frames, so with 2 a phase of the next
+    # frame runs while the frame before is away, and few frames are in flight
+    round_frames: int = 1
 
     def lanes_of(self, element: str) -> int:
         return self.lanes.get(element, 1)
@@ -71,13 +75,15 @@ class Mapping:
         return (tuple(sorted(self.assignment.items())), self.policy, self.dispatch_mode,
                 tuple((a, tuple(self.pattern(a))) for a in groups),
                 tuple(sorted((e, k) for e, k in self.lanes.items() if k != 1)),
-                tuple(sorted((a, tuple(o)) for a, o in self.interleave.items() if any(o))))
+                tuple(sorted((a, tuple(o)) for a, o in self.interleave.items()
+                             if any(o) or self.round_frames > 1)), self.round_frames)
 
     def to_dict(self) -> dict[str, Any]:
         return {"assignment": self.assignment, "policy": self.policy, "meta": self.meta,
                 "dispatch": self.dispatch, "dispatch_mode": self.dispatch_mode,
                 "lanes": self.lanes,
-                **({"interleave": self.interleave} if self.interleave else {})}
+                **({"interleave": self.interleave} if self.interleave else {}),
+                **({"round_frames": self.round_frames} if self.round_frames != 1 else {})}
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "Mapping":
@@ -85,7 +91,8 @@ class Mapping:
                        {k: [int(x) for x in v] for k, v in d.get("dispatch", {}).items()},
                        d.get("dispatch_mode", "dynamic"),
                        {k: int(v) for k, v in d.get("lanes", {}).items()},
-                       {k: [int(x) for x in v] for k, v in d.get("interleave", {}).items()})
+                       {k: [int(x) for x in v] for k, v in d.get("interleave", {}).items()},
+                       int(d.get("round_frames", 1)))
 
 
 def weighted_pattern(times: list[float], max_len: int = 64) -> list[int]:

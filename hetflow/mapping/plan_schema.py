@@ -38,6 +38,7 @@ class MappingFile(FileModel):
     lanes: dict[str, Annotated[int, Field(ge=1)]] = {}  # GPU element -> frames in flight
     # actor -> frame offset per phase (Mapping.interleave)
     interleave: dict[str, list[Annotated[int, Field(ge=0)]]] = {}
+    round_frames: int = Field(1, ge=1, le=64)  # frames per round of the interleaved actors
 
 
 class PhaseFile(FileModel):

@@ -309,6 +309,7 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
 
 def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> Metrics:
     from hetflow.dataflow.analysis import latency, throughput_mcr
+    from hetflow.dataflow.analysis.orders import unfolded
 
     from .interleaving import firing_orders
 
@@ -316,9 +317,12 @@ def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> M
         problem = problem.alone
     app = build_app(problem, mapping)
     g = timed_graph(problem, app, mapping)
-    orders = firing_orders(mapping)
-    res = throughput_mcr(g, orders or None)
-    thr = res.throughput
+    # rounds of several frames: analysed on the graph unfolded that many times (one iteration
+    # = one round), frames/s = rounds/s x frames per round
+    k = mapping.round_frames
+    orders = firing_orders(mapping, app)
+    res = throughput_mcr(unfolded(g, k), orders or None)
+    thr = res.throughput * k
     stage = {a: sum(problem.actor_time(p.layers, a) + problem.call_overhead for p in ps)
              for a, ps in app.phases.items()}
     loaded = len(set(mapping.elements)) > 1
@@ -351,6 +355,9 @@ def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> M
             mem[e] = w + buf
     lat = lat_iso = float("nan")
     if with_latency:
-        lr = latency(timed_graph(problem, app, mapping, for_latency=True), orders=orders or None)
-        lat, lat_iso = lr.steady, lr.isolated
+        lg = timed_graph(problem, app, mapping, for_latency=True)
+        # with rounds of k frames, the steady latency is a round's (its first frame's first
+        # firing to its last frame's last): an upper bound on each frame's
+        lr = latency(unfolded(lg, k), orders=orders or None)
+        lat, lat_iso = lr.steady, (lr.isolated if k == 1 else latency(lg).isolated)
     return Metrics(thr, lat, lat_iso, util, energy, mem, stage, list(res.critical), lanes)

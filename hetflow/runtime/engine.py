@@ -252,7 +252,9 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         frame_tensors: dict[int, dict[str, np.ndarray]] = {}  # frames begun here, not ended
         try:
             pin_current_thread(caller_cores_of((r for _, r, _, _ in steps), element))
-            for f, p in phase_sequence(dispatch[actor].frames_of(j), offsets):
+            for f, p in phase_sequence(dispatch[actor].frames_of(j), offsets,
+                                       plan.mapping.round_frames if actor in
+                                       plan.mapping.interleave else 1):
                 fi = None
                 local = frame_tensors.get(f)
                 if local is None:

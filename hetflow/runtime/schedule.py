@@ -92,23 +92,28 @@ def firings(app: CsdfApp) -> list[Firing]:
     return out
 
 
-def phase_sequence(frames: Iterable[int], offsets: Sequence[int]) -> Iterator[tuple[int, int]]:
-    """(frame, phase) in the order a worker fires them: round i fires phase p of its
-    (i + offsets[p])-th frame, skipping frames it does not have (orders.Firing's rounds). All
-    offsets 0: each frame's phases, frame by frame. Frames are taken from `frames` only when a
-    round needs them (a dynamic dispatcher hands a frame to a member ready to start it)."""
+def phase_sequence(frames: Iterable[int], offsets: Sequence[int], round_frames: int = 1
+                   ) -> Iterator[tuple[int, int]]:
+    """(frame, phase) in the order a worker fires them: round i fires phase p of its frames
+    (i + offsets[p]) * round_frames + j, j < round_frames, then phase p + 1, skipping frames it
+    does not have (orders.Firing's rounds, over `round_frames` frames each). All offsets 0 and
+    one frame a round: each frame's phases, frame by frame. Frames are taken from `frames`
+    only when a round needs them (a dynamic dispatcher hands a frame to a member ready to
+    start it)."""
     it = iter(frames)
     got: list[int] = []  # the worker's frames so far, in order
+    k = round_frames
     ahead = offsets[0] if offsets else 0
     i = -ahead
     while True:
-        while len(got) <= i + ahead and (f := next(it, None)) is not None:
+        while len(got) < (i + ahead + 1) * k and (f := next(it, None)) is not None:
             got.append(f)
-        if i >= len(got):
+        if i * k >= len(got):
             return
         for p, o in enumerate(offsets):
-            if 0 <= i + o < len(got):
-                yield got[i + o], p
+            for j in range((i + o) * k, (i + o + 1) * k):
+                if 0 <= j < len(got):
+                    yield got[j], p
         i += 1
 
 

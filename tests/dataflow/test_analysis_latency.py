@@ -124,15 +124,21 @@ def test_interleaving_trades_latency_for_period():
 
 
 def simulated_latency(g: CsdfGraph, offsets: dict[str, list[int]], period: float,
-                      frames: int = 80) -> float:
+                      frames: int = 80, k: int = 1) -> float:
     """An independent oracle for graphs whose channels move one token per frame from one phase
-    to one phase: run every actor's rounds (round r fires phase p of frame r + offset[p]) as
-    early as data, its own previous firing and the source clock allow; the largest frame
-    latency over the second half of the run."""
+    to one phase: run every actor's rounds (round r fires phase p of frames (r + offset[p]) * k
+    + j, j < k; actors without offsets frame by frame) as early as data, its own previous firing
+    and the source clock (the first frame of each round of k, `period` per round) allow; the
+    largest latency of a round of k frames over the second half of the run."""
     q = {a.name: len(a.exec_times) for a in g.actors}
-    offs = {a: offsets.get(a, [0] * q[a]) for a in q}
-    seq = {a: [(r + o, p) for r in range(-offs[a][0], frames) for p, o in enumerate(offs[a])
-               if 0 <= r + o < frames] for a in q}
+    seq = {}
+    for a in q:
+        if a in offsets:
+            o_ = offsets[a]
+            seq[a] = [(j, p) for r in range(-o_[0], frames) for p, o in enumerate(o_)
+                      for j in range((r + o) * k, (r + o + 1) * k) if 0 <= j < frames]
+        else:
+            seq[a] = [(f, p) for f in range(frames) for p in range(q[a])]
     needs: dict[tuple[str, int], list] = {}
     for c in g.channels:
         i, j = c.production.index(1), c.consumption.index(1)
@@ -150,12 +156,15 @@ def simulated_latency(g: CsdfGraph, offsets: dict[str, list[int]], period: float
                 if any((s, i, f) not in end for s, i, _ in deps):
                     break
                 t = max([free[a]] + [end[(s, i, f)] + d for s, i, d in deps]
-                        + ([f * period] if a in sources and p == 0 else []))
+                        + ([f // k * period] if a in sources and p == 0 and f % k == 0
+                           else []))
                 start[(a, p, f)], end[(a, p, f)] = t, t + time[a][p]
                 free[a], pos[a], moved = t + time[a][p], pos[a] + 1, True
         assert moved, "the oracle's schedule deadlocked"
-    return max(max(end[(a, p, f)] for a in q for p in range(q[a]))
-               - min(start[(a, 0, f)] for a in sources) for f in range(frames // 2, frames))
+    rounds = range(frames // k // 2, frames // k)
+    return max(max(end[(a, p, f)] for a in q for p in range(q[a]) for f in range(r * k, r * k + k))
+               - min(start[(a, 0, f)] for a in sources for f in range(r * k, r * k + k))
+               for r in rounds)
 
 
 @st.composite
@@ -203,3 +212,21 @@ def test_latency_with_firing_orders_matches_a_simulation(case):
     assert r.steady == pytest.approx(simulated_latency(g, offsets, period))
     slower = latency(g, period=period * 1.5, orders=orders or None)  # paced by the input
     assert slower.steady == pytest.approx(simulated_latency(g, offsets, period * 1.5))
+
+
+@settings(max_examples=40, deadline=None)
+@given(round_trip_graphs(), st.integers(2, 3))
+def test_rounds_of_several_frames_match_a_simulation(case, k):
+    """Every actor fires phase p of the round's k frames before phase p + 1 (no offsets): the
+    unfolded graph's period is k frames' and its latency a round's."""
+    from hetflow.dataflow.analysis.orders import Firing, unfolded
+
+    g, offsets = case
+    q = {a.name: len(a.exec_times) for a in g.actors}
+    orders = {a: tuple(Firing(a, j * q[a] + p, 0) for p in range(q[a]) for j in range(k))
+              for a in q}
+    u = unfolded(g, k)
+    period = throughput_mcr(u, orders).period
+    zero = {a: [0] * q[a] for a in q}
+    assert latency(u, orders=orders).steady == pytest.approx(
+        simulated_latency(g, zero, period, frames=40 * k, k=k))

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from hetflow.dataflow.analysis import throughput_mcr
+from hetflow.dataflow.analysis.orders import unfolded
 from hetflow.errors import DeadlockError
 from hetflow.mapping.interleaving import firing_orders
 from hetflow.model.synthetic import random_cnn_graph
@@ -25,7 +26,8 @@ def offsets_for(draw, phases: int) -> list[int]:
 def analysed_live(plan) -> bool:
     g = plan.app.to_graph(lambda p: 1.0, lambda c: 0.0, channel_windows(plan))
     try:
-        throughput_mcr(g, firing_orders(plan.mapping) or None)
+        throughput_mcr(unfolded(g, plan.mapping.round_frames),
+                       firing_orders(plan.mapping, plan.app) or None)
     except DeadlockError:
         return False
     return True
@@ -40,7 +42,8 @@ def test_interleaved_orders_run_as_analysed_and_keep_outputs(plan_for, key, data
     multi = [a for a, ps in plan.app.phases.items() if len(ps) > 1]
     assume(multi)
     plan.mapping.interleave = {a: offsets_for(data.draw, len(plan.app.phases[a])) for a in multi}
-    assume(any(any(o) for o in plan.mapping.interleave.values()))
+    plan.mapping.round_frames = data.draw(st.sampled_from([1, 1, 2, 3]))
+    assume(plan.mapping.round_frames > 1 or any(any(o) for o in plan.mapping.interleave.values()))
     plan.check()
     assume(analysed_live(plan))
     report = run_plan(plan, graph, frames=11, warmup=1, check="all", stall_timeout=10.0)
@@ -54,12 +57,15 @@ def test_phase_sequence_runs_rounds_of_offsets():
                                                       (2, 1)]
     assert list(phase_sequence(iter([4, 7]), [0, 0])) == [(4, 0), (4, 1), (7, 0), (7, 1)]
     assert list(phase_sequence([], [2, 1, 0])) == []
+    # rounds of two frames: phase 0 of frames 0 and 1, then phase 1 of both
+    assert list(phase_sequence(range(3), [0, 0], 2)) == [(0, 0), (1, 0), (0, 1), (1, 1), (2, 0),
+                                                         (2, 1)]
 
 
-@given(frames=st.integers(0, 12), data=st.data())
-def test_phase_sequence_fires_every_phase_of_every_frame_once_in_phase_order(frames, data):
+@given(frames=st.integers(0, 12), k=st.integers(1, 3), data=st.data())
+def test_phase_sequence_fires_every_phase_of_every_frame_once_in_phase_order(frames, k, data):
     offsets = offsets_for(data.draw, data.draw(st.integers(1, 5)))
-    seq = list(phase_sequence(range(frames), offsets))
+    seq = list(phase_sequence(range(frames), offsets, k))
     assert sorted(seq) == [(f, p) for f in range(frames) for p in range(len(offsets))]
     for f in range(frames):  # a frame's phases in order
         mine = [p for g, p in seq if g == f]

@@ -103,3 +103,25 @@ def check_firing_orders(g: CsdfGraph, q: dict[str, int], orders: FiringOrders) -
             if a.concurrency != 1:
                 raise InputError(f"firing order of {proc!r}: actor {name!r} has concurrency "
                                  f"{a.concurrency}; a firing order serialises its processor")
+
+
+def unfolded(g: CsdfGraph, k: int) -> CsdfGraph:
+    """`g` with k of its iterations as one: every actor's phases, and every channel's rates,
+    repeated k times (firing i of the unfolded graph is firing i mod q of original iteration
+    i // q, q the original firings per iteration). A firing order of the unfolded graph can then
+    visit the same phase of k frames before the next phase of any. Actors must have concurrency
+    1: a replicated actor's cycle would otherwise become k frames on one replica."""
+    from dataclasses import replace
+
+    if k == 1:
+        return g
+    for a in g.actors:
+        if a.concurrency != 1:
+            raise InputError(f"graph {g.name!r}: actor {a.name!r} has concurrency "
+                             f"{a.concurrency}; only a graph of concurrency-1 actors unfolds")
+    if g.static_order:
+        raise InputError(f"graph {g.name!r}: unfolding a graph with static orders is not "
+                         "supported")
+    return CsdfGraph(g.name, [replace(a, exec_times=list(a.exec_times) * k) for a in g.actors],
+                     [replace(c, production=list(c.production) * k,
+                              consumption=list(c.consumption) * k) for c in g.channels])
