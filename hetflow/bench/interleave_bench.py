@@ -16,9 +16,10 @@ mapping puts more on the cores).
 measures instead, on this machine: the model profiled on two of its elements (the first two
 single-core CPUs, or --elements A,B; the profile is bench's, cached), every `--every`-th layer on
 the second and the rest on the first, so each frame leaves the first element and comes back;
-the plan made frame by frame and the plan made with interleaved orders, both predicted before
-they run (from the profile and the parallel copies' contention, as `hetflow bench` predicts),
-then run through the engine with outputs checked.
+the plan made frame by frame, with offsets one frame a round, and with rounds of two frames,
+each predicted before it runs (from the profile and the parallel copies' contention, as
+`hetflow bench` predicts), then run through the engine with outputs checked; `chosen` marks
+the one `make_plan` picks.
 """
 from __future__ import annotations
 
@@ -95,12 +96,13 @@ def measure_main(argv: list[str]) -> None:
     args = ap.parse_args(argv)
     rows = [row for model in args.models for row in measure_round_trips(
         model, args.every, args.seconds, args.elements.split(",") if args.elements else None)]
-    print(f"{'model':14s} {'plan':12s} {'predicted':>10s} {'measured':>10s} {'pred/meas':>9s} "
-          f"{'p50 ms':>8s} {'pred lat ms':>11s} frames ahead")
+    print(f"{'model':14s} {'plan':17s} {'predicted':>10s} {'measured':>10s} {'pred/meas':>9s} "
+          f"{'p50 ms':>8s} {'pred lat ms':>11s} {'ahead':>5s} chosen")
     for r in rows:
-        print(f"{r['model']:14s} {r['plan']:12s} {r['predicted']:10.1f} {r['measured']:10.1f} "
+        print(f"{r['model']:14s} {r['plan']:17s} {r['predicted']:10.1f} {r['measured']:10.1f} "
               f"{r['predicted'] / r['measured']:9.2f} {r['latency_p50'] * 1e3:8.1f} "
-              f"{r['predicted_latency'] * 1e3:11.1f} {r['frames_ahead']}")
+              f"{r['predicted_latency'] * 1e3:11.1f} {r['frames_ahead']:5d} "
+              f"{'yes' if r['chosen_by_make_plan'] else ''}")
     if args.json:
         from hetflow.io import write_json
 
@@ -113,7 +115,9 @@ def measure_main(argv: list[str]) -> None:
 def measure_round_trips(model: str, every: int, seconds: float,
                         elements: list[str] | None = None) -> list[dict]:
     from hetflow.mapping.from_profile import problem_from_profile
-    from hetflow.mapping.interleaving import frames_ahead
+    from dataclasses import replace
+
+    from hetflow.mapping.interleaving import choose_interleave, frames_ahead
     from hetflow.mapping.planner import make_plan
     from hetflow.mapping.problem import evaluate
     from hetflow.model import resolve_model
@@ -148,10 +152,20 @@ def measure_round_trips(model: str, every: int, seconds: float,
     mapping = Mapping({l: second if i % every == every - 1 else first
                        for i, l in enumerate(layers)})
     plain = evaluate(problem, mapping)
+    chosen = make_plan(problem, mapping, plain, "round trips", platform.name, fuse=True).mapping
+    # each kind of order on its own (make_plan keeps the lowest latency within 5% of the
+    # fastest): offsets one frame a round, and rounds of two frames
+    offsets, _ = choose_interleave(problem, mapping, rounds_of=())
+    app = build_app(problem, mapping)
+    multi = [a for a, ps in app.phases.items() if len(ps) > 1]
+    pair = replace(mapping, interleave={a: [0] * len(app.phases[a]) for a in multi},
+                   round_frames=2)
     rows = []
-    for name, interleave in (("frame order", False), ("interleaved", True)):
-        plan = make_plan(problem, mapping, plain, "round trips", platform.name, fuse=True,
-                         interleave=interleave)
+    for name, m in (("frame order", mapping), ("offsets", offsets), ("2 frames a round", pair)):
+        if name != "frame order" and not m.interleave:
+            continue  # nothing to interleave
+        plan = make_plan(problem, m, evaluate(problem, m), "round trips", platform.name,
+                         fuse=True, interleave=False)
         thr, ahead = plan.predicted["throughput"], frames_ahead(plan.mapping)
         # many more frames than run ahead: a frame's last phase comes `ahead` rounds after its
         # first (the run leaves out the first and last `ahead` frames' completions)
@@ -168,6 +182,7 @@ def measure_round_trips(model: str, every: int, seconds: float,
                      "latency_p50": r.latency["p50"], "latency_p99": r.latency["p99"],
                      "checked_frames": r.checked_frames, "max_abs_error": r.max_abs_error,
                      "frames_ahead": frames_ahead(plan.mapping), "contention_factors": factors,
+                     "chosen_by_make_plan": plan.mapping.key() == chosen.key(),
                      "load_bound": 1 / load, "load_and_transfers_bound": 1 / with_transfers})
     return rows
 
