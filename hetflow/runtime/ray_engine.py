@@ -212,6 +212,16 @@ class _Frame:
     start_ref: Any
 
 
+def check_ray_plan(plan: Plan) -> None:
+    """InputError for a plan this engine does not run as made: interleaved phase orders (it
+    submits each frame's phases in turn)."""
+    if plan.mapping.interleave:
+        raise InputError(f"plan for {plan.model_name}: it interleaves frames on "
+                         f"{', '.join(sorted(plan.mapping.interleave))}, which the ray engine "
+                         "does not run (it submits each frame's phases in turn); make the plan "
+                         "with `hetflow map --no-interleave` or run it with --engine local")
+
+
 class RayPipeline:
     """The plan's workers started as Ray actors on their nodes (needs a Ray connection: see
     `ray_session`); `run` streams frames through them, `close` stops them."""
@@ -222,11 +232,7 @@ class RayPipeline:
         from hetflow.model.subnet import extract_subnet
         from hetflow.platform.cluster import split_element
 
-        if plan.mapping.interleave:
-            raise InputError(f"plan for {plan.model_name}: it interleaves frames on "
-                             f"{', '.join(sorted(plan.mapping.interleave))}, which the ray engine "
-                             "does not run (it submits each frame's phases in turn); make the "
-                             "plan with `hetflow map --no-interleave` or run it locally")
+        check_ray_plan(plan)
         self.ray = ray = import_ray()
         self.plan, self.graph = plan, graph
         self.firings = firings(plan.app)
