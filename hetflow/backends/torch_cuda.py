@@ -135,11 +135,7 @@ def _freeze_constant_pads(module):
         module.add_submodule(node.target, static)
         node.args, node.kwargs = node.args[:1], {}
         changed = True
-    if changed:
-        module.graph.eliminate_dead_code()
-        module.delete_all_unused_submodules()
-        module.recompile()
-    return module
+    return _recompiled(module) if changed else module
 
 
 @functools.cache
@@ -194,10 +190,14 @@ def _freeze_constant_slices(module):
             [int(d) for d in flip], plain[:len(pos)], plain[len(pos):]))
         node.args, node.kwargs = node.args[:1], {}
         changed = True
-    if changed:
-        module.graph.eliminate_dead_code()
-        module.delete_all_unused_submodules()
-        module.recompile()
+    return _recompiled(module) if changed else module
+
+
+def _recompiled(module):
+    """`module` after its graph was rewritten: dead nodes and unused submodules dropped."""
+    module.graph.eliminate_dead_code()
+    module.delete_all_unused_submodules()
+    module.recompile()
     return module
 
 
