@@ -84,7 +84,7 @@ def frames_ahead(mapping: Mapping) -> int:
 
 
 def choose_interleave(problem, mapping: Mapping, latency_cap: float | None = None,
-                      min_gain: float = 0.02, time_limit: float = 5.0,
+                      min_gain: float = 0.02, time_limit: float = 3.0,
                       rounds_of: tuple[int, ...] = (2, 4), latency_trade: float = 0.05):
     """`mapping` with interleaved phase orders, and its metrics, where they are analysed at
     least `min_gain` faster (and within the latency cap); else (`mapping`, None).

@@ -131,12 +131,20 @@ def best_interleaving(g: CsdfGraph, max_offset: int = 2, passes: int = 3,
 
     # round trips through several actors need them all interleaved at once, which one actor
     # at a time cannot find: start from the best of the level-based orders
-    for trial in level_offsets(g, q, actors):  # fewest frames in flight first: ties keep them
+    # (the deepest pipeline first, which the time limit must not cut off: it removes every
+    # round trip; then fewest frames in flight first, ties keeping the fewest)
+    trials = level_offsets(g, q, actors)
+    ahead = lambda offs: max(o[0] for o in offs.values())  # noqa: E731
+    for n, trial in enumerate(trials[-1:] + trials[:-1]):
+        if n and deadline is not None and time.perf_counter() > deadline:
+            break
         try:
             res = throughput_mcr(g, orders_of(trial))
         except DeadlockError:
             continue
-        if res.period < best.period * (1 - 1e-12):
+        if res.period < best.period * (1 - 1e-12) or (
+                res.period <= best.period * (1 + 1e-12) and current is not None
+                and any(any(o) for o in current.values()) and ahead(trial) < ahead(current)):
             best, current = res, trial
 
     for _ in range(passes):
