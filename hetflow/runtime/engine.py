@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import os
 import sys
 import threading
@@ -193,6 +194,13 @@ class RunState:
     events: list = field(default_factory=list)
 
 
+def first_frame_wait(plan: Plan) -> float:
+    """Seconds beyond the stall timeout that the first frame may take: an element that runs
+    frames ahead finishes its first frame only after as many rounds (the predicted latency)."""
+    lat = plan.predicted.get("latency") if frames_ahead(plan.mapping) else None
+    return float(lat) if isinstance(lat, (int, float)) and 0 < lat < math.inf else 0.0
+
+
 def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]], frames: int,
                  warmup: int = 0, keep_outputs: Callable[[int], bool] = lambda f: False,
                  stall_timeout: float = 30.0, trace: bool = False,
@@ -321,7 +329,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         try:  # (a Ctrl-C while they start stops those started)
             for t in threads:
                 t.start()
-            complete = supervise(release, control, stall_timeout)
+            complete = supervise(release, control, stall_timeout + first_frame_wait(plan))
         finally:
             stop_threads(control, threads)
     control.raise_fault()

@@ -89,3 +89,19 @@ def test_an_edited_plan_with_bad_offsets_is_refused(plan_for):
     plan.mapping.interleave = {"nobody": [0]}
     with pytest.raises(InputError, match="no actor 'nobody'"):
         plan.check("p.json")
+
+
+def test_the_first_frame_of_an_interleaved_plan_may_take_its_predicted_latency(plan_for):
+    from hetflow.runtime.engine import first_frame_wait
+
+    graph = GRAPHS[(8, 0)]
+    names = [l.name for l in graph.layers]
+    plan = plan_for(graph, {l: "pe0" if i % 2 == 0 else "pe1" for i, l in enumerate(names)},
+                    2, "maximal")
+    plan.predicted["latency"] = 4.0
+    assert first_frame_wait(plan) == 0.0  # frame by frame: the stall timeout alone
+    actor = next(a for a, ps in plan.app.phases.items() if len(ps) > 1)
+    plan.mapping.interleave = {actor: [1] + [0] * (len(plan.app.phases[actor]) - 1)}
+    assert first_frame_wait(plan) == 4.0
+    plan.predicted["latency"] = float("inf")  # never wait for ever
+    assert first_frame_wait(plan) == 0.0
