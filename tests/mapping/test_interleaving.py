@@ -1,5 +1,6 @@
 """Plans choose frame-interleaved phase orders where the analysis finds them faster."""
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from hetflow.bench.interleave_bench import load_bounds
 from hetflow.bench.search_bench import synthetic_problem
@@ -8,6 +9,9 @@ from hetflow.mapping.mapping import Mapping
 from hetflow.mapping.plan import Plan
 from hetflow.mapping.planner import make_plan
 from hetflow.mapping.problem import evaluate, timed_graph
+
+
+SQUEEZENET = synthetic_problem("squeezenet1_0", gpu_speedup=5.0)  # estimated times, GPU 5x a core
 
 
 @pytest.fixture(scope="module")
@@ -91,3 +95,21 @@ def test_rounds_of_several_frames_need_an_interleaved_actor(round_trips):
     d["mapping"]["round_frames"] = 2
     with pytest.raises(InputError, match="round_frames 2: no actor interleaves"):
         Plan.from_dict(d, "p.json")
+
+
+@settings(max_examples=15, deadline=None)
+@given(data=st.data(), cap_share=st.sampled_from([None, 1.0, 1.5, 3.0]))
+def test_a_plan_is_never_analysed_slower_than_frame_order_nor_over_its_cap(data, cap_share):
+    problem = SQUEEZENET
+    layers = [l.name for l in problem.graph.layers]
+    mapping = Mapping({l: data.draw(st.sampled_from(["gpu0", "cpu0", "cpu1"])) for l in layers})
+    plain = evaluate(problem, mapping)
+    cap = None if cap_share is None else plain.latency * cap_share
+    plan = make_plan(problem, mapping, plain, "test", "synthetic", latency_cap=cap)
+    assert plan.predicted["throughput"] >= plain.throughput * (1 - 1e-9)
+    if plan.mapping.interleave:
+        assert plan.predicted["throughput"] > plain.throughput * 1.02
+        if cap is not None:
+            assert plan.predicted["latency"] <= cap
+    again = evaluate(problem, plan.mapping)
+    assert again.throughput == pytest.approx(plan.predicted["throughput"])
