@@ -330,14 +330,8 @@ class _Splitter:
         per-channel parameter, a scalar)."""
         if node.op_type in ("Conv", "BatchNormalization"):
             return None
-        dims = list(t.dims)  # broadcast against the output: rows are axis 2 from the left
-        ax = 2 - (rank - len(dims))
-        if ax < 0 or not dims or dims[ax] == 1:
-            return None
-        if dims[ax] == total:
-            return ax
-        raise InputError(f"split: layer {layer!r}: node {node.name!r} ({node.op_type}) has a "
-                         f"parameter of shape {dims} that does not follow the output rows")
+        # broadcast against the output: rows are axis 2 from the left
+        return _broadcast_axis(node, t, rank, 2, total, layer, "rows")
 
     @staticmethod
     def _weight_axis(node: onnx.NodeProto, j: int, t: onnx.TensorProto, rank: int, axis: int,
@@ -359,13 +353,22 @@ class _Splitter:
         # broadcast against the output, so the channel axis is counted from the right
         if node.op_type == "BatchNormalization":
             return 0
-        ax = axis - (rank - len(dims))
-        if ax < 0 or not dims or dims[ax] == 1:
-            return None
-        if dims[ax] == total:
-            return ax
-        raise InputError(f"split: layer {layer!r}: node {node.name!r} ({node.op_type}) has a "
-                         f"parameter of shape {dims} that does not follow the output channels")
+        return _broadcast_axis(node, t, rank, axis, total, layer, "channels")
+
+
+def _broadcast_axis(node: onnx.NodeProto, t: onnx.TensorProto, rank: int, axis: int,
+                    total: int, layer: str, what: str) -> int | None:
+    """The axis of parameter `t` (broadcast against the output of rank `rank`) along the
+    output's `axis`: None where it is 1 or absent (the parameter serves every part), InputError
+    where it is neither 1 nor the output's `total`."""
+    dims = list(t.dims)
+    ax = axis - (rank - len(dims))
+    if ax < 0 or not dims or dims[ax] == 1:
+        return None
+    if dims[ax] == total:
+        return ax
+    raise InputError(f"split: layer {layer!r}: node {node.name!r} ({node.op_type}) has a "
+                     f"parameter of shape {dims} that does not follow the output {what}")
 
 
 def split_model(model: onnx.ModelProto, graph: CnnGraph,
