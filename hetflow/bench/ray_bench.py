@@ -62,7 +62,7 @@ def two_stage_plan(graph: CnnGraph, problem, platform_name: str, first: str = "c
 def searched_plan(problem, platform_name: str):
     from hetflow.mapping.planner import search_plan
 
-    return search_plan(problem, "pipeline", platform_name, fuse=True, interleave=False)[0]
+    return search_plan(problem, "pipeline", platform_name, fuse=True)[0]
 
 
 # ---- the overhead benchmark ---------------------------------------------------------------------

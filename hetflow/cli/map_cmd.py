@@ -97,8 +97,7 @@ def register(app: typer.Typer) -> None:
         interleave: bool = typer.Option(True, "--interleave/--no-interleave",
                                         help="let an element whose frames leave and come back "
                                              "run phases of later frames meanwhile, where the "
-                                             "analysis finds it faster (the ray engine runs "
-                                             "plans made without)"),
+                                             "analysis finds it faster"),
     ) -> None:
         """Search a mapping of the model's layers onto the platform's elements; write a plan."""
         from hetflow.mapping.planner import search_plan

@@ -65,9 +65,8 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
     if engine not in ("local", "ray"):
         raise InputError(f"--engine {engine!r}: use local or ray")
     if engine == "ray":
-        from .ray_engine import check_ray_plan, import_ray
+        from .ray_engine import import_ray
 
-        check_ray_plan(plan)
         import_ray()  # say how to get Ray before loading anything
     else:
         from hetflow.mapping.lanes import check_plan_lanes

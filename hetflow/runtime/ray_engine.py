@@ -3,13 +3,15 @@
 Mirrors the local engine (`hetflow.runtime.engine`): an actor replicated on k elements has k
 workers; with static dispatch member `pattern[f % len(pattern)]` takes frame f, with dynamic
 dispatch (the default) the least-loaded member does; each worker fires its actor's phases in
-Algorithm 2's cyclic order, keeps the tensors a later phase of the same frame reads in
-its own memory, and receives the others through channels; outputs are collected in input order
-and checked against the same reference.
+Algorithm 2's cyclic order, frame by frame or in the plan's interleaved order
+(`schedule.phase_sequence`), keeps the tensors a later phase of the same frame reads in its own
+memory, and receives the others through channels; outputs are collected in input order and
+checked against the same reference.
 
-Channels are Ray object references. For every frame the driver submits one actor task per phase
-firing, in a topological order of the phase graph, passing the producing tasks' return refs as
-arguments of the consuming tasks. Ray then moves each tensor straight from the producer's node
+Channels are Ray object references. The driver submits one actor task per phase firing, the
+workers' orders merged so that each firing comes after those it reads from
+(`schedule.submission_order`: frame by frame, a topological order of the phase graph), passing
+the producing tasks' return refs as arguments of the consuming tasks. Ray then moves each tensor straight from the producer's node
 to the consumer's (shared memory within a node); the driver only handles references. Two Ray
 guarantees give the local engine's semantics:
 - tasks a caller submits to one actor run in submission order, and an actor task waits for its
@@ -35,19 +37,21 @@ import contextlib
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from hetflow.errors import InputError, RuntimeFault, first_line
+from hetflow.mapping.interleaving import frames_ahead
 from hetflow.mapping.mapping import group_members
 from hetflow.mapping.plan import Plan
 from hetflow.model.graph import CnnGraph
 
 from .harness import fault_text
 from .report import RunReport, stream_report
-from .schedule import Firing, firings, frames_in_flight, member_of
+from .schedule import (Firing, firings, frames_in_flight, member_of, phase_sequence,
+                       submission_order)
 
 RAY_MISSING = "--engine ray needs Ray: pip install 'hetflow[ray]'"
 POLL = 0.05
@@ -207,19 +211,11 @@ class _Worker:
 @dataclass
 class _Frame:
     frame: int
-    tasks: list[tuple[Firing, int, Any]]  # (firing, member, stamp ref)
-    outputs: dict[str, Any]  # model output tensor -> ref
-    start_ref: Any
-
-
-def check_ray_plan(plan: Plan) -> None:
-    """InputError for a plan this engine does not run as made: interleaved phase orders (it
-    submits each frame's phases in turn)."""
-    if plan.mapping.interleave:
-        raise InputError(f"plan for {plan.model_name}: it interleaves frames on "
-                         f"{', '.join(sorted(plan.mapping.interleave))}, which the ray engine "
-                         "does not run (it submits each frame's phases in turn); make the plan "
-                         "with `hetflow map --no-interleave` or run it with --engine local")
+    tasks: list[tuple[Firing, int, Any]]  # (firing, member, stamp ref), as handed out
+    outputs: dict[str, Any]  # model output tensor -> ref (once every firing is handed out)
+    start_ref: Any  # the first firing's stamp
+    refs: dict[str, Any] = field(default_factory=dict)  # tensor -> ref, as firings are handed out
+    member: dict[str, int] = field(default_factory=dict)  # actor -> member taking the frame
 
 
 class RayPipeline:
@@ -232,7 +228,6 @@ class RayPipeline:
         from hetflow.model.subnet import extract_subnet
         from hetflow.platform.cluster import split_element
 
-        check_ray_plan(plan)
         self.ray = ray = import_ray()
         self.plan, self.graph = plan, graph
         self.firings = firings(plan.app)
@@ -303,23 +298,29 @@ class RayPipeline:
             ) -> tuple[RunReport, dict[int, dict[str, np.ndarray]]]:
         # a global bound, unlike the local engine's per-channel windows: a fast stage may run
         # ahead of a slow one by up to this many frames
-        window = max_inflight or frames_in_flight(self.plan)
+        # an interleaved element starts frames ahead of the ones it finishes
+        window = (max_inflight or frames_in_flight(self.plan)) + frames_ahead(self.plan.mapping)
         self.frames_taken = {}
-        pending: list[_Frame] = []
+        pending: list[_Frame] = []  # frames handed out, not yet collected, oldest first
+        opened: dict[int, _Frame] = {}
         done_at: list[float] = []
         latencies: list[float] = []
         kept: dict[int, dict[str, np.ndarray]] = {}
         complete = True
         t_start = time.perf_counter()
         try:
-            for f in range(frames):
-                if len(pending) >= window:
-                    self._collect(pending.pop(0), stall_timeout, done_at, latencies, kept,
-                                  keep_outputs, on_frame)
-                pending.append(self._submit(f, inputs(f)))
+            for f, i in self._order(frames):
+                fr = opened.get(f)
+                if fr is None:
+                    while len(pending) >= window:
+                        self._collect(self._close(pending.pop(0), opened), stall_timeout,
+                                      done_at, latencies, kept, keep_outputs, on_frame)
+                    fr = opened[f] = self._open(f, inputs(f))
+                    pending.append(fr)
+                self._fire(fr, self.firings[i])
             while pending:
-                self._collect(pending.pop(0), stall_timeout, done_at, latencies, kept,
-                              keep_outputs, on_frame)
+                self._collect(self._close(pending.pop(0), opened), stall_timeout, done_at,
+                              latencies, kept, keep_outputs, on_frame)
         except KeyboardInterrupt:
             complete = False
         # workers count busy seconds since they started: take off what earlier runs counted
@@ -328,33 +329,51 @@ class RayPipeline:
         self._busy_before.update(now)
         return self._report(done_at, latencies, warmup, busy, t_start, complete), kept
 
-    def _submit(self, f: int, x: dict[str, np.ndarray]) -> _Frame:
-        ray = self.ray
+    def _order(self, frames: int):
+        """(frame, firing) in the order they are handed out: each element's in its own order
+        (frame by frame, or the plan's interleaved one), each after what it reads."""
+        m = self.plan.mapping
+        sequences = {a: phase_sequence(range(frames), m.interleave.get(a) or [0] * len(ps),
+                                       m.round_frames if a in m.interleave else 1)
+                     for a, ps in self.plan.app.phases.items()}
+        return submission_order(self.firings, sequences)
+
+    def _open(self, f: int, x: dict[str, np.ndarray]) -> _Frame:
         refs: dict[str, Any] = {}
         for t in self.plan.app.model_inputs:
             if t not in x:
                 raise InputError(f"frame {f}: the input source gave no tensor {t!r}")
-            refs[t] = ray.put(x[t])  # one copy in the object store, shared by every reader
-        member = {a: self._member(a, f) for a in self.plan.app.phases}
-        tasks = []
-        for fi in self.firings:
-            m = member[fi.actor]
-            el = group_members(fi.actor)[m]
-            args = [refs[t] for t in fi.source_inputs + fi.recv_tensors]
-            out = self.workers[el].handle.fire.options(num_returns=1 + len(fi.returns)).remote(
-                f, fi.phase, *args)
-            if fi.returns:
-                refs.update(zip(fi.returns, out[1:]))
-                stamp = out[0]
-            else:
-                stamp = out
-            tasks.append((fi, m, stamp))
-            if fi.last:
-                self.frames_taken[el] = self.frames_taken.get(el, 0) + 1
-                if el in self.outstanding:
-                    self.outstanding[el].append(stamp)
-        outs = {t: refs[t] for t in self.graph.outputs}
-        return _Frame(f, tasks, outs, tasks[0][2])
+            refs[t] = self.ray.put(x[t])  # one copy in the object store, shared by every reader
+        return _Frame(f, [], {}, None, refs, {a: self._member(a, f) for a in self.plan.app.phases})
+
+    def _fire(self, fr: _Frame, fi: Firing) -> None:
+        m = fr.member[fi.actor]
+        el = group_members(fi.actor)[m]
+        args = [fr.refs[t] for t in fi.source_inputs + fi.recv_tensors]
+        out = self.workers[el].handle.fire.options(num_returns=1 + len(fi.returns)).remote(
+            fr.frame, fi.phase, *args)
+        if fi.returns:
+            fr.refs.update(zip(fi.returns, out[1:]))
+            stamp = out[0]
+        else:
+            stamp = out
+        fr.tasks.append((fi, m, stamp))
+        if fr.start_ref is None:
+            fr.start_ref = stamp
+        if fi.last:
+            self.frames_taken[el] = self.frames_taken.get(el, 0) + 1
+            if el in self.outstanding:
+                self.outstanding[el].append(stamp)
+
+    def _close(self, fr: _Frame, opened: dict[int, _Frame]) -> _Frame:
+        """A frame about to be collected: every firing of it handed out (the window is wider
+        than any element runs ahead, so the order reaches them first)."""
+        if len(fr.tasks) != len(self.firings):
+            raise RuntimeFault(f"frame {fr.frame}: {len(fr.tasks)} of its {len(self.firings)} "
+                               "firings handed out when it was due to be collected")
+        del opened[fr.frame]
+        fr.outputs = {t: fr.refs[t] for t in self.graph.outputs}
+        return fr
 
     def _member(self, actor: str, f: int) -> int:
         """The member of `actor` that takes frame f: by the dispatch pattern (static mode), or
@@ -499,8 +518,8 @@ class RayPipeline:
         nodes = {el: {"node": w.node, "frames": self.frames_taken.get(el, 0), **w.info}
                  for el, w in self.workers.items()}
         return stream_report(done_at, latencies, warmup, busy, t_start, complete,
-                             self.plan.predicted, engine="ray", ray_version=self.ray.__version__,
-                             workers=nodes)
+                             self.plan.predicted, frames_ahead(self.plan.mapping), engine="ray",
+                             ray_version=self.ray.__version__, workers=nodes)
 
     def close(self) -> None:
         ray = self.ray

@@ -1,5 +1,5 @@
 """A plan with interleaved phase orders through `hetflow run`: the local engine runs it with
-outputs checked; the ray engine refuses it in one line before starting Ray."""
+outputs checked (the Ray engine's run of such plans is in tests/runtime/test_ray_engine.py)."""
 import json
 import os
 
@@ -39,10 +39,3 @@ def test_run_executes_an_interleaved_plan_with_outputs_checked(hetflow, tmp_path
         assert code == 0, err
         report = json.loads(out)
         assert report["frames"] == 30 and report["checked_frames"] == 30
-
-
-def test_the_ray_engine_refuses_an_interleaved_plan_in_one_line(hetflow, tmp_path):
-    code, out, err = hetflow("run", round_trip_plan(tmp_path, 1), "--engine", "ray")
-    assert code == 2
-    assert err.strip().splitlines()[-1].startswith("hetflow: error: plan for ")
-    assert "--no-interleave" in err

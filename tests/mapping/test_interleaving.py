@@ -61,15 +61,6 @@ def test_edited_offsets_are_checked(round_trips):
         Plan.from_dict(d, "p.json")
 
 
-def test_the_ray_engine_refuses_an_interleaved_plan(round_trips):
-    from hetflow.runtime.ray_engine import RayPipeline
-
-    problem, mapping = round_trips
-    plan = make_plan(problem, mapping, evaluate(problem, mapping), "test", "synthetic")
-    with pytest.raises(InputError, match="--no-interleave"):
-        RayPipeline(plan, problem.graph)
-
-
 def test_rounds_of_two_frames_win_where_they_cost_little_throughput_and_much_less_latency():
     # googlenet, GPU 20x a core, every 6th layer on a core: offsets reach 43.5 frames/s but
     # run 10 frames ahead (253 ms); phase p of two frames before phase p + 1 gives 41.5 at 48 ms

@@ -1,7 +1,8 @@
 """The Ray engine on a local three-node Ray cluster (ray.cluster_utils.Cluster): plans across
 nodes give the reference outputs in order, workers land on their nodes, a killed worker stops the
 run naming its element and node; without Ray, `run_plan(engine="ray")` says how to get it. (The
-firing order the driver submits is `runtime.schedule.firings`, tested in test_schedule.py.)"""
+order the driver submits firings in is `runtime.schedule.submission_order`, tested in
+test_engine_interleave.py.)"""
 import sys
 
 import pytest
@@ -83,6 +84,35 @@ def test_plan_across_nodes_equals_reference_in_order(cluster, plan_for, tmp_path
         by_member.setdefault(tracks[e["tid"]], set()).add(e["args"]["frame"])
     assert by_member["n1:pe1"] == {f for f in range(14) if f % 3 != 1}
     assert by_member["n2:pe2"] == {f for f in range(14) if f % 3 == 1}
+
+
+@pytest.mark.parametrize("round_frames", [1, 2])
+def test_interleaved_orders_run_on_their_nodes_in_order(cluster, plan_for, tmp_path,
+                                                       round_frames):
+    import json
+
+    from hetflow.runtime.schedule import phase_sequence
+
+    graph = GRAPHS[2]
+    names = [l.name for l in graph.layers]
+    # frames go n0 -> n1 -> n0 ...: n0's element runs phases of later frames meanwhile
+    plan = plan_for(graph, {l: "n1:pe1" if i % 3 == 2 else "n0:pe0" for i, l in enumerate(names)},
+                    policy="maximal")
+    offsets = {a: [1] * (len(ps) - 1) + [0] for a, ps in plan.app.phases.items() if len(ps) > 1}
+    assert offsets
+    plan.mapping.interleave, plan.mapping.round_frames = offsets, round_frames
+    plan.check()
+    report = run_plan(plan, graph, engine="ray", frames=12, warmup=2, check="all",
+                      stall_timeout=60, trace_path=tmp_path / "trace.json")
+    assert report.frames == 12 and report.checked_frames == 12
+    assert report.max_abs_error < 1e-4
+    trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    tracks = {e["tid"]: e["args"]["name"] for e in trace if e["ph"] == "M"}
+    for actor, offs in offsets.items():  # each element fired in its interleaved order
+        fired = sorted((e["ts"], e["args"]["frame"], int(e["name"].rsplit("#", 1)[1]))
+                       for e in trace if e["ph"] == "X" and tracks[e["tid"]] == actor)
+        assert [(f, p) for _, f, p in fired] == list(phase_sequence(range(12), offs,
+                                                                      round_frames))
 
 
 def test_dynamic_dispatch_gives_every_frame_to_one_member_in_order(cluster, plan_for):
