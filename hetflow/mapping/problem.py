@@ -309,6 +309,7 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
 
 def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> Metrics:
     from hetflow.dataflow.analysis import latency, throughput_mcr
+    from hetflow.dataflow.analysis.latency import isolated_latency
     from hetflow.dataflow.analysis.orders import unfolded
 
     from .interleaving import firing_orders
@@ -359,5 +360,5 @@ def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> M
         # with rounds of k frames, the steady latency is a round's (its first frame's first
         # firing to its last frame's last): an upper bound on each frame's
         lr = latency(unfolded(lg, k), orders=orders or None)
-        lat, lat_iso = lr.steady, (lr.isolated if k == 1 else latency(lg).isolated)
+        lat, lat_iso = lr.steady, (lr.isolated if k == 1 else isolated_latency(lg))
     return Metrics(thr, lat, lat_iso, util, energy, mem, stage, list(res.critical), lanes)

@@ -230,3 +230,16 @@ def test_rounds_of_several_frames_match_a_simulation(case, k):
     zero = {a: [0] * q[a] for a in q}
     assert latency(u, orders=orders).steady == pytest.approx(
         simulated_latency(g, zero, period, frames=40 * k, k=k))
+
+
+@settings(max_examples=40, deadline=None)
+@given(csdf_graphs())
+def test_isolated_latency_is_latencys_own(g):
+    from hetflow.dataflow.analysis.latency import isolated_latency
+    from hetflow.errors import DeadlockError
+
+    try:
+        want = latency(g).isolated
+    except (DeadlockError, InputError):
+        return
+    assert isolated_latency(g) == pytest.approx(want)

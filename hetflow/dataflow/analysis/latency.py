@@ -64,29 +64,11 @@ def latency(g: CsdfGraph, period: float | None = None,
     if period is not None and not period > 0:
         raise InputError(f"latency of graph {g.name!r}: period must be positive, got {period}")
     check_liveness(g)
-    if orders:
-        steady = latency(g, period, max_iterations)
-        h = expand(g, orders=orders)
-        own, _ = critical_cycle(h)
-        rate = max(Fraction(period) if period is not None else own, own)
-        if period is not None and abs(Fraction(period) - own) <= own * RELATIVE_TOLERANCE:
-            rate = own
-        sources = _sources(g)
-        scale = common_scale(h.time_values())
-        scale *= (rate * scale).denominator
-        run = _Recursion(h, zero_token_order(h), {h.actor.index(a) for a in
-                                                  sources + _unfed(g, sources)},
-                         [h.actor.index(a) for a in sources], scale, int(rate * scale))
-        run.step()
-        value = run.paced_by_input() if rate > own else run.steady(max_iterations, g.name)
-        return LatencyResult(steady.isolated, value / scale, float(rate), sources)
-    h = expand(g)
+    h = expand(g, orders=orders)
     order = zero_token_order(h)
     own, _ = critical_cycle(h)
     sources = _sources(g)
-    throttled = sources + _unfed(g, sources)
-    clocked = {h.actor.index(a) for a in throttled}  # firing 0 of each throttled actor
-    first_of_source = [h.actor.index(a) for a in sources]
+    clocked, first_of_source = _clocked(g, h, sources)
 
     requested = own if period is None else Fraction(period)
     if abs(requested - own) <= own * RELATIVE_TOLERANCE:
@@ -99,13 +81,32 @@ def latency(g: CsdfGraph, period: float | None = None,
     scale *= (rate * scale).denominator
     run = _Recursion(h, order, clocked, first_of_source, scale, int(rate * scale))
     run.step()
-    isolated = run.iteration_latency()
+    # with orders, the recursion's first step holds firings of earlier (retimed) iterations
+    isolated = run.iteration_latency() / scale if not orders else isolated_latency(g)
     if steady is None:
         # slower than every cycle, the input alone sets the pace and the regime has a closed
         # form; at the graph's own pace the transient decides, so we run to periodicity
         steady = run.paced_by_input() if rate > own else run.steady(max_iterations, g.name)
-    return LatencyResult(isolated / scale, steady if math.isinf(steady) else steady / scale,
+    return LatencyResult(isolated, steady if math.isinf(steady) else steady / scale,
                          float(rate), sources)
+
+
+def isolated_latency(g: CsdfGraph) -> float:
+    """Seconds from the first firing's start to the last firing's end of one iteration of `g`
+    run alone (`latency(g).isolated`, without the steady regime)."""
+    check_liveness(g)
+    h = expand(g)
+    scale = common_scale(h.time_values())
+    run = _Recursion(h, zero_token_order(h), *_clocked(g, h, _sources(g)), scale, 0)
+    run.step()
+    return run.iteration_latency() / scale
+
+
+def _clocked(g: CsdfGraph, h: Hsdf, sources: list[str]) -> tuple[set[int], list[int]]:
+    """The nodes clocked by the input (firing 0 of the sources and of the actors no source
+    feeds), and the sources' firing 0, where an iteration's latency starts."""
+    clocked = {h.actor.index(a) for a in sources + _unfed(g, sources)}
+    return clocked, [h.actor.index(a) for a in sources]
 
 
 def _sources(g: CsdfGraph) -> list[str]:
