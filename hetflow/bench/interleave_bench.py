@@ -81,7 +81,6 @@ def report(model, speedup, kind, problem, mapping) -> None:
               f"{best.result.period / with_transfers:.3f}, / load = {best.result.period / load:.3f}")
 
 
-
 def measure_main(argv: list[str]) -> None:
     import argparse
     import json
@@ -114,16 +113,17 @@ def measure_main(argv: list[str]) -> None:
 
 def measure_round_trips(model: str, every: int, seconds: float,
                         elements: list[str] | None = None) -> list[dict]:
-    from hetflow.mapping.from_profile import problem_from_profile
+    """The rows of one model: its round-trip mapping frame by frame, with offsets and with
+    rounds of two frames, each predicted, then run with outputs checked."""
     from dataclasses import replace
 
+    from hetflow.mapping.from_profile import problem_from_profile
     from hetflow.mapping.interleaving import choose_interleave, frames_ahead
     from hetflow.mapping.planner import make_plan
     from hetflow.mapping.problem import evaluate
     from hetflow.model import resolve_model
     from hetflow.platform.detect import detect_platform
     from hetflow.runtime.api import run_plan
-
     from hetflow.runtime.baselines import measure_parallel
     from hetflow.runtime.inputs import random_source
 

@@ -25,7 +25,7 @@ def check_interleave(mapping: Mapping, app: CsdfApp, source: str = "plan") -> No
         where = f"{source}: mapping.interleave {actor!r}"
         if actor not in app.phases:
             raise InputError(f"{where}: the plan has no actor {actor!r}")
-        if len(group_members(actor)) > 1 or mapping.lanes_of(actor) > 1:
+        if not _one_frame_at_a_time(mapping, actor):
             raise InputError(f"{where}: only an actor on one element with one lane can interleave "
                              "frames (a replica group or GPU lanes already run several)")
         n = len(app.phases[actor])
@@ -40,10 +40,14 @@ def check_interleave(mapping: Mapping, app: CsdfApp, source: str = "plan") -> No
         if not mapping.interleave:
             raise InputError(f"{where}: no actor interleaves (mapping.interleave is empty)")
         for actor in app.phases:
-            if len(group_members(actor)) > 1 or any(mapping.lanes_of(e) > 1
-                                                    for e in group_members(actor)):
+            if not _one_frame_at_a_time(mapping, actor):
                 raise InputError(f"{where}: actor {actor!r} runs several frames at once "
                                  "(replicas or lanes); rounds of several frames need none")
+
+
+def _one_frame_at_a_time(mapping: Mapping, actor: str) -> bool:
+    """An actor on one element with one lane (no replicas or lanes run frames beside it)."""
+    return len(group_members(actor)) == 1 and mapping.lanes_of(actor) == 1
 
 
 def firing_orders(mapping: Mapping, app: CsdfApp) -> FiringOrders:
@@ -57,6 +61,15 @@ def firing_orders(mapping: Mapping, app: CsdfApp) -> FiringOrders:
         if any(offs) or k > 1:
             out[a] = tuple(Firing(a, j * q + p, o) for p, o in enumerate(offs) for j in range(k))
     return out
+
+
+def phase_rounds(mapping: Mapping, actor: str, phases: int) -> tuple[list[int], int]:
+    """The frame offset of each of `actor`'s `phases` phases and the frames of a round, as its
+    worker fires them (`runtime.schedule.phase_sequence`): zeros and one frame, frame by frame,
+    unless the actor interleaves."""
+    if actor in mapping.interleave:
+        return mapping.interleave[actor], mapping.round_frames
+    return [0] * phases, 1
 
 
 def extra_windows(mapping: Mapping, app: CsdfApp) -> dict[str, int]:
@@ -115,14 +128,9 @@ def choose_interleave(problem, mapping: Mapping, latency_cap: float | None = Non
     candidates = []
     best = best_interleaving(deep, time_limit=time_limit)
     if best.result.period < best.plain.period * (1 - min_gain):
-        offsets = {a: [0] * len(app.phases[a]) for a in actors}
-        for order in best.orders.values():
-            for f_ in order:
-                offsets[f_.actor][f_.firing] = f_.frame_offset
-        candidates.append(replace(mapping, interleave={a: o for a, o in offsets.items()
-                                                       if any(o)}))
-    single = all(len(group_members(a)) == 1 and mapping.lanes_of(a) == 1 for a in app.phases)
-    for k in rounds_of if single else ():
+        candidates.append(replace(mapping, interleave={a: list(o) for a, o in
+                                                       best.offsets.items() if any(o)}))
+    for k in rounds_of if all(_one_frame_at_a_time(mapping, a) for a in app.phases) else ():
         candidates.append(replace(mapping, interleave={a: [0] * len(app.phases[a])
                                                        for a in actors}, round_frames=k))
     plain = evaluate(problem, mapping, with_latency=False).throughput

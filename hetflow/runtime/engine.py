@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hetflow.mapping.interleaving import frames_ahead
+from hetflow.mapping.interleaving import frames_ahead, phase_rounds
 from hetflow.mapping.mapping import group_members
 from hetflow.mapping.plan import Plan
 from hetflow.model.graph import CnnGraph
@@ -254,15 +254,13 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                    for c in fi.send]) for fi in schedule[actor]]
         me = f"{el}/lane{lane}" if lanes[el] > 1 else el
         source, delivers, stop = reads[actor], writes[actor], control.stop
-        offsets = plan.mapping.interleave.get(actor) or [0] * len(steps)
         last = len(steps) - 1
         spent, fi = 0.0, None
         frame_tensors: dict[int, dict[str, np.ndarray]] = {}  # frames begun here, not ended
         try:
             pin_current_thread(caller_cores_of((r for _, r, _, _ in steps), element))
-            for f, p in phase_sequence(dispatch[actor].frames_of(j), offsets,
-                                       plan.mapping.round_frames if actor in
-                                       plan.mapping.interleave else 1):
+            for f, p in phase_sequence(dispatch[actor].frames_of(j),
+                                       *phase_rounds(plan.mapping, actor, len(steps))):
                 fi = None
                 local = frame_tensors.get(f)
                 if local is None:

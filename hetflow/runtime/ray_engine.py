@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from hetflow.errors import InputError, RuntimeFault, first_line
-from hetflow.mapping.interleaving import frames_ahead
+from hetflow.mapping.interleaving import frames_ahead, phase_rounds
 from hetflow.mapping.mapping import group_members
 from hetflow.mapping.plan import Plan
 from hetflow.model.graph import CnnGraph
@@ -333,8 +333,7 @@ class RayPipeline:
         """(frame, firing) in the order they are handed out: each element's in its own order
         (frame by frame, or the plan's interleaved one), each after what it reads."""
         m = self.plan.mapping
-        sequences = {a: phase_sequence(range(frames), m.interleave.get(a) or [0] * len(ps),
-                                       m.round_frames if a in m.interleave else 1)
+        sequences = {a: phase_sequence(range(frames), *phase_rounds(m, a, len(ps)))
                      for a, ps in self.plan.app.phases.items()}
         return submission_order(self.firings, sequences)
 

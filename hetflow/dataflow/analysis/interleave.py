@@ -30,6 +30,7 @@ from .throughput import ThroughputResult, throughput_mcr
 @dataclass(frozen=True)
 class InterleavedOrders:
     orders: FiringOrders  # processor -> its cyclic order (only processors where it interleaves)
+    offsets: dict[str, list[int]]  # the same as each actor's frame offset per firing
     result: ThroughputResult  # the analysis with these orders
     plain: ThroughputResult  # the analysis without (each actor's firings in index order)
 
@@ -143,7 +144,7 @@ def best_interleaving(g: CsdfGraph, max_offset: int = 2, passes: int = 3,
         except DeadlockError:
             continue
         if res.period < best.period * (1 - 1e-12) or (
-                res.period <= best.period * (1 + 1e-12) and current is not None
+                res.period <= best.period * (1 + 1e-12)
                 and any(any(o) for o in current.values()) and ahead(trial) < ahead(current)):
             best, current = res, trial
 
@@ -152,7 +153,7 @@ def best_interleaving(g: CsdfGraph, max_offset: int = 2, passes: int = 3,
         for a in actors:
             for cand in candidate_offsets(g, a, q[a], max_offset):
                 if deadline is not None and time.perf_counter() > deadline:
-                    return InterleavedOrders(orders_of(current), best, plain)
+                    return InterleavedOrders(orders_of(current), current, best, plain)
                 if cand == current[a]:
                     continue
                 trial = {**current, a: cand}
@@ -164,4 +165,4 @@ def best_interleaving(g: CsdfGraph, max_offset: int = 2, passes: int = 3,
                     best, current, improved = res, trial, True
         if not improved:
             break
-    return InterleavedOrders(orders_of(current), best, plain)
+    return InterleavedOrders(orders_of(current), current, best, plain)
