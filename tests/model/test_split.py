@@ -46,13 +46,7 @@ def conv_layers(draw):
                               pads=[p, p, p, p])]
     last = "c"
     if bn:
-        inits += [numpy_helper.from_array(np.abs(_a(rng, cout)) + 0.5, "scale"),
-                  numpy_helper.from_array(_a(rng, cout), "shift"),
-                  numpy_helper.from_array(_a(rng, cout), "mean"),
-                  numpy_helper.from_array(np.abs(_a(rng, cout)) + 0.5, "var")]
-        nodes.append(helper.make_node("BatchNormalization", [last, "scale", "shift", "mean",
-                                                             "var"], ["n"], name="bn"))
-        last = "n"
+        last = _batch_norm(rng, cout, last, inits, nodes)
     if act:
         nodes.append(helper.make_node(act, [last], ["a"], name="act"))
         last = "a"
@@ -63,6 +57,17 @@ def conv_layers(draw):
 
 def _a(rng, n):
     return rng.standard_normal(n).astype(np.float32)
+
+
+def _batch_norm(rng, cout: int, last: str, inits: list, nodes: list) -> str:
+    """Append a BatchNormalization of `last` with random parameters; its output's name."""
+    inits += [numpy_helper.from_array(np.abs(_a(rng, cout)) + 0.5, "scale"),
+              numpy_helper.from_array(_a(rng, cout), "shift"),
+              numpy_helper.from_array(_a(rng, cout), "mean"),
+              numpy_helper.from_array(np.abs(_a(rng, cout)) + 0.5, "var")]
+    nodes.append(helper.make_node("BatchNormalization", [last, "scale", "shift", "mean", "var"],
+                                  ["n"], name="bn"))
+    return "n"
 
 
 @st.composite
@@ -191,13 +196,7 @@ def row_conv_layers(draw):
                               **attrs)]
     last = "c"
     if draw(st.booleans()):
-        inits += [numpy_helper.from_array(np.abs(_a(rng, cout)) + 0.5, "scale"),
-                  numpy_helper.from_array(_a(rng, cout), "shift"),
-                  numpy_helper.from_array(_a(rng, cout), "mean"),
-                  numpy_helper.from_array(np.abs(_a(rng, cout)) + 0.5, "var")]
-        nodes.append(helper.make_node("BatchNormalization", [last, "scale", "shift", "mean",
-                                                             "var"], ["n"], name="bn"))
-        last = "n"
+        last = _batch_norm(rng, cout, last, inits, nodes)
     act = draw(st.sampled_from([None, "Relu", "Sigmoid", "PRelu"]))
     if act == "PRelu":  # a per-channel slope: whole in every row part
         inits.append(numpy_helper.from_array(_a(rng, cout).reshape(cout, 1, 1), "slope"))

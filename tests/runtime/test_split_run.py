@@ -18,6 +18,18 @@ def _convs(graph):
             int(l.attrs.get("group", 1) or 1) == 1 and output_channels(graph, l.name) >= 2]
 
 
+def assert_runs_exact(plan_for, split, data) -> None:
+    """The split graph's layers on random elements: every frame, in order, equals the model
+    before the split."""
+    pool = data.draw(st.sampled_from(POOLS), label="pool")
+    assignment = {l.name: data.draw(st.sampled_from(pool)) for l in split.layers}
+    plan = plan_for(split, assignment, data.draw(st.integers(1, 3), label="capacity"))
+    frames = 11
+    report = run_plan(plan, split, frames=frames, warmup=1, check="all")
+    assert report.frames == frames and report.checked_frames == frames
+    assert report.max_abs_error < 1e-4
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(key=st.sampled_from(sorted(GRAPHS)), data=st.data())
 def test_split_plans_equal_the_unsplit_model_frame_by_frame(plan_for, key, data):
@@ -27,13 +39,7 @@ def test_split_plans_equal_the_unsplit_model_frame_by_frame(plan_for, key, data)
     k = data.draw(st.integers(2, min(3, channels)), label="parts")
     parts = channels_for(data.draw(st.lists(st.floats(0.1, 1), min_size=k, max_size=k)), channels)
     split = apply_splits(graph, [LayerSplit(layer, parts)], False)
-    pool = data.draw(st.sampled_from(POOLS), label="pool")
-    assignment = {l.name: data.draw(st.sampled_from(pool)) for l in split.layers}
-    plan = plan_for(split, assignment, data.draw(st.integers(1, 3), label="capacity"))
-    frames = 11
-    report = run_plan(plan, split, frames=frames, warmup=1, check="all")
-    assert report.frames == frames and report.checked_frames == frames
-    assert report.max_abs_error < 1e-4
+    assert_runs_exact(plan_for, split, data)
 
 
 def test_a_plan_with_splits_survives_its_file_and_runs(plan_for, tmp_path):
@@ -75,13 +81,7 @@ def test_row_split_plans_equal_the_unsplit_model_frame_by_frame(plan_for, key, d
     k = data.draw(st.integers(2, min(3, rows)), label="parts")
     parts = rows_for(data.draw(st.lists(st.floats(0.1, 1), min_size=k, max_size=k)), rows)
     split = apply_splits(graph, [LayerSplit(layer, parts, "rows")], False)
-    pool = data.draw(st.sampled_from(POOLS), label="pool")
-    assignment = {l.name: data.draw(st.sampled_from(pool)) for l in split.layers}
-    plan = plan_for(split, assignment, data.draw(st.integers(1, 3), label="capacity"))
-    frames = 11
-    report = run_plan(plan, split, frames=frames, warmup=1, check="all")
-    assert report.frames == frames and report.checked_frames == frames
-    assert report.max_abs_error < 1e-4
+    assert_runs_exact(plan_for, split, data)
 
 
 def test_a_zoo_cnn_with_row_and_channel_splits_runs_across_two_elements(plan_for, tmp_path):
