@@ -9,12 +9,14 @@
 - Borders: each input is written into a persistent pinned host buffer and copied to the device
   asynchronously on the runner's own stream; each output is copied back asynchronously into a
   pinned buffer; one synchronisation of that stream per run.
-- Returned arrays: every run takes *fresh* pinned output buffers from PyTorch's caching host
-  allocator and returns numpy views of them. A view keeps its buffer alive, so an array stays
-  valid after later runs (the pipeline hands it to another stage); once the caller drops it the
-  block goes back to the cache and a later run reuses it. That costs no host copy and, in steady
-  state, no pinned allocation. Rotating a fixed set of buffers would instead break silently when
-  a caller holds more arrays than the ring has slots.
+- Returned arrays: each output is copied from the device into the runner's own pinned buffer,
+  and the run returns a pageable copy of it, which the caller owns (the pipeline hands it to
+  another stage; a later run cannot overwrite it). Views of fresh pinned blocks from PyTorch's
+  caching host allocator, which this replaced, saved that host copy but made every run allocate
+  a block and every consumer free one from its own thread: in GPU/CPU pipelines on the H100
+  machine they ran 10-40% slower than the copy (alexnet 2,768-3,049 against 3,318-4,183
+  frames/s, densenet121 718-814 against 926-1,152; resnet18 within noise; data-parallel and
+  GPU-only plans unchanged; `scripts/pipeline_gpu_probe.py`, docs/results/lanes_h100).
 - Lanes (`prepare_lanes`): k runners of one sub-network that share one copy of the weights on
   the device; each has its own stream, CUDA graph, static device buffers and pinned host
   buffers, so k threads can each keep a frame in flight. A run waits for its stream on a
@@ -272,6 +274,8 @@ class TorchCudaRunner:
                             for s in shapes]
             self._graph = None
             self._static_out: list | None = None
+            self._host_out: list = []  # pinned, one per output, made at the first run
+            self._host_out_np: list = []
             self._warm_up(max(1, warmup))
             if cuda_graph:
                 self._capture()
@@ -378,13 +382,15 @@ class TorchCudaRunner:
                                                 self._dev_in):
                 self._stage_input(name, feeds, host_np)
                 dev.copy_(host, non_blocking=True)
-            results = []
-            for out in self._compute():
-                host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
+            outs = self._compute()
+            if not self._host_out:  # border shapes are static (checked when built)
+                self._host_out = [torch.empty(o.shape, dtype=o.dtype, pin_memory=True)
+                                  for o in outs]
+                self._host_out_np = [h.numpy() for h in self._host_out]
+            for out, host in zip(outs, self._host_out):
                 host.copy_(out, non_blocking=True)
-                results.append(host)
         self.synchronize()
-        return {name: host.numpy() for name, host in zip(self.outputs, results)}
+        return {name: host.copy() for name, host in zip(self.outputs, self._host_out_np)}
 
     def _stage_input(self, name: str, feeds: Mapping[str, np.ndarray], dst: np.ndarray) -> None:
         try:
@@ -402,6 +408,7 @@ class TorchCudaRunner:
             self._stream.synchronize()
         self._graph = self._static_out = self._module = None
         self._host_in, self._host_in_np, self._dev_in = [], [], []
+        self._host_out, self._host_out_np = [], []
 
 
 class TorchCudaBackend(Backend):

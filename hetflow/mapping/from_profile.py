@@ -89,12 +89,12 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
                 if busy:
                     problem.lane_slowdown_busy[e.name] = busy
                 per_byte = staging_per_byte(table) or host_copy_per_byte(profile)
-                model_in = sum(graph.tensors[t].nbytes for t in graph.inputs)
+                borders = sum(graph.tensors[t].nbytes for t in (*graph.inputs, *graph.outputs))
                 for busy_load, into in ((False, problem.host_time),
                                         (True, problem.host_time_busy)):
-                    if host_seconds(table, busy_load):  # the whole model's, less its input copy
+                    if host_seconds(table, busy_load):  # the whole model's, less its copies
                         into[e.name] = max(0.0, host_seconds(table, busy_load)
-                                           - per_byte * model_in)
+                                           - per_byte * borders)
                 problem.host_per_byte[e.name] = per_byte
                 if "memory" in table:
                     problem.lane_limit[e.name] = int(table["memory"]["max_lanes"])

@@ -64,14 +64,15 @@ class Problem:
     host_per_byte: dict[str, float] = field(default_factory=dict)
 
     # ---- lanes ----
-    def host_seconds(self, element: str, input_bytes: int, busy: bool) -> float | None:
-        """CPU time of `element`'s driving thread per firing of a phase reading
-        `input_bytes`: the measured fixed part plus the staging copy of its inputs."""
+    def host_seconds(self, element: str, border_bytes: int, busy: bool) -> float | None:
+        """CPU time of `element`'s driving thread per firing of a phase whose inputs and
+        outputs hold `border_bytes`: the measured fixed part plus the host copies of its borders
+        (inputs staged into pinned memory, outputs copied out of it)."""
         fixed = (self.host_time_busy if busy else {}).get(element) or \
             self.host_time.get(element)
         if fixed is None:
             return None
-        return fixed + self.host_per_byte.get(element, 0.0) * input_bytes
+        return fixed + self.host_per_byte.get(element, 0.0) * border_bytes
 
     def lane_counts(self, element: str) -> list[int]:
         """The lane counts measured on `element` ([1] for an element without lanes)."""
@@ -259,13 +260,13 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
     busy = len(set(mapping.elements)) > 1
     lanes = {e: problem.lanes_in(mapping, e) for e in mapping.elements}
 
-    def firing(layers, who, input_bytes):  # an element, or a uniform group (its members' mean)
+    def firing(layers, who, border_bytes):  # an element, or a uniform group (its members' mean)
         t = problem.actor_time(layers, who)
         e = group_members(who)[0]
         k = lanes.get(e, 1)
         if k > 1 or e in problem.lane_slowdown_busy:
             t *= problem.slowdown(e, k, busy)
-        host = problem.host_seconds(e, input_bytes, busy)
+        host = problem.host_seconds(e, border_bytes, busy)
         if k > 1 and host:  # the lanes' host work shares the driving cores
             cores = max(1, len(problem.element(e).cores))
             return max(t + problem.call_overhead, k * (host + problem.call_overhead) / cores)
@@ -273,7 +274,7 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
 
     def phase_time(p):
         members = group_members(p.actor)
-        nbytes = sum(problem.graph.tensors[t].nbytes for t in p.inputs)
+        nbytes = sum(problem.graph.tensors[t].nbytes for t in (*p.inputs, *p.outputs))
         if uniform[p.actor] or len(members) == 1:
             return firing(p.layers, p.actor, nbytes)
         times = [firing(p.layers, e, nbytes) for e in members]
