@@ -54,10 +54,6 @@ def register(app: typer.Typer) -> None:
         engine: Literal["local", "ray"] = typer.Option("local", "--engine",
                                                        help="local (threads) or ray"),
         address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address"),
-        isolate: Literal["none", "gpu"] = typer.Option(
-            "none", "--isolate", help="gpu: each GPU element in a process of its own, so its "
-                                      "lanes do not share the Python interpreter with the CPU "
-                                      "stages (local engine)"),
     ) -> None:
         """Run a plan's CSDF application on this machine; outputs are checked in order.
 
@@ -75,7 +71,7 @@ def register(app: typer.Typer) -> None:
         with progress("preparing sessions ...", quiet=json_out) as log:
             report = run_plan(plan, graph, frames, warmup, input_spec, check,
                               trace_path=trace, stall_timeout=stall_timeout, progress=log,
-                              engine=engine, address=address, isolate=isolate)
+                              engine=engine, address=address)
         if json_out:
             print_json({**report.to_dict(), "interrupted": not report.complete})
         else:

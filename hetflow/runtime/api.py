@@ -49,13 +49,12 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
              progress: Callable[[str], None] | None = None,
              on_frame: Callable[[int], None] | None = None, engine: str = "local",
              address: str | None = None, runtime_env: dict | None = None,
-             max_inflight: int | None = None, isolate: str = "none") -> RunReport:
+             max_inflight: int | None = None) -> RunReport:
     """Stream `frames` frames through the plan and report the steady rate after `warmup`,
     latencies, utilisation and the reference check of the kept outputs (`check`: first
     `check_frames`, all or none). `engine`: local (threads of this process) or ray (one Ray
     actor per element, on its node: `address` of the cluster, `runtime_env` of the workers,
-    at most `max_inflight` frames submitted, default `schedule.frames_in_flight`). `isolate`:
-    none, or gpu (the local engine runs each GPU element in a process of its own)."""
+    at most `max_inflight` frames submitted, default `schedule.frames_in_flight`)."""
     from .check import check_outputs
     from .trace import write_trace
 
@@ -65,11 +64,6 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
         raise InputError("--frames must be at least 2")
     if engine not in ("local", "ray"):
         raise InputError(f"--engine {engine!r}: use local or ray")
-    if isolate not in ("none", "gpu"):
-        raise InputError(f"--isolate {isolate!r}: use none or gpu")
-    if isolate != "none" and engine != "local":
-        raise InputError("--isolate goes with the local engine (Ray runs every element in a "
-                         "process of its own already)")
     if engine == "ray":
         from .ray_engine import import_ray
 
@@ -96,9 +90,7 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
     else:
         from .engine import prepare, run_prepared
 
-        apart = frozenset(n for n, e in plan.elements.items()
-                          if isolate == "gpu" and e.kind == "gpu")
-        pp = prepare(plan, graph, progress, isolate=apart)
+        pp = prepare(plan, graph, progress)
         try:
             report, kept, state = run_prepared(pp, source, frames, warmup, keep, stall_timeout,
                                                trace, on_frame)

@@ -161,23 +161,17 @@ class PreparedPlan:
 
 
 def prepare(plan: Plan, graph: CnnGraph, progress: Callable[[str], None] | None = None,
-            only: set[str] | None = None, isolate: frozenset[str] = frozenset()) -> PreparedPlan:
-    """Sessions for every (element, phase) of `plan` (on the elements in `only`, if given).
-    The elements named in `isolate` run their sessions in a process of their own
-    (`backends.isolated`); the engine drives them through proxies."""
+            only: set[str] | None = None) -> PreparedPlan:
+    """Sessions for every (element, phase) of `plan` (on the elements in `only`, if given)."""
     from hetflow.backends.reuse import runners_for
 
     runners, more = {}, {}
     pp = PreparedPlan(plan, graph, runners, more)
-    apart: dict[str, list] = {}  # isolated element -> its (actor, phase), built together
     try:
         for actor, phases in plan.app.phases.items():
             members = [el for el in group_members(actor) if only is None or el in only]
             for ph in phases if members else ():
                 for el in members:
-                    if el in isolate:
-                        apart.setdefault(el, []).append((actor, ph))
-                        continue
                     element = plan.elements[el]
                     k = plan.mapping.lanes_of(el)
                     if progress:
@@ -185,27 +179,10 @@ def prepare(plan: Plan, graph: CnnGraph, progress: Callable[[str], None] | None 
                                  + (f" ({k} lanes)" if k > 1 else ""))
                     lanes = runners_for(graph, ph.layers, element, k, name=f"{actor}#{ph.index}")
                     runners[(el, ph.index)], more[(el, ph.index)] = lanes[0], lanes[1:]
-        for el, phases in apart.items():
-            _prepare_isolated(pp, el, phases, progress)
     except BaseException:
         pp.close()
         raise
     return pp
-
-
-def _prepare_isolated(pp: PreparedPlan, el: str, phases: list, progress) -> None:
-    from hetflow.backends.isolated import IsolatedElement
-    from hetflow.model.subnet import extract_subnet
-
-    k = pp.plan.mapping.lanes_of(el)
-    if progress:
-        progress(f"preparing {len(phases)} phase(s) on {el} in a process of its own"
-                 + (f" ({k} lanes)" if k > 1 else ""))
-    subnets = [extract_subnet(pp.graph, ph.layers, name=f"{actor}#{ph.index}")
-               for actor, ph in phases]
-    host = IsolatedElement(pp.plan.elements[el], subnets, k)
-    for (_, ph), lanes in zip(phases, host.runners):
-        pp.runners[(el, ph.index)], pp.more_lanes[(el, ph.index)] = lanes[0], lanes[1:]
 
 
 

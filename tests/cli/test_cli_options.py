@@ -31,7 +31,6 @@ def test_every_option_and_argument_has_help(name):
     (["run", "p.json", "--stall-timeout", "0"], "--stall-timeout"),
     (["run", "p.json", "--check", "some"], "--check"),
     (["run", "p.json", "--engine", "mpi"], "--engine"),
-    (["run", "p.json", "--isolate", "cpu"], "--isolate"),
     (["map", "m.onnx", "--profile", "p.json", "--strategy", "nosuch"], "--strategy"),
     (["map", "m.onnx", "--profile", "p.json", "--capacity", "0"], "--capacity"),
     (["profile", "m.onnx", "--repeats", "0"], "--repeats"),
@@ -57,7 +56,7 @@ def test_strategy_options_list_the_registered_strategies(hetflow):
 
 def test_fixed_choices_are_listed(hetflow):
     code, out, err = hetflow("run", "--help")
-    assert code == 0 and "first|all|none" in out and "local|ray" in out and "none|gpu" in out
+    assert code == 0 and "first|all|none" in out and "local|ray" in out
 
 
 @pytest.mark.parametrize("args", [["-h"], ["--help"], ["run", "-h"], ["platform", "detect", "-h"],
@@ -70,14 +69,3 @@ def test_h_is_help(hetflow, args):
 def test_version(hetflow):
     code, out, err = hetflow("--version")
     assert code == 0 and out == f"hetflow {__version__}\n"
-
-
-def test_isolate_goes_with_the_local_engine(hetflow, plan_file):
-    code, out, err = hetflow("run", plan_file, "--engine", "ray", "--isolate", "gpu")
-    assert code == 2 and "--isolate goes with the local engine" in err
-
-
-def test_isolate_gpu_on_a_plan_without_a_gpu_runs_as_usual(hetflow, plan_file):
-    code, out, err = hetflow("run", plan_file, "--frames", "6", "--warmup", "0",
-                             "--isolate", "gpu", "--json")
-    assert code == 0 and '"checked_frames": 6' in out
