@@ -2,7 +2,7 @@
 # Do GPU lanes wait for the GIL in a GPU/CPU plan? Runs saved plans (from a bench's results.tgz)
 # with Python's default 5 ms switch interval and shorter ones (HETFLOW_SWITCH_INTERVAL), each
 # with a trace, on the GPU machine. Usage: bash scripts/gil_probe.sh RESULTS.tgz PLAN ...
-# e.g. bash scripts/gil_probe.sh docs/results/lanes_h100/run5/results.tgz tiny_yolo_v2.pipeline
+# e.g. git show c5ab2fd:docs/results/lanes_h100/run5/results.tgz > /tmp/run5.tgz && bash scripts/gil_probe.sh /tmp/run5.tgz tiny_yolo_v2.pipeline
 set -uo pipefail
 OUT=${OUT:-./out}
 mkdir -p "$OUT"
