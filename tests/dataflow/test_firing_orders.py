@@ -1,4 +1,5 @@
-"""Frame-interleaved firing orders (analysis/orders.py `Firing`) in the HSDF analysis."""
+"""Frame-interleaved firing orders (analysis/orders.py `Firing`) in the HSDF analysis and the
+state-space simulation, against an unfolded schedule and against each other."""
 from __future__ import annotations
 
 import random
@@ -7,7 +8,7 @@ import networkx as nx
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hetflow.dataflow.analysis import repetition_vector, throughput_mcr
+from hetflow.dataflow.analysis import repetition_vector, throughput_mcr, throughput_simulation
 from hetflow.dataflow.analysis.orders import Firing
 from hetflow.dataflow.graphs import Actor, Channel, CsdfGraph
 from hetflow.errors import DeadlockError, InputError
@@ -28,21 +29,27 @@ def gpu_order(offset: int):
     return {"gpu": (Firing("gpu", 0, offset), Firing("gpu", 1, 0))}
 
 
-def test_interleaving_takes_the_round_trip_out_of_the_period():
+def simulated(g, orders=None):
+    return throughput_simulation(g, orders=orders)
+
+
+@pytest.mark.parametrize("analyse", [throughput_mcr, simulated])
+def test_interleaving_takes_the_round_trip_out_of_the_period(analyse):
     g = round_trip()
-    assert throughput_mcr(g).period == pytest.approx(5.0)  # a0 + x + cpu + y + a1
-    assert throughput_mcr(g, gpu_order(0)).period == pytest.approx(5.0)  # the same order
+    assert analyse(g).period == pytest.approx(5.0)  # a0 + x + cpu + y + a1
+    assert analyse(g, gpu_order(0)).period == pytest.approx(5.0)  # the same order
     # phase 0 of frame f + 1 before phase 1 of frame f: the 5 s loop spans two frames
-    assert throughput_mcr(g, gpu_order(1)).period == pytest.approx(2.5)
+    assert analyse(g, gpu_order(1)).period == pytest.approx(2.5)
     # two frames ahead: the loop spans three frames, the GPU's own 2 s load bounds
-    assert throughput_mcr(g, gpu_order(2)).period == pytest.approx(2.0)
+    assert analyse(g, gpu_order(2)).period == pytest.approx(2.0)
 
 
-def test_an_order_that_waits_for_its_own_future_is_a_deadlock():
+@pytest.mark.parametrize("analyse", [throughput_mcr, simulated])
+def test_an_order_that_waits_for_its_own_future_is_a_deadlock(analyse):
     g = round_trip()
     # phase 1 of frame f + 1 before phase 0 of frame f + 1 ends: it needs the cpu's result of it
     with pytest.raises(DeadlockError):
-        throughput_mcr(g, {"gpu": (Firing("gpu", 0, 0), Firing("gpu", 1, 1))})
+        analyse(g, {"gpu": (Firing("gpu", 0, 0), Firing("gpu", 1, 1))})
 
 
 @pytest.mark.parametrize("order, says", [
@@ -129,3 +136,52 @@ def test_random_firing_orders_agree_with_an_unfolded_schedule(g, seed):
             throughput_mcr(g, orders)
         return
     assert throughput_mcr(g, orders).period == pytest.approx(expected, rel=0.03, abs=1e-9)
+
+
+@settings(max_examples=150, deadline=None)
+@given(csdf_graphs(mapped=False, max_actors=4), st.integers(0, 2**32 - 1))
+def test_the_simulation_with_firing_orders_equals_the_mcr(g, seed):
+    """Random graphs (bounded channels included), each actor on its own processor with a random
+    firing order: its firings in any order, each at a random frame offset."""
+    rng = random.Random(seed)
+    for a in g.actors:
+        a.concurrency, a.processor = 1, a.name
+    q = repetition_vector(g)
+    orders = {}
+    for a in g.actors:
+        firings = list(range(q[a.name]))
+        rng.shuffle(firings)
+        orders[a.name] = tuple(Firing(a.name, i, rng.randint(0, 2)) for i in firings)
+    try:
+        expected = throughput_mcr(g, orders).period
+    except DeadlockError:
+        with pytest.raises(DeadlockError):
+            throughput_simulation(g, orders=orders)
+        return
+    assert throughput_simulation(g, orders=orders).period == pytest.approx(expected, rel=1e-9,
+                                                                            abs=1e-12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(csdf_graphs(mapped=False, max_actors=5), st.integers(0, 2**32 - 1))
+def test_the_simulation_and_the_mcr_agree_on_shared_processors(g, seed):
+    """Several actors on one processor, its firing order a random interleaving of all their
+    firings at random frame offsets (most such orders deadlock: both analyses must say so)."""
+    rng = random.Random(seed)
+    procs = max(1, len(g.actors) - rng.randint(0, 2))
+    for a in g.actors:
+        a.concurrency, a.processor = 1, f"p{rng.randrange(procs)}"
+    q = repetition_vector(g)
+    orders = {}
+    for p in sorted({a.processor for a in g.actors}):
+        firings = [(a.name, i) for a in g.actors if a.processor == p for i in range(q[a.name])]
+        rng.shuffle(firings)
+        orders[p] = tuple(Firing(name, i, rng.randint(0, 2)) for name, i in firings)
+    try:
+        expected = throughput_mcr(g, orders).period
+    except DeadlockError:
+        with pytest.raises(DeadlockError):
+            throughput_simulation(g, orders=orders)
+        return
+    assert throughput_simulation(g, orders=orders).period == pytest.approx(expected, rel=1e-9,
+                                                                            abs=1e-12)

@@ -115,7 +115,7 @@ class Expander:
         if total > max_nodes:
             raise InputError(f"graph {g.name!r}: one iteration has {total} firings, more than "
                              f"the {max_nodes} the HSDF expansion allows")
-        self.schedules = processor_schedules(g, self.q)
+        self.schedules = processor_schedules(g, self.q, self.orders)
         self.first: dict[str, int] = {}
         actor, firing, time = [], [], []
         for a in g.actors:

@@ -11,6 +11,8 @@ its outputs is claimed, so a bounded self-loop can reuse the space it frees.
 """
 from __future__ import annotations
 
+from typing import Iterable
+
 from hetflow.errors import DeadlockError
 
 from ..graphs import CsdfGraph
@@ -18,22 +20,24 @@ from .orders import processor_schedules
 from .repetition import repetition_vector
 
 
-def check_liveness(g: CsdfGraph) -> None:
+def check_liveness(g: CsdfGraph, ordered: Iterable[str] = ()) -> None:
     """Return if the graph can run one iteration (hence for ever); raise DeadlockError if not.
+    Processors in `ordered` have a firing order (orders.py), which this leaves to the analyses:
+    their actors may interleave here.
 
     The error message names every blocked actor and what it waits for: tokens on a channel, space
     on a bounded channel, or its turn in a processor's static order. The same information is on
     the exception as `blocked: dict[actor, reason]`.
     """
-    sequential_schedule(g)
+    sequential_schedule(g, ordered)
 
 
-def sequential_schedule(g: CsdfGraph) -> list[str]:
+def sequential_schedule(g: CsdfGraph, ordered: Iterable[str] = ()) -> list[str]:
     """The actors of one iteration's firings in an order that one processor could run them (each
     actor as often as its repetition count); it respects capacities and static orders, so its
     restriction to a processor's actors is a valid static order. DeadlockError if none exists."""
     q = repetition_vector(g)
-    schedules = processor_schedules(g, q)
+    schedules = processor_schedules(g, q, ordered)
     run = _SymbolicRun(g, q, schedules)
     run.execute()
     if run.fired == run.total:

@@ -14,25 +14,29 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Iterable
 
 from hetflow.errors import InputError
 
 from ..graphs import CsdfGraph
 
 
-def processor_schedules(g: CsdfGraph, q: dict[str, int]) -> dict[str, list[tuple[str, int]]]:
+def processor_schedules(g: CsdfGraph, q: dict[str, int], ordered: Iterable[str] = ()
+                        ) -> dict[str, list[tuple[str, int]]]:
     """Per processor, its firings `(actor, firing index)` in static order, one iteration long.
 
     Raises InputError where an order lists an actor a number of times other than its repetition
     count, leaves out an actor mapped on its processor, or where actors share a processor that has
-    no static order (their interleaving would be undefined).
+    no static order (their interleaving would be undefined) and is not one of `ordered` (the
+    processors given a firing order).
     """
+    ordered = set(ordered)
     on_processor: dict[str, list[str]] = {}
     for a in g.actors:
         if a.processor is not None:
             on_processor.setdefault(a.processor, []).append(a.name)
     for proc, names in on_processor.items():
-        if len(names) > 1 and proc not in g.static_order:
+        if len(names) > 1 and proc not in g.static_order and proc not in ordered:
             raise InputError(f"actors {', '.join(map(repr, names))} share processor {proc!r} "
                              f"but the graph has no static_order for it")
 

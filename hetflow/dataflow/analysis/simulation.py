@@ -15,6 +15,13 @@ consumes the tokens its index is due, whoever starts first, and a channel's coun
 the consumer's first firing not yet started. A bounded channel is a ring of slots: a firing that
 produces token m needs the consumer firing that takes token m - capacity to have started.
 
+Frame-interleaved firing orders (orders.py `Firing`) replace a processor's static order: in
+round r it runs entry j's firing of iteration r + offset_j, from the round where the largest
+offset reaches iteration 0, skipping entries of iterations below 0 (as the runtime does). An
+actor on such a processor may then start its firings out of index order. As in hsdf.py, a firing
+that reads from such an actor waits for the end (and transfer) of the firing that produces the
+last token it needs, not for the earlier ones, which may run later.
+
 Times are scaled to exact integers, so states compare exactly. The state (tokens, claimed space,
 tokens in transit, phase counters, remaining times of ongoing firings, static-order positions) is
 recorded each time a reference actor begins a new iteration; when a state recurs, the execution
@@ -39,7 +46,7 @@ from hetflow.errors import DeadlockError, HetflowError
 from ..graphs import CsdfGraph
 from .hsdf import _last_needed, common_scale
 from .liveness import check_liveness
-from .orders import processor_schedules
+from .orders import FiringOrders, check_firing_orders, processor_schedules
 from .repetition import repetition_vector
 from .throughput import ThroughputResult
 
@@ -50,21 +57,29 @@ class StateSpaceLimitError(HetflowError):
     """The state-space exploration met no recurrent state within its firing budget."""
 
 
-def throughput_simulation(g: CsdfGraph, max_firings: int = MAX_FIRINGS) -> ThroughputResult:
-    """Self-timed throughput found by simulation up to a recurrent state.
+def throughput_simulation(g: CsdfGraph, max_firings: int = MAX_FIRINGS,
+                          orders: FiringOrders | None = None) -> ThroughputResult:
+    """Self-timed throughput found by simulation up to a recurrent state, with the processors'
+    frame-interleaved firing `orders` if given.
 
     `critical` is left empty (a simulation does not tell which cycle limits). Raises DeadlockError
     if the graph cannot run, StateSpaceLimitError if no state recurs within `max_firings`.
     """
     q = repetition_vector(g)
-    schedules = processor_schedules(g, q)
-    check_liveness(g)
+    orders = orders or {}
+    check_firing_orders(g, q, orders)
+    # each processor's cyclic order as (actor, firing, frame offset); static orders at offset 0
+    schedules = {p: [(a, i, 0) for a, i in firings]
+                 for p, firings in processor_schedules(g, q, orders).items()}
+    schedules.update({p: [(f.actor, f.firing, f.frame_offset) for f in order]
+                      for p, order in orders.items() if order})
+    check_liveness(g, orders)
     scale = common_scale([t for a in g.actors for t in a.exec_times]
                          + [c.transfer_time for c in g.channels])
     period = Fraction(0)
     budget = max_firings
     for component in _cyclic_components(g, schedules):
-        sim = _Simulation(g, q, schedules, component, scale)
+        sim = _Simulation(g, q, schedules, set(orders), component, scale)
         period = max(period, sim.run(budget))
         budget -= sim.firings
     if period == 0:
@@ -85,7 +100,7 @@ def _cyclic_components(g: CsdfGraph, schedules) -> list[list[str]]:
         if a.concurrency is not None:
             links.add_edge(a.name, a.name)
     for firings in schedules.values():
-        for (u, _), (v, _) in zip(firings, firings[1:] + firings[:1]):
+        for (u, *_), (v, *_) in zip(firings, firings[1:] + firings[:1]):
             links.add_edge(u, v)
     rank = {a.name: i for i, a in enumerate(g.actors)}
     out = []
@@ -112,7 +127,8 @@ def _up_to(cum: list[int], n: int) -> int:
 class _Simulation:
     """Self-timed execution of one strongly connected component, in integer time units."""
 
-    def __init__(self, g: CsdfGraph, q, schedules, component: list[str], scale: int):
+    def __init__(self, g: CsdfGraph, q, schedules, interleaved: set[str], component: list[str],
+                 scale: int):
         self.name = g.name
         members = set(component)
         self.actors = component
@@ -144,13 +160,35 @@ class _Simulation:
             self.outs[s].append((k, self.prod[k]))
             self.ring.append(None if c.capacity is None else (
                 d, _cumulative(self.prod[k]), _cumulative(cons), c.initial_tokens - c.capacity))
-        self.procs = [firings for p, firings in schedules.items() if firings[0][0] in members]
+        chosen = [(p, firings) for p, firings in schedules.items() if firings[0][0] in members]
+        self.procs = [firings for _, firings in chosen]  # (actor, firing, frame offset)
+        self.interleaved = [p in interleaved for p, _ in chosen]
         self.proc_of = [None] * len(component)
         for p, firings in enumerate(self.procs):
-            for name, _ in firings:
+            for name, *_ in firings:
                 self.proc_of[index[name]] = p
         self.turn = [0] * len(self.procs)
         self.busy_until = [0] * len(self.procs)
+        # a processor's round; a firing order starts where its largest offset reaches iteration
+        # 0, and its state counts rounds only up to where no entry is skipped any more
+        offsets = [[o for *_, o in firings] for firings in self.procs]
+        self.first_round = [-max(o) for o in offsets]
+        self.round = list(self.first_round)
+        self.span = [max(o) - min(o) + 1 for o in offsets]
+        # actors whose processor interleaves iterations: firings may start out of index order;
+        # `started` holds their firings' ends (until they are below `low`, have ended and their
+        # tokens have arrived everywhere), `delivered` those whose tokens have been sent
+        self.ordered = [p is not None and self.interleaved[p] for p in self.proc_of]
+        self.started: list[dict[int, int]] = [{} for _ in component]
+        self.delivered: list[set[int]] = [set() for _ in component]
+        self.cum = [(_cumulative(self.prod[k]), _cumulative(
+            [c.consumption[i % len(c.consumption)] for i in range(q[c.dst])]))
+            for k, c in enumerate(inner)]
+        self.initial = [c.initial_tokens for c in inner]
+        self.max_delay = [max((self.delay[k] for k, _ in self.outs[a]), default=0)
+                          for a in range(len(component))]
+        for p in range(len(self.procs)):
+            self._skip(p)
         # per actor: `released` firings have ended and produced (in index order); ends[j] is the
         # end of firing released + j, None while it has not started (only cycle replicas leave
         # gaps); `low` is the first firing not started, up to which inputs are consumed
@@ -209,6 +247,9 @@ class _Simulation:
                         self.tokens[k] += prod[firing]
                 progress = True
         for a in range(len(self.actors)):
+            if self.ordered[a] and self._deliver(a, now):
+                progress = True
+        for a in range(len(self.actors)):
             # at most one iteration's firings per round: zero-time firings could go on for ever
             for _ in range(self.q[a]):
                 n = next((n for n in self._candidates(a, now) if self._enabled(a, n, now)), None)
@@ -218,14 +259,60 @@ class _Simulation:
                 progress = True
         return progress
 
+    def _deliver(self, a: int, now: int) -> bool:
+        """Tokens of an interleaved actor's firings that ended, each when it ends (the token
+        counts then only describe the state: `_enabled` reads `_visible`)."""
+        moved = False
+        started, delivered = self.started[a], self.delivered[a]
+        for n, end in started.items():
+            if end <= now and n not in delivered:
+                delivered.add(n)
+                for k, prod in self.outs[a]:
+                    i = n % self.q[a]
+                    if self.delay[k]:
+                        self.transit[k].append((end + self.delay[k], prod[i]))
+                    else:
+                        self.tokens[k] += prod[i]
+                moved = True
+        for n in [n for n, end in started.items()
+                  if n < self.low[a] and end + self.max_delay[a] <= now]:
+            del started[n]  # ended, its tokens arrived: below `low` it reads as visible
+            delivered.discard(n)
+        return moved
+
+    def _visible(self, a: int, n: int, k: int, now: int) -> bool:
+        """Whether firing n of interleaved `a` has ended and its tokens crossed channel k."""
+        end = self.started[a].get(n)
+        return n < self.low[a] if end is None else end + self.delay[k] <= now
+
+    def _skip(self, p: int) -> None:
+        """Past a firing order's entries of iterations before the first."""
+        while self.round[p] + self.procs[p][self.turn[p]][2] < 0:
+            self._advance(p)
+
+    def _advance(self, p: int) -> None:
+        self.turn[p] += 1
+        if self.turn[p] == len(self.procs[p]):
+            self.turn[p] = 0
+            self.round[p] += 1
+
     def _ended(self, a: int, n: int, now: int) -> bool:
+        if self.ordered[a]:
+            end = self.started[a].get(n)
+            return n < self.low[a] if end is None else end <= now
         if n < self.released[a]:
             return True
         end = self.ends[a][n - self.released[a]]
         return end is not None and end <= now
 
     def _candidates(self, a: int, now: int) -> list[int]:
-        """Firings of `a` that concurrency (or the cycle-replica rule) lets start now."""
+        """Firings of `a` that concurrency (or the cycle-replica rule, or an interleaving
+        processor's turn) lets start now."""
+        if self.ordered[a]:
+            p = self.proc_of[a]
+            name, firing, offset = self.procs[p][self.turn[p]]
+            return [(self.round[p] + offset) * self.q[a] + firing] \
+                if name == self.actors[a] else []
         ends, r = self.ends[a], self.released[a]
         n = r + len(ends)  # the next firing never started (for cycle replicas: a new cycle)
         if not self.cycle[a]:
@@ -248,11 +335,20 @@ class _Simulation:
         i = n % self.q[a]
         p = self.proc_of[a]
         if p is not None:
-            if self.procs[p][self.turn[p]] != (self.actors[a], i) or self.busy_until[p] > now:
+            name, firing, _ = self.procs[p][self.turn[p]]
+            if name != self.actors[a] or firing != i or self.busy_until[p] > now:
                 return False
         for ch, cons in self.ins[a]:
-            # the tokens due to firing n are those after every earlier firing's, if it takes any
-            if cons[i] and self.tokens[ch] < self._due(a, cons, n):
+            if not cons[i]:
+                continue
+            src = self.producer[ch]
+            if self.ordered[src]:  # the producer of the last token it needs, as hsdf.py
+                need = _up_to(self.cum[ch][1], n) - self.initial[ch]
+                if need > 0 and not self._visible(src, _last_needed(self.cum[ch][0], need),
+                                                  ch, now):
+                    return False
+            # the tokens due to firing n are those after every earlier firing's
+            elif self.tokens[ch] < self._due(a, cons, n):
                 return False
         for ch, prod in self.outs[a]:
             if self.ring[ch] is None or not prod[i]:  # producing nothing claims nothing
@@ -268,6 +364,8 @@ class _Simulation:
     def _has_started(self, a: int, n: int) -> bool:
         if n < self.low[a]:
             return True
+        if self.ordered[a]:
+            return n in self.started[a]
         j = n - self.released[a]
         return j < len(self.ends[a]) and self.ends[a][j] is not None
 
@@ -282,6 +380,9 @@ class _Simulation:
     def _start(self, a: int, n: int, now: int) -> None:
         i = n % self.q[a]
         end = now + self.times[a][i]
+        if self.ordered[a]:
+            self._start_ordered(a, n, end)
+            return
         ends, r = self.ends[a], self.released[a]
         if n - r < len(ends):
             ends[n - r] = end
@@ -294,9 +395,24 @@ class _Simulation:
             for ch, cons in self.ins[a]:
                 self.tokens[ch] -= self._due(a, cons, low - 1)
             self.low[a] = low
+        self._took_turn(a, end)
+
+    def _start_ordered(self, a: int, n: int, end: int) -> None:
+        self.started[a][n] = end
+        if n == self.low[a]:  # consume inputs in index order, up to the next gap
+            low = n + 1
+            while low in self.started[a]:
+                low += 1
+            for ch, cons in self.ins[a]:
+                self.tokens[ch] -= self._due(a, cons, low - 1)
+            self.low[a] = low
+        self._took_turn(a, end)
+
+    def _took_turn(self, a: int, end: int) -> None:
         p = self.proc_of[a]
         if p is not None:
-            self.turn[p] = (self.turn[p] + 1) % len(self.procs[p])
+            self._advance(p)
+            self._skip(p)
             self.busy_until[p] = end
         self.firings += 1
 
@@ -304,6 +420,7 @@ class _Simulation:
         times = [e for ends in self.ends for e in ends if e is not None and e > now]
         times += [t for queue in self.transit for t, _ in queue if t > now]
         times += [t for t in self.busy_until if t > now]
+        times += [e for started in self.started for e in started.values() if e > now]
         if not times:
             raise DeadlockError(f"graph {self.name!r}: actors {', '.join(self.actors)} stopped "
                                 f"in the timed execution")
@@ -325,7 +442,7 @@ class _Simulation:
         fill = tuple(None if ring is None else _up_to(ring[1], self.low[self.producer[ch]] - 1)
                      - _up_to(ring[2], self.low[ring[0]] - 1) for ch, ring in enumerate(self.ring))
         return (tuple(per_actor), tuple(self.tokens), fill, tuple(self.turn),
-                tuple(b > now for b in self.busy_until))
+                tuple(b > now for b in self.busy_until), self._interleaving(now, True))
 
     def _state(self, now: int) -> tuple:
         return (tuple(r % q for r, q in zip(self.released, self.q)),
@@ -334,4 +451,24 @@ class _Simulation:
                 tuple(self.tokens),
                 tuple(tuple((t - now, n) for t, n in queue) for queue in self.transit),
                 tuple(self.turn),
-                tuple(max(0, b - now) for b in self.busy_until))
+                tuple(max(0, b - now) for b in self.busy_until), self._interleaving(now, False))
+
+    def _interleaving(self, now: int, marks: bool) -> tuple:
+        """The state of interleaved actors and processors, relative to each actor's first
+        firing not started: started firings (their remaining times, or only whether they are
+        still running), which have sent their tokens, the processor's round; and how many of its
+        first rounds a processor has run, up to where none skips an entry."""
+        out = []
+        for a, started in enumerate(self.started):
+            if not self.ordered[a]:
+                continue
+            low = self.low[a]
+            out.append((low % self.q[a],
+                        tuple(sorted((n - low, end > now if marks else max(0, end - now))
+                                     for n, end in started.items())),
+                        self.round[self.proc_of[a]] * self.q[a] - low))
+        delivered = tuple(tuple(sorted(n - self.low[a] for n in d))
+                          for a, d in enumerate(self.delivered) if self.ordered[a])
+        rounds = tuple(min(r - r0, span) for r, r0, span, il in
+                       zip(self.round, self.first_round, self.span, self.interleaved) if il)
+        return tuple(out), delivered, rounds

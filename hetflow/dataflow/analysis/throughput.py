@@ -30,7 +30,7 @@ def throughput_mcr(g: CsdfGraph, orders: FiringOrders | None = None) -> Throughp
     Raises DeadlockError (naming blocked actors and channels) if the graph cannot run, or if the
     orders make a firing wait for itself, InputError on an inconsistent or malformed graph.
     """
-    check_liveness(g)
+    check_liveness(g, orders or ())
     h = expand(g, orders=orders)
     period, cycle = critical_cycle(h)
     if period <= 0:
