@@ -2,8 +2,6 @@
 
 For each saved plan (e.g. a bench's pipeline plans), all in one process, one after another:
   engine         the plan run by the engine, traced: frames/s, median firing of each element
-  engine+copy    the same with each GPU lane copying its outputs into static pinned buffers
-                 and handing over a pageable copy (no pinned allocation or free per firing)
   +heap          glibc's malloc keeps freed memory up to 32 MB blocks in its heaps instead of
                  mapping and unmapping each large array (no page faults, no TLB shootdowns)
   apart          every worker of the plan firing its own phases on fixed inputs at once, with
@@ -13,6 +11,8 @@ For each saved plan (e.g. a bench's pipeline plans), all in one process, one aft
                  share the machine with them, not the interpreter
 Each also reports the lag of a probe thread's 1 ms sleeps (median, p90): how long a thread
 that wakes waits for the interpreter and a core.
+(probe1-3 in docs/results/lanes_h100/probe also ran `engine+copy`: outputs copied out of static
+pinned buffers, which the CUDA backend has done since.)
 Usage: python scripts/pipeline_gpu_probe.py PLAN.json[:MODEL] ... [--frames N] [--seconds S] [--heap]
 (--heap changes the process for good: give one plan per process)
 """
@@ -63,37 +63,6 @@ def keep_heap() -> None:
     libc = ctypes.CDLL("libc.so.6")
     libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
     libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
-
-
-@contextlib.contextmanager
-def pageable_outputs():
-    """GPU lanes D2H into static pinned buffers, then hand over a pageable copy."""
-    from hetflow.backends.torch_cuda import TorchCudaRunner
-
-    original = TorchCudaRunner.run
-
-    def run(self, feeds):
-        torch = self._torch
-        with torch.cuda.device(self._device), torch.cuda.stream(self._stream):
-            for name, host, host_np, dev in zip(self.inputs, self._host_in, self._host_in_np,
-                                                self._dev_in):
-                self._stage_input(name, feeds, host_np)
-                dev.copy_(host, non_blocking=True)
-            outs = self._compute()
-            bufs = getattr(self, "_probe_out", None)
-            if bufs is None:
-                bufs = self._probe_out = [torch.empty(o.shape, dtype=o.dtype, pin_memory=True)
-                                          for o in outs]
-            for o, b in zip(outs, bufs):
-                b.copy_(o, non_blocking=True)
-        self.synchronize()
-        return {n: b.numpy().copy() for n, b in zip(self.outputs, bufs)}
-
-    TorchCudaRunner.run = run
-    try:
-        yield
-    finally:
-        TorchCudaRunner.run = original
 
 
 def engine_run(pp, frames: int, row: dict) -> None:
@@ -206,23 +175,20 @@ def main() -> None:
               f", bytes per frame across channels {crossing}", flush=True)
         try:
             eng = lambda r: engine_run(pp, a.frames, r)  # noqa: E731
-            variants = [("engine", eng), ("engine+copy", eng),
+            variants = [("engine", eng),
                         ("apart", lambda r: apart_run(pp, a.seconds, r)),
                         ("gpu alone", lambda r: apart_run(pp, a.seconds, r, only_gpu=True)),
                         ("split", lambda r: split_run(pp, file, model, a.seconds, r)),
                         ("apart", lambda r: apart_run(pp, a.seconds, r)),
                         ("split", lambda r: split_run(pp, file, model, a.seconds, r))]
             if a.heap:
-                variants += [("engine+copy+heap", eng), ("engine+heap", eng),
-                             ("apart+heap", lambda r: apart_run(pp, a.seconds, r)),
-                             ("engine+copy+heap", eng)]
+                variants += [("engine+heap", eng),
+                             ("apart+heap", lambda r: apart_run(pp, a.seconds, r))]
             for name, fn in variants:
                 row = {"plan": file, "model": plan.model_name, "variant": name}
-                ctx = pageable_outputs() if "+copy" in name else contextlib.nullcontext()
                 if "+heap" in name:
                     keep_heap()  # for the rest of the process: these variants come last
-                with ctx:
-                    fn(row)
+                fn(row)
                 rows.append(row)
                 print("  " + json.dumps(row), flush=True)
                 with open(path, "w") as f:

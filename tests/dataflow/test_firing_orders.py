@@ -138,6 +138,18 @@ def test_random_firing_orders_agree_with_an_unfolded_schedule(g, seed):
     assert throughput_mcr(g, orders).period == pytest.approx(expected, rel=0.03, abs=1e-9)
 
 
+def assert_simulation_equals_mcr(g, orders):
+    """Both analyses find the same period, or both a deadlock."""
+    try:
+        expected = throughput_mcr(g, orders).period
+    except DeadlockError:
+        with pytest.raises(DeadlockError):
+            throughput_simulation(g, orders=orders)
+        return
+    assert throughput_simulation(g, orders=orders).period == pytest.approx(expected, rel=1e-9,
+                                                                            abs=1e-12)
+
+
 @settings(max_examples=150, deadline=None)
 @given(csdf_graphs(mapped=False, max_actors=4), st.integers(0, 2**32 - 1))
 def test_the_simulation_with_firing_orders_equals_the_mcr(g, seed):
@@ -152,14 +164,7 @@ def test_the_simulation_with_firing_orders_equals_the_mcr(g, seed):
         firings = list(range(q[a.name]))
         rng.shuffle(firings)
         orders[a.name] = tuple(Firing(a.name, i, rng.randint(0, 2)) for i in firings)
-    try:
-        expected = throughput_mcr(g, orders).period
-    except DeadlockError:
-        with pytest.raises(DeadlockError):
-            throughput_simulation(g, orders=orders)
-        return
-    assert throughput_simulation(g, orders=orders).period == pytest.approx(expected, rel=1e-9,
-                                                                            abs=1e-12)
+    assert_simulation_equals_mcr(g, orders)
 
 
 @settings(max_examples=150, deadline=None)
@@ -177,11 +182,4 @@ def test_the_simulation_and_the_mcr_agree_on_shared_processors(g, seed):
         firings = [(a.name, i) for a in g.actors if a.processor == p for i in range(q[a.name])]
         rng.shuffle(firings)
         orders[p] = tuple(Firing(name, i, rng.randint(0, 2)) for name, i in firings)
-    try:
-        expected = throughput_mcr(g, orders).period
-    except DeadlockError:
-        with pytest.raises(DeadlockError):
-            throughput_simulation(g, orders=orders)
-        return
-    assert throughput_simulation(g, orders=orders).period == pytest.approx(expected, rel=1e-9,
-                                                                            abs=1e-12)
+    assert_simulation_equals_mcr(g, orders)
