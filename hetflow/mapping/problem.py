@@ -55,12 +55,13 @@ class Problem:
     lane_limit: dict[str, int] = field(default_factory=dict)  # most lanes device memory holds
     # CPU time a GPU's driving thread spends per firing (copies, launch, wait): its lanes share
     # its driving cores, so k lanes fire no faster than k * (this + call_overhead) / cores
-    # (the part that does not depend on the firing's inputs; see host_seconds)
+    # (the part that does not depend on the firing's borders; see host_seconds)
     host_time: dict[str, float] = field(default_factory=dict)
     host_time_busy: dict[str, float] = field(default_factory=dict)  # ... beside busy copies
-    # seconds per input byte the driving thread spends staging a firing's inputs into pinned
-    # memory (a copy of data another core wrote): a stage fed a large activation is host-bound
-    # long before the device is (a 11 MB input: 1.4 ms of copying per firing on the H100 host)
+    # seconds per border byte the driving thread spends copying a firing's inputs into pinned
+    # memory (data another core wrote) and its outputs out of it: a stage fed a large activation
+    # is host-bound long before the device is (a 11 MB input: 1.4 ms of copying per firing on
+    # the H100 host)
     host_per_byte: dict[str, float] = field(default_factory=dict)
 
     # ---- lanes ----

@@ -151,6 +151,8 @@ class _Simulation:
         # per bounded channel: (consumer, cumulative production and consumption over one
         # iteration, initial tokens - capacity); None if unbounded
         self.ring: list[tuple | None] = []
+        # per channel: cumulative production and consumption over one iteration
+        self.cum: list[tuple[list[int], list[int]]] = []
         self.producer = [index[c.src] for c in inner]
         for k, c in enumerate(inner):
             s, d = index[c.src], index[c.dst]
@@ -158,8 +160,9 @@ class _Simulation:
             self.prod.append([c.production[i % len(c.production)] for i in range(q[c.src])])
             self.ins[d].append((k, cons))
             self.outs[s].append((k, self.prod[k]))
+            self.cum.append((_cumulative(self.prod[k]), _cumulative(cons)))
             self.ring.append(None if c.capacity is None else (
-                d, _cumulative(self.prod[k]), _cumulative(cons), c.initial_tokens - c.capacity))
+                d, *self.cum[k], c.initial_tokens - c.capacity))
         chosen = [(p, firings) for p, firings in schedules.items() if firings[0][0] in members]
         self.procs = [firings for _, firings in chosen]  # (actor, firing, frame offset)
         self.interleaved = [p in interleaved for p, _ in chosen]
@@ -181,9 +184,6 @@ class _Simulation:
         self.ordered = [p is not None and self.interleaved[p] for p in self.proc_of]
         self.started: list[dict[int, int]] = [{} for _ in component]
         self.delivered: list[set[int]] = [set() for _ in component]
-        self.cum = [(_cumulative(self.prod[k]), _cumulative(
-            [c.consumption[i % len(c.consumption)] for i in range(q[c.dst])]))
-            for k, c in enumerate(inner)]
         self.initial = [c.initial_tokens for c in inner]
         self.max_delay = [max((self.delay[k] for k, _ in self.outs[a]), default=0)
                           for a in range(len(component))]
@@ -282,8 +282,7 @@ class _Simulation:
 
     def _visible(self, a: int, n: int, k: int, now: int) -> bool:
         """Whether firing n of interleaved `a` has ended and its tokens crossed channel k."""
-        end = self.started[a].get(n)
-        return n < self.low[a] if end is None else end + self.delay[k] <= now
+        return self._ended(a, n, now - self.delay[k])
 
     def _skip(self, p: int) -> None:
         """Past a firing order's entries of iterations before the first."""
@@ -371,9 +370,8 @@ class _Simulation:
 
     def _low_after(self, a: int, n: int) -> int:
         """The first firing not started once firing n (= low) starts."""
-        ends, r = self.ends[a], self.released[a]
         m = n + 1
-        while m - r < len(ends) and ends[m - r] is not None:
+        while self._has_started(a, m):
             m += 1
         return m
 
@@ -381,34 +379,20 @@ class _Simulation:
         i = n % self.q[a]
         end = now + self.times[a][i]
         if self.ordered[a]:
-            self._start_ordered(a, n, end)
-            return
-        ends, r = self.ends[a], self.released[a]
-        if n - r < len(ends):
-            ends[n - r] = end
-        else:  # a new firing; for cycle replicas a new cycle, its later phases not started
-            ends.append(end)
-            if self.cycle[a]:
-                ends.extend([None] * (self.phases[a] - 1))
+            self.started[a][n] = end
+        else:
+            ends, r = self.ends[a], self.released[a]
+            if n - r < len(ends):
+                ends[n - r] = end
+            else:  # a new firing; for cycle replicas a new cycle, its later phases not started
+                ends.append(end)
+                if self.cycle[a]:
+                    ends.extend([None] * (self.phases[a] - 1))
         if n == self.low[a]:  # consume inputs in index order, up to the next gap
             low = self._low_after(a, n)
             for ch, cons in self.ins[a]:
                 self.tokens[ch] -= self._due(a, cons, low - 1)
             self.low[a] = low
-        self._took_turn(a, end)
-
-    def _start_ordered(self, a: int, n: int, end: int) -> None:
-        self.started[a][n] = end
-        if n == self.low[a]:  # consume inputs in index order, up to the next gap
-            low = n + 1
-            while low in self.started[a]:
-                low += 1
-            for ch, cons in self.ins[a]:
-                self.tokens[ch] -= self._due(a, cons, low - 1)
-            self.low[a] = low
-        self._took_turn(a, end)
-
-    def _took_turn(self, a: int, end: int) -> None:
         p = self.proc_of[a]
         if p is not None:
             self._advance(p)
