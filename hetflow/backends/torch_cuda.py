@@ -203,6 +203,35 @@ def _recompiled(module):
     return module
 
 
+def _shapes_known(model: onnx.ModelProto) -> bool:
+    """Every node output of `model` has a shaped type among its inputs, outputs and value infos
+    (a sub-network cut from a model read by hetflow: shapes were inferred when it was read)."""
+    g = model.graph
+    shaped = {v.name for v in (*g.input, *g.output, *g.value_info)
+              if v.type.tensor_type.HasField("shape")}
+    return all(t in shaped for n in g.node for t in n.output if t)
+
+
+def _skip_known_shape_inference() -> None:
+    """onnx2torch's `convert` starts with ONNX shape inference, a serialize, infer and parse
+    round trip of all the weights: half of the 20 s that converting vgg19's layers and whole
+    model took in a profile on the H100 machine. A model whose shapes are all known goes
+    without it; any other still goes through it."""
+    import onnx2torch.converter as converter
+
+    original = converter.safe_shape_inference
+    if getattr(original, "skips_known_shapes", False):
+        return
+
+    def infer(model, **kwargs):
+        if isinstance(model, onnx.ModelProto) and _shapes_known(model):
+            return model
+        return original(model, **kwargs)
+
+    infer.skips_known_shapes = True
+    converter.safe_shape_inference = infer
+
+
 def to_torch_module(model: onnx.ModelProto, name: str = "sub-network"):
     """An ONNX (sub-)model as a torch.fx.GraphModule in eval mode, on the CPU.
 
@@ -211,6 +240,7 @@ def to_torch_module(model: onnx.ModelProto, name: str = "sub-network"):
     """
     from onnx2torch import convert
 
+    _skip_known_shape_inference()
     model = _outputs_from_single_output_nodes(model)
     try:
         module = convert(model)

@@ -23,14 +23,16 @@ from typing import Any, Callable, Mapping, Sequence
 from hetflow.errors import HetflowError
 
 # the least each setting is shortened to (a setting already below it is kept as given)
-MINIMUMS: dict[str, float] = {"profile_repeats": 3, "baseline_seconds": 0.5, "pilot_seconds": 0.1,
-                              "under_load_seconds": 0.3, "plan_seconds": 0.3, "frames": 40,
-                              "warmup": 5}
+MINIMUMS: dict[str, float] = {"profile_repeats": 3, "lane_seconds": 0.3, "baseline_seconds": 0.5,
+                              "pilot_seconds": 0.1, "under_load_seconds": 0.3,
+                              "plan_seconds": 0.3, "frames": 40, "warmup": 5}
 INTEGER = {"profile_repeats", "frames", "warmup"}
 
 RUN_OVERHEAD_S = 0.3  # a measured run's set-up, start and end beside its measured window
 COMM_S = 0.7  # the profile's hand-off benchmark (0.6-0.7 s on every machine measured)
-LANES_S = 10.0  # the profile's lane table of one GPU: 8 timed runs of 1 s, plus its captures
+# the profile's lane table of one GPU: 4 lane counts timed alone and beside busy CPU copies
+# (profile/lanes.py), `lane_seconds` each; plus its conversion and captures, and a warm-up per run
+LANE_RUNS, LANES_BUILD_S = 8, 4.0
 PROFILE_WARMUP = 3  # profile_model's default warm-up runs
 PILOT_FRAMES, PILOT_WARMUP = 60, 10  # runtime/pilot.py: a pilot runs at least 60 frames
 MAX_FRAMES = 20000  # runtime/pilot.py frames_for: a run's frames at most
@@ -123,6 +125,7 @@ class Facts:
     baselines: bool = False  # the baselines are still to run
     elements: int = 1  # distinct elements the profile measures
     gpus: int = 0
+    copies: int = 0  # whole-model CPU copies the lane table keeps busy (the baselines reuse them)
     build_s: float = 0.0  # building one whole-model runner
     references: int = 0  # one-lane reference runs beside the baselines
     search_s: float = 0.5  # one plan kind's search
@@ -144,7 +147,9 @@ def costs(k: Mapping[str, float], f: Facts) -> list[tuple[str, float, int | None
     out: list[tuple[str, float, int | None, int]] = []
     if f.profile:
         per_element = 2 * f.build_s + (1 + 2 * (PROFILE_WARMUP + k["profile_repeats"])) * f.frame_s
-        out.append(("profile", f.elements * per_element + COMM_S + f.gpus * LANES_S, None, 0))
+        lanes = f.gpus * (LANE_RUNS * (k["lane_seconds"] + 2 * f.frame_s) + LANES_BUILD_S)
+        out.append(("profile", f.elements * per_element + COMM_S + lanes + f.copies * f.build_s,
+                    None, 0))
     baseline = k["baseline_seconds"] + 5 * f.frame_s + RUN_OVERHEAD_S
     if f.baselines:
         out.append(("baselines", 2 * baseline, None, 0))

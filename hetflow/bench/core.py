@@ -22,6 +22,7 @@ class BenchSettings:
     plan_seconds: float = 2.0
     baseline_seconds: float = 3.0
     profile_repeats: int = 10
+    lane_seconds: float = 1.0  # the profile's GPU lane table: per lane count, alone and busy
     capacity: int = 2
     seed: int = 0
     refine: bool = True  # re-time the chosen plans' stages as whole sub-networks
@@ -59,10 +60,12 @@ def cache_dir() -> Path:
     return Path(os.environ.get("HETFLOW_CACHE", Path.home() / ".cache" / "hetflow"))
 
 
-def get_profile(graph, platform, repeats: int, log: Callable[[str], None]):
+def get_profile(graph, platform, repeats: int, log: Callable[[str], None],
+                lane_seconds: float = 1.0):
     """Reuse a cached profile made for this model and platform; else measure and cache it."""
     prof = cached_profile(graph, platform, log)
-    return (prof, 0.0) if prof is not None else measure_profile(graph, platform, repeats, log)
+    return ((prof, 0.0) if prof is not None
+            else measure_profile(graph, platform, repeats, log, lane_seconds))
 
 
 def _profile_path(graph, platform) -> Path:
@@ -95,7 +98,8 @@ def profiled_elements(platform) -> list:
     return [e for e in searched_elements(platform) if e.backend != "none"]
 
 
-def measure_profile(graph, platform, repeats: int, log: Callable[[str], None]):
+def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
+                    lane_seconds: float = 1.0):
     """Measure the profile of this model on this platform and cache it: (profile, seconds)."""
     from hetflow.profile import profile_model
 
@@ -104,7 +108,8 @@ def measure_profile(graph, platform, repeats: int, log: Callable[[str], None]):
     log(f"profiling {graph.name} on {platform.name} ({len(graph.layers)} layers, "
         f"{len(needed)} elements)")
     t0 = time.perf_counter()
-    prof = profile_model(graph, platform, elements=needed, repeats=repeats, progress=False)
+    prof = profile_model(graph, platform, elements=needed, repeats=repeats, progress=False,
+                         lane_seconds=lane_seconds)
     prof.save(path)
     log("profiled: " + ", ".join(f"{k} {v:.1f} s" for k, v in
                                  prof.meta.get("phase_seconds", {}).items()))
@@ -185,7 +190,8 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
                                          is not None else [])
     graph = resolve_model(model, fuse=True)
     singles, parallel = baseline_elements(platform)
-    prof, prof_s, repeats = cached_profile(graph, platform, log), 0.0, settings.profile_repeats
+    prof, prof_s = cached_profile(graph, platform, log), 0.0
+    repeats, lane_s = settings.profile_repeats, settings.lane_seconds
     needed = profiled_elements(platform) if budget is not None and prof is None else []
     if budget is not None and needed:
         gpus = sum(e.kind == "gpu" for e in needed)
@@ -196,13 +202,15 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
         got = budget.decide("the profile", Facts(
             frame_s, len(parallel) / frame_s, kinds, profile=True, baselines=True,
             elements=len(distinct_elements(needed)), gpus=gpus, build_s=build_s,
+            copies=len(parallel) - gpus if gpus else 0,
             references=gpus + (gpus > 0), pilots=settings.pilot_candidates,
             refine=settings.refine))
         if not got.ok:
             raise too_small(budget, graph.name, "its profile and baselines", got)
-        repeats = int(budget.settings(got, "profile_repeats")["profile_repeats"])
+        k = budget.settings(got, "profile_repeats", "lane_seconds")
+        repeats, lane_s = int(k["profile_repeats"]), k["lane_seconds"]
     if prof is None:
-        prof, prof_s = measure_profile(graph, platform, repeats, log)
+        prof, prof_s = measure_profile(graph, platform, repeats, log, lane_s)
     problem = problem_from_profile(graph, prof, platform, settings.capacity)
     source = random_source(graph)
     rows = []

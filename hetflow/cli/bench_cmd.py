@@ -133,6 +133,7 @@ def register(app: typer.Typer) -> None:
         if quick:
             s.frames, s.warmup, s.baseline_seconds, s.profile_repeats = 120, 20, 2.0, 5
             s.plan_seconds = s.under_load_seconds = 1.0
+            s.lane_seconds = 0.5
         if frames:
             s.frames = frames
         err_console.print(f"profiles are cached in {cache_dir() / 'profiles'}", highlight=False)

@@ -23,7 +23,11 @@ from hetflow.errors import InputError, ModelError
 from hetflow.model.graph import CnnGraph
 
 _KEY_MAX = 200  # longer keys are hashed
-CUT_CACHE_BYTES = 1 << 30  # weights held by an extractor's recent cuts, at most
+CUT_CACHE_BYTES = 1 << 30  # weights held by an extractor's recent cuts, at most ...
+# ... unless the model's weights are larger: then room for this many times them, enough for the
+# whole model and each of its layers cut alone, which a profile cuts for every element (vgg19:
+# 575 MB of weights; cut and serialized again per element, 12 of 20 s of an element's profile)
+CUT_CACHE_MODELS = 2.2
 
 
 def subnet_key(layers: Iterable[str]) -> str:
@@ -78,14 +82,18 @@ class SubnetExtractor:
                 if t:
                     self.consumers.setdefault(t, set()).add(n.name)
         self.layer_nodes = {l.name: (l.nodes or (l.name,)) for l in graph.layers}
-        # recent cuts, least recently used first, within CUT_CACHE_BYTES of weights: a bench
+        # recent cuts, least recently used first, within `max_bytes()` of weights: a bench
         # cuts the same stage (the whole model above all) for every copy and run
         self.cuts: OrderedDict[tuple, tuple[Subnet, int]] = OrderedDict()
+        self.weights = graph.total_param_bytes
         for lname, ns in self.layer_nodes.items():
             for n in ns:
                 if n not in self.node_pos:
                     raise ModelError(f"{graph.name}: layer {lname!r} names ONNX node {n!r}, "
                                      "which the model does not have")
+
+    def max_bytes(self) -> int:
+        return max(CUT_CACHE_BYTES, int(CUT_CACHE_MODELS * self.weights))
 
     def extract(self, layers: Iterable[str], name: str | None = None,
                 check_convex: bool = True) -> Subnet:
@@ -96,7 +104,7 @@ class SubnetExtractor:
             sub = self._extract(wanted, check_convex)
             size = sum(self.graph.layer(l).param_bytes for l in sub.layers)
             self.cuts[key] = hit = (sub, size)
-            while sum(s for _, s in self.cuts.values()) > CUT_CACHE_BYTES and len(self.cuts) > 1:
+            while sum(s for _, s in self.cuts.values()) > self.max_bytes() and len(self.cuts) > 1:
                 self.cuts.popitem(last=False)
         self.cuts.move_to_end(key)
         sub = hit[0]

@@ -300,10 +300,12 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
                   comm: bool = True, comm_sizes: Sequence[int] = commbench.DEFAULT_SIZES,
                   comm_repeats: int = 5, dvfs_calibration: bool = False,
                   backend_opts: Mapping[str, Any] | None = None,
-                  skip_unavailable: bool = False, lanes: bool = True) -> Profile:
+                  skip_unavailable: bool = False, lanes: bool = True,
+                  lane_seconds: float = 1.0) -> Profile:
     """Measure every layer of `graph` on `elements` (default: every element of every
     configuration of `platform`), the whole model on each, and the communication links.
-    `lanes`: time the whole model on each GPU element at several lane counts (profile/lanes.py).
+    `lanes`: time the whole model on each GPU element at several lane counts (profile/lanes.py),
+    each lane count about `lane_seconds` alone and as long beside busy CPU copies.
 
     Elements whose backend is missing here are skipped (listed in `profile.meta['skipped']`)
     when `elements` is None (or `skip_unavailable`), and an error when named.
@@ -320,7 +322,7 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
     explicit = elements is not None and not skip_unavailable
     wanted = _resolve_elements(platform, elements)
     prof = _new_profile(graph, platform, estimated=False)
-    prof.meta.update(method=method, repeats=repeats, warmup=warmup,
+    prof.meta.update(method=method, repeats=repeats, warmup=warmup, lane_seconds=lane_seconds,
                      backend_opts=dict(backend_opts or {}))
     skipped: dict[str, str] = {}
 
@@ -357,7 +359,7 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
                 prof.cpu_freq_mhz[e.name] = freq
         t0 = time.perf_counter()
         if lanes:
-            _measure_lanes(prof, graph, platform, measurable, bar)
+            _measure_lanes(prof, graph, platform, measurable, bar, lane_seconds)
         t1 = time.perf_counter()
         if comm:
             _measure_comm(prof, measurable, comm_sizes, comm_repeats, bar)
@@ -377,7 +379,7 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
 
 
 def _measure_lanes(prof: Profile, graph: "CnnGraph", platform: "Platform",
-                   elements: list[ProcessingElement], bar: _Progress) -> None:
+                   elements: list[ProcessingElement], bar: _Progress, seconds: float) -> None:
     """The lane table of every GPU element; the busy runs keep single-thread copies on every
     core that no GPU drives (what the data-parallel baseline runs beside the GPU)."""
     from hetflow.platform.configs import resolve_config
@@ -392,7 +394,7 @@ def _measure_lanes(prof: Profile, graph: "CnnGraph", platform: "Platform",
     busy = [e for e in finest.elements if e.kind == "cpu" and e.backend != "none"]
     for g in gpus:
         task = bar.task(f"{g.name} lanes")
-        prof.gpu_lanes[g.name] = measure_lanes(graph, g, busy)
+        prof.gpu_lanes[g.name] = measure_lanes(graph, g, busy, seconds=seconds)
         task.advance()
 
 

@@ -189,6 +189,37 @@ def test_converted_zoo_subnets_match_ort_on_cpu(name, parts):
 
 
 @needs_onnx2torch
+def test_shape_inference_is_skipped_only_where_every_shape_is_known(monkeypatch):
+    import onnx2torch.utils.safe_shape_inference as inference
+    import torch
+
+    from hetflow.backends import torch_cuda
+
+    graph = resolve_model("googlenet")
+    first, sub = chunks(graph, 3)[:2]
+    bare = onnx.ModelProto()
+    bare.CopyFrom(sub.model)
+    del bare.graph.value_info[:]
+    bare.graph.name = "bare"
+    assert torch_cuda._shapes_known(sub.model) and not torch_cuda._shapes_known(bare)
+    inferred: list[str] = []
+    infer = inference.infer_shapes
+    monkeypatch.setattr(inference, "infer_shapes",
+                        lambda m, **kw: (inferred.append(m.graph.name), infer(m, **kw))[1])
+    feeds = model_input(graph)
+    feeds.update(ort_reference(first, feeds))
+    want = ort_reference(sub, feeds)
+    for model in (sub.model, bare):  # the same module either way
+        module = torch_cuda.to_torch_module(model, sub.name)
+        with torch.inference_mode():
+            out = module(*(torch.from_numpy(feeds[i]) for i in sub.inputs))
+        outs = dict(zip(sub.outputs, out if isinstance(out, (tuple, list)) else (out,)))
+        for t in sub.outputs:
+            assert_close(outs[t].numpy(), want[t], t)
+    assert inferred == ["bare"]  # the cut with every shape went without inference
+
+
+@needs_onnx2torch
 def test_constant_pads_are_frozen_for_capture():
     """tiny_yolo_v2's Pad reads its pads on the host each run unless frozen (no CUDA graph)."""
     from onnx2torch.node_converters.pad import OnnxPadDynamic, OnnxPadStatic

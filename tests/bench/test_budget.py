@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 from hetflow.bench.budget import (MINIMUMS, Budget, Facts, Part, costs, fit, parts, scaled,
                                   summary)
 
-FULL = {"profile_repeats": 5, "baseline_seconds": 2.0, "pilot_seconds": 0.4,
+FULL = {"profile_repeats": 5, "lane_seconds": 0.5, "baseline_seconds": 2.0, "pilot_seconds": 0.4,
         "under_load_seconds": 1.0, "plan_seconds": 1.0, "frames": 120, "warmup": 20}
 KINDS = ["pipeline", "single", "balanced"]
 
@@ -65,7 +65,7 @@ def test_fit_shortens_before_it_skips_and_never_skips_what_fits(ps, left):
 @pytest.mark.parametrize("scale, expect", [
     (1.0, FULL),
     (0.0, MINIMUMS),
-    (0.5, {"profile_repeats": 4, "baseline_seconds": 1.25, "pilot_seconds": 0.25,
+    (0.5, {"profile_repeats": 4, "lane_seconds": 0.4, "baseline_seconds": 1.25, "pilot_seconds": 0.25,
            "under_load_seconds": 0.65, "plan_seconds": 0.65, "frames": 80, "warmup": 12}),
 ])
 def test_scaled_settings_lie_between_their_minimums_and_the_full_settings(scale, expect):

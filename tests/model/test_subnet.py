@@ -187,10 +187,26 @@ def test_a_cut_is_made_once_and_its_bytes_serialized_once(diamond):
     assert other.model is not a.model
 
 
+def test_the_cut_cache_holds_the_whole_model_and_every_layer_cut_alone(diamond, monkeypatch):
+    import hetflow.model.subnet as subnet
+
+    monkeypatch.setattr(subnet, "CUT_CACHE_BYTES", 0)  # the model's weights set the bound
+    cutter = subnet.SubnetExtractor(diamond)
+    names = [l.name for l in diamond.layers]
+    whole = cutter.extract(names)
+    alone = [cutter.extract([n]) for n in names]
+    assert cutter.extract(names).model is whole.model
+    assert all(cutter.extract([n]).model is a.model for n, a in zip(names, alone))
+    monkeypatch.setattr(subnet, "CUT_CACHE_MODELS", 1.0)  # room for the whole model only
+    cutter.extract(["B"], check_convex=False)  # a new cut: the oldest go
+    assert cutter.extract(names).model is not whole.model
+
+
 def test_the_cut_cache_keeps_recent_cuts_within_its_byte_bound(diamond, monkeypatch):
     import hetflow.model.subnet as subnet
 
-    monkeypatch.setattr(subnet, "CUT_CACHE_BYTES", -1)  # room for the newest cut only
+    # room for the newest cut only
+    monkeypatch.setattr(subnet.SubnetExtractor, "max_bytes", lambda self: -1)
     first = extract_subnet(diamond, ["B"])
     extract_subnet(diamond, ["C"])
     assert extract_subnet(diamond, ["C"]).model is extract_subnet(diamond, ["C"]).model
