@@ -223,6 +223,14 @@ class Budget:
         self.log(msg)
         return got
 
+    def allowance(self, facts: Facts, got: Fit, part: str) -> float:
+        """The seconds `part` may take: the time left less what the other parts the fit kept
+        need at its scale."""
+        others = sum(p.least_s + got.scale * (p.full_s - p.least_s)
+                     for p in parts(self.full, facts)
+                     if p.name != part and p.name not in got.dropped)
+        return self.left() - others
+
     def settings(self, got: Fit, *names: str) -> dict[str, Any]:
         """The named settings at the fit's scale; noted where shortened."""
         values = scaled({n: self.full[n] for n in names}, got.scale)

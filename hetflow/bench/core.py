@@ -14,6 +14,11 @@ from hetflow.runtime.report import RunReport
 from .budget import MINIMUMS, Budget, BudgetError, Facts, summary as budget_summary
 
 
+# `bench --quick`: each model's budget unless --budget is given (the estimates it decides by are
+# rough: 80 s keeps a model's bench within 90 s on the machines measured)
+QUICK_MODEL_SECONDS = 80.0
+
+
 @dataclass
 class BenchSettings:
     strategies: list[str] = field(default_factory=lambda: ["pipeline", "single"])
@@ -42,6 +47,9 @@ class BenchSettings:
     # measurements, then skips the least important parts, to fit (bench/budget.py); the CLI's
     # --budget gives each model an equal share of what is left
     budget_seconds: float | None = None
+    # False: a budget too short for the profile and baselines at their minimums is not an error;
+    # the bench goes on at the minimums, runs every plan kind, and says it went over
+    budget_strict: bool = True
 
 
 @dataclass
@@ -73,8 +81,9 @@ def _profile_path(graph, platform) -> Path:
             f"{graph.name}-{graph.model_hash[:12]}-{platform.platform_hash[:12]}.json")
 
 
-def cached_profile(graph, platform, log: Callable[[str], None]):
-    """The cached profile made for this model and platform, or None."""
+def cached_profile(graph, platform, log: Callable[[str], None], partial: bool = False):
+    """The cached profile made for this model and platform, or None; one that a time limit cut
+    short (some element shapes not measured) only where `partial`."""
     from hetflow.profile.profile import Profile
 
     path = _profile_path(graph, platform)
@@ -84,6 +93,8 @@ def cached_profile(graph, platform, log: Callable[[str], None]):
             prof.check_matches(graph, platform)
             gpus = [e.name for e in platform.all_elements() if e.kind == "gpu"
                     and e.name in prof.layer_times]
+            if prof.meta.get("partial") and not partial:
+                return None
             if all(g in prof.gpu_lanes for g in gpus):  # else made before lanes were measured
                 log(f"reusing profile {path}")
                 return prof
@@ -99,8 +110,10 @@ def profiled_elements(platform) -> list:
 
 
 def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
-                    lane_seconds: float = 1.0):
-    """Measure the profile of this model on this platform and cache it: (profile, seconds)."""
+                    lane_seconds: float = 1.0, time_limit_s: float | None = None):
+    """Measure the profile of this model on this platform and cache it: (profile, seconds).
+    With `time_limit_s`, the baselines' element shapes come first and the others only while
+    the limit holds (profile_model)."""
     from hetflow.profile import profile_model
 
     path = _profile_path(graph, platform)
@@ -108,11 +121,18 @@ def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
     log(f"profiling {graph.name} on {platform.name} ({len(graph.layers)} layers, "
         f"{len(needed)} elements)")
     t0 = time.perf_counter()
+    singles, parallel = baseline_elements(platform)
     prof = profile_model(graph, platform, elements=needed, repeats=repeats, progress=False,
-                         lane_seconds=lane_seconds)
+                         lane_seconds=lane_seconds, time_limit_s=time_limit_s,
+                         required=[e.name for e in (*singles, *parallel)])
     prof.save(path)
     log("profiled: " + ", ".join(f"{k} {v:.1f} s" for k, v in
                                  prof.meta.get("phase_seconds", {}).items()))
+    if prof.meta.get("partial"):
+        left_out = sorted({e for e, why in prof.meta.get("skipped", {}).items()
+                           if "time limit" in why})
+        log(f"profile within {time_limit_s:.1f} s: the search leaves out the core groups "
+            f"{', '.join(left_out)}")
     return prof, time.perf_counter() - t0
 
 
@@ -190,8 +210,8 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
                                          is not None else [])
     graph = resolve_model(model, fuse=True)
     singles, parallel = baseline_elements(platform)
-    prof, prof_s = cached_profile(graph, platform, log), 0.0
-    repeats, lane_s = settings.profile_repeats, settings.lane_seconds
+    prof, prof_s = cached_profile(graph, platform, log, partial=budget is not None), 0.0
+    repeats, lane_s, limit_s = settings.profile_repeats, settings.lane_seconds, None
     needed = profiled_elements(platform) if budget is not None and prof is None else []
     if budget is not None and needed:
         gpus = sum(e.kind == "gpu" for e in needed)
@@ -199,18 +219,20 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
         # kept for the profile and the baselines)
         build_s, frame_s = probe(graph, min(needed, key=lambda e: (e.kind != "cpu",
                                                                   len(e.cores))))
-        got = budget.decide("the profile", Facts(
-            frame_s, len(parallel) / frame_s, kinds, profile=True, baselines=True,
-            elements=len(distinct_elements(needed)), gpus=gpus, build_s=build_s,
-            copies=len(parallel) - gpus if gpus else 0,
-            references=gpus + (gpus > 0), pilots=settings.pilot_candidates,
-            refine=settings.refine))
+        # the baselines' element shapes are measured; the others while the time allows
+        facts = Facts(frame_s, len(parallel) / frame_s, kinds, profile=True, baselines=True,
+                      elements=len(distinct_elements([*singles, *parallel])), gpus=gpus,
+                      build_s=build_s, copies=len(parallel) - gpus if gpus else 0,
+                      references=gpus + (gpus > 0), pilots=settings.pilot_candidates,
+                      refine=settings.refine)
+        got = budget.decide("the profile", facts)
         if not got.ok:
-            raise too_small(budget, graph.name, "its profile and baselines", got)
+            over(budget, settings, graph.name, "its profile and baselines", got)
         k = budget.settings(got, "profile_repeats", "lane_seconds")
         repeats, lane_s = int(k["profile_repeats"]), k["lane_seconds"]
+        limit_s = max(0.0, budget.allowance(facts, got, "profile"))
     if prof is None:
-        prof, prof_s = measure_profile(graph, platform, repeats, log, lane_s)
+        prof, prof_s = measure_profile(graph, platform, repeats, log, lane_s, limit_s)
     problem = problem_from_profile(graph, prof, platform, settings.capacity)
     source = random_source(graph)
     rows = []
@@ -233,7 +255,7 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
         if not got.ok:
             what = "its baselines" + (f" (after its profile took {prof_s:.1f} s; the profile "
                                       f"is cached for the next bench)" if prof_s else "")
-            raise too_small(budget, graph.name, what, got)
+            over(budget, settings, graph.name, what, got)
         baseline_s = budget.settings(got, "baseline_seconds")["baseline_seconds"]
         if references and "reference rows (one lane)" in got.dropped:
             budget.skip("reference rows (one lane)", "the baselines run at their best lane "
@@ -294,7 +316,7 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
             got = budget.decide(f"plan {label}", Facts(
                 frame_s, par.throughput, kinds[i:], search_s=search_s, pilots=n_pilots,
                 piloted=bool(pilots), refine=refine))
-            if f"plan {label}" in got.dropped:
+            if f"plan {label}" in got.dropped and settings.budget_strict:
                 budget.skip(f"plan {label}", "no time left for it")
                 continue
             if n_pilots > 1 and f"pilots of {label}" in got.dropped:
@@ -396,6 +418,15 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
         log(budget_summary(notes["budget"]))
     notes.update(seconds=round(time.perf_counter() - t_start, 2), timeline=timeline)
     return ModelBench(graph.name, platform.name, rows, prof_s, notes)
+
+
+def over(budget: Budget, settings: BenchSettings, model: str, what: str, got) -> None:
+    """A budget that cannot hold the required parts: an error where the budget is strict; else
+    said, and the bench goes on at the minimums."""
+    if settings.budget_strict:
+        raise too_small(budget, model, what, got)
+    budget.log(f"budget: {max(budget.left(), 0.0):.1f} s left cannot hold {what} (about "
+               f"{got.least_s:.1f} s at the least): going on at the minimums, over budget")
 
 
 def too_small(budget: Budget, model: str, what: str, got) -> BudgetError:

@@ -100,7 +100,10 @@ def register(app: typer.Typer) -> None:
                                        callback=strategy_list,
                                        help="comma-separated search strategies, each one of: "
                                             + ", ".join(strategy_names())),
-        quick: bool = typer.Option(False, "--quick", help="fewer frames and repeats"),
+        quick: bool = typer.Option(False, "--quick", help=(
+            "fewer frames and repeats, and a budget of 80 s a model unless --budget is given "
+            "(kept by shortening measurements, skipping pilots and re-timing, and profiling "
+            "fewer core groupings; a model that needs more goes on at the minimums)")),
         frames: Optional[int] = typer.Option(None, "--frames", min=2,
                                              help="frames per plan run, at least (default 200; "
                                                   "120 with --quick)"),
@@ -121,7 +124,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Profile, map and run MODELs against the baselines; print one table per model."""
         started = time.perf_counter()
-        from hetflow.bench.core import BenchSettings, bench_model, cache_dir
+        from hetflow.bench.core import QUICK_MODEL_SECONDS, BenchSettings, bench_model, cache_dir
         from hetflow.errors import HetflowError
         from hetflow.platform import resolve_platform
 
@@ -134,6 +137,8 @@ def register(app: typer.Typer) -> None:
             s.frames, s.warmup, s.baseline_seconds, s.profile_repeats = 120, 20, 2.0, 5
             s.plan_seconds = s.under_load_seconds = 1.0
             s.lane_seconds = 0.5
+            if budget is None:
+                s.budget_seconds, s.budget_strict = QUICK_MODEL_SECONDS, False
         if frames:
             s.frames = frames
         err_console.print(f"profiles are cached in {cache_dir() / 'profiles'}", highlight=False)

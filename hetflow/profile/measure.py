@@ -301,11 +301,17 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
                   comm_repeats: int = 5, dvfs_calibration: bool = False,
                   backend_opts: Mapping[str, Any] | None = None,
                   skip_unavailable: bool = False, lanes: bool = True,
-                  lane_seconds: float = 1.0) -> Profile:
+                  lane_seconds: float = 1.0, time_limit_s: float | None = None,
+                  required: Iterable[str] = ()) -> Profile:
     """Measure every layer of `graph` on `elements` (default: every element of every
     configuration of `platform`), the whole model on each, and the communication links.
     `lanes`: time the whole model on each GPU element at several lane counts (profile/lanes.py),
     each lane count about `lane_seconds` alone and as long beside busy CPU copies.
+
+    `time_limit_s`: the elements of `required` (names; all when empty) and the lanes and links
+    are measured first; each other element shape after them only if it is expected to end
+    within the limit (from the shapes measured before it), else it is skipped and listed in
+    `profile.meta['skipped']`, and `profile.meta['partial']` is set.
 
     Elements whose backend is missing here are skipped (listed in `profile.meta['skipped']`)
     when `elements` is None (or `skip_unavailable`), and an error when named.
@@ -341,22 +347,30 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
             skipped[e.name] = str(err)
 
     groups = distinct_elements(measurable)
+    must = set(required)
+    first = {r: m for r, m in groups.items()
+             if time_limit_s is None or not must or must & {e.name for e in m}}
+    later = {r: m for r, m in groups.items() if r not in first}
     overheads: dict[str, float] = {}  # per-call cost taken off each layer time
     phase_s: dict[str, float] = {}  # where the profiling time went
+
+    def measure(rep: ProcessingElement, members: list[ProcessingElement]) -> None:
+        task = bar.task(f"{rep.name} ({len(graph.layers)} layers)")
+        t0 = time.perf_counter()
+        layers, whole, freq, overhead = _measure_layers(graph, rep, method, repeats, warmup,
+                                                        backend_opts or {}, task)
+        phase_s[f"layers@{rep.name}"] = round(time.perf_counter() - t0, 2)
+        if overhead:
+            overheads.update({e.name: overhead for e in members})
+        for e in members:
+            prof.layer_times[e.name] = {k: dict(v) for k, v in layers.items()}
+            prof.whole_model[e.name] = dict(whole)
+            prof.elements[e.name] = _element_info(e, rep.name)
+            prof.cpu_freq_mhz[e.name] = freq
+
     with _Progress(progress) as bar:
-        for rep, members in groups.items():
-            task = bar.task(f"{rep.name} ({len(graph.layers)} layers)")
-            t0 = time.perf_counter()
-            layers, whole, freq, overhead = _measure_layers(graph, rep, method, repeats, warmup,
-                                                            backend_opts or {}, task)
-            phase_s[f"layers@{rep.name}"] = round(time.perf_counter() - t0, 2)
-            if overhead:
-                overheads.update({e.name: overhead for e in members})
-            for e in members:
-                prof.layer_times[e.name] = {k: dict(v) for k, v in layers.items()}
-                prof.whole_model[e.name] = dict(whole)
-                prof.elements[e.name] = _element_info(e, rep.name)
-                prof.cpu_freq_mhz[e.name] = freq
+        for rep, members in first.items():
+            measure(rep, members)
         t0 = time.perf_counter()
         if lanes:
             _measure_lanes(prof, graph, platform, measurable, bar, lane_seconds)
@@ -364,6 +378,18 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
         if comm:
             _measure_comm(prof, measurable, comm_sizes, comm_repeats, bar)
         phase_s.update(lanes=round(t1 - t0, 2), comm=round(time.perf_counter() - t1, 2))
+        for rep, members in later.items():  # only with a time limit
+            took = [phase_s[f"layers@{r.name}"] for r in first if r.kind == rep.kind
+                    and len(r.cores) > 1] or [phase_s[f"layers@{r.name}"] for r in first]
+            expect = float(np.median(took)) if took else 0.0
+            if time.perf_counter() - started + expect > time_limit_s:
+                why = (f"the profile's time limit ({time_limit_s:.1f} s) would be passed: "
+                       f"about {expect:.1f} s per element shape")
+                skipped.update({e.name: why for e in members})
+                prof.meta["partial"] = True
+                continue
+            measure(rep, members)
+            first[rep] = members
     _derived_accelerators(prof, graph, platform, wanted)
     if dvfs_calibration:
         _calibrate_dvfs(prof, platform, measurable)

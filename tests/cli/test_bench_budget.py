@@ -70,3 +70,30 @@ def test_a_budget_too_small_for_the_profile_fails_the_model_in_one_line(hetflow,
     assert list(data["failed"]) == [str(model)] and data["models"] == []
     line = next(l for l in err.splitlines() if l.startswith(f"bench {model}: "))
     assert "of budget for small is too small" in line and "its profile and baselines" in line
+
+
+def test_quick_keeps_a_budget_that_goes_on_at_the_minimums_when_a_model_needs_more(hetflow,
+                                                                                  small):
+    from hetflow.bench.core import BenchSettings, QUICK_MODEL_SECONDS, bench_model
+    from hetflow.platform import resolve_platform
+
+    model, plat = small
+    said: list[str] = []
+    s = BenchSettings(strategies=["pipeline"], frames=40, warmup=5, pilot_candidates=2,
+                      budget_seconds=0.01, budget_strict=False)
+    mb = bench_model(str(model), resolve_platform(str(plat)), s, log=said.append)
+    notes = mb.notes["budget"]
+    assert notes["spent"] > notes["seconds"] == 0.01
+    assert any("going on at the minimums, over budget" in m for m in said)
+    kinds = [r["name"] for r in mb.rows if r["kind"] == "plan"]
+    assert kinds == ["hetflow pipeline", "hetflow balanced"]  # every kind ran, checked
+    assert all(r.get("infeasible") or r["checked_frames"] == 8
+               for r in mb.rows if r["kind"] == "plan")
+    assert any(not r.get("infeasible") for r in mb.rows if r["kind"] == "plan")
+    assert {"pilots of pipeline", "re-timing of pipeline"} <= set(notes["skipped"])
+    code, out, err = hetflow("bench", model, "-p", plat, "--quick", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["settings"]["budget_seconds"] == QUICK_MODEL_SECONDS
+    assert data["settings"]["budget_strict"] is False and not data["failed"]
+    assert data["models"][0]["notes"]["budget"]["spent"] < QUICK_MODEL_SECONDS

@@ -45,6 +45,24 @@ def test_equal_elements_are_measured_once(measured):
     assert set(measured.comm) == {"cpu->cpu"} and len(measured.comm_raw["cpu->cpu"]) == 2
 
 
+@pytest.mark.skipif(len(CORES) < 2, reason="needs 2 cores")
+def test_a_time_limit_measures_the_required_shapes_and_skips_the_others(graph, platform,
+                                                                        tmp_path, monkeypatch):
+    from hetflow.bench.core import _profile_path, cached_profile
+
+    prof = profile_model(graph, platform, time_limit_s=0.0, required=["cpu1"], **FAST)
+    assert set(prof.layer_times) == {"cpu0", "cpu1"}  # cpu1's shape, measured as cpu0
+    assert prof.meta["partial"] and "time limit" in prof.meta["skipped"]["cpu0-1"]
+    assert set(prof.comm) == {"cpu->cpu"}  # the links come before the optional shapes
+    roomy = profile_model(graph, platform, time_limit_s=600.0, required=["cpu1"], **FAST)
+    assert set(roomy.layer_times) == {"cpu0", "cpu1", "cpu0-1"} and "partial" not in roomy.meta
+    # a cut-short profile is reused only by a bench that keeps a budget
+    monkeypatch.setenv("HETFLOW_CACHE", str(tmp_path))
+    prof.save(_profile_path(graph, platform))
+    assert cached_profile(graph, platform, lambda m: None) is None
+    assert cached_profile(graph, platform, lambda m: None, partial=True).meta["partial"]
+
+
 def test_whole_model_and_layer_sum_are_reported(measured):
     report = measured.layer_sum_vs_whole()
     assert set(report) == set(measured.layer_times)
