@@ -68,12 +68,10 @@ def cache_dir() -> Path:
     return Path(os.environ.get("HETFLOW_CACHE", Path.home() / ".cache" / "hetflow"))
 
 
-def get_profile(graph, platform, repeats: int, log: Callable[[str], None],
-                lane_seconds: float = 1.0):
+def get_profile(graph, platform, repeats: int, log: Callable[[str], None]):
     """Reuse a cached profile made for this model and platform; else measure and cache it."""
     prof = cached_profile(graph, platform, log)
-    return ((prof, 0.0) if prof is not None
-            else measure_profile(graph, platform, repeats, log, lane_seconds))
+    return (prof, 0.0) if prof is not None else measure_profile(graph, platform, repeats, log)
 
 
 def _profile_path(graph, platform) -> Path:
@@ -91,10 +89,10 @@ def cached_profile(graph, platform, log: Callable[[str], None], partial: bool = 
         try:
             prof = Profile.load(path)
             prof.check_matches(graph, platform)
-            gpus = [e.name for e in platform.all_elements() if e.kind == "gpu"
-                    and e.name in prof.layer_times]
             if prof.meta.get("partial") and not partial:
                 return None
+            gpus = [e.name for e in platform.all_elements() if e.kind == "gpu"
+                    and e.name in prof.layer_times]
             if all(g in prof.gpu_lanes for g in gpus):  # else made before lanes were measured
                 log(f"reusing profile {path}")
                 return prof
@@ -129,10 +127,8 @@ def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
     log("profiled: " + ", ".join(f"{k} {v:.1f} s" for k, v in
                                  prof.meta.get("phase_seconds", {}).items()))
     if prof.meta.get("partial"):
-        left_out = sorted({e for e, why in prof.meta.get("skipped", {}).items()
-                           if "time limit" in why})
         log(f"profile within {time_limit_s:.1f} s: the search leaves out the core groups "
-            f"{', '.join(left_out)}")
+            f"{', '.join(prof.meta['partial'])}")
     return prof, time.perf_counter() - t0
 
 

@@ -311,7 +311,7 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
     `time_limit_s`: the elements of `required` (names; all when empty) and the lanes and links
     are measured first; each other element shape after them only if it is expected to end
     within the limit (from the shapes measured before it), else it is skipped and listed in
-    `profile.meta['skipped']`, and `profile.meta['partial']` is set.
+    `profile.meta['skipped']` and `profile.meta['partial']`.
 
     Elements whose backend is missing here are skipped (listed in `profile.meta['skipped']`)
     when `elements` is None (or `skip_unavailable`), and an error when named.
@@ -386,7 +386,7 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
                 why = (f"the profile's time limit ({time_limit_s:.1f} s) would be passed: "
                        f"about {expect:.1f} s per element shape")
                 skipped.update({e.name: why for e in members})
-                prof.meta["partial"] = True
+                prof.meta.setdefault("partial", []).extend(e.name for e in members)
                 continue
             measure(rep, members)
             first[rep] = members
