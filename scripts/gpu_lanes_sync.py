@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 from hetflow.backends import backend_for
 from hetflow.model import resolve_model
 from hetflow.model.subnet import extract_subnet
 from hetflow.platform import resolve_platform
 from hetflow.platform.configs import resolve_config
-from hetflow.profile.lanes import _time_lanes
+from hetflow.profile.lanes import _time_lanes, running_beside
 from hetflow.profile.measure import random_feeds
 
 
@@ -32,10 +33,13 @@ def main(models: list[str]) -> None:
         for sync in ("block", "spin"):
             lanes = backend_for(gpu).prepare_lanes(sub, gpu, 8, sync=sync)
             for k in (1, 2, 4, 8):
-                alone = _time_lanes("alone", lanes[:k], gpu, feeds, [], {}, 1.5, 3)
-                crowd = _time_lanes("busy", lanes[:k], gpu, feeds, busy, feeds, 1.5, 1)
+                alone = _time_lanes("alone", lanes[:k], gpu, feeds, 1.5, 3)
+                with running_beside(busy, feeds) as finished:
+                    n0, t0 = finished(), time.perf_counter()
+                    crowd = _time_lanes("busy", lanes[:k], gpu, feeds, 1.5, 1)
+                    cpu_fps = (finished() - n0) / (time.perf_counter() - t0)
                 rows.append({"model": name, "sync": sync, "lanes": k, "gpu_fps": alone["fps"],
-                             "gpu_fps_busy": crowd["fps"], "cpu_fps_busy": crowd["others_fps"],
+                             "gpu_fps_busy": crowd["fps"], "cpu_fps_busy": cpu_fps,
                              "firing_ms": alone["firing"]["median"] * 1e3,
                              "firing_ms_busy": crowd["firing"]["median"] * 1e3})
                 print(json.dumps(rows[-1]), flush=True)

@@ -30,7 +30,9 @@
 from __future__ import annotations
 
 import functools
+import threading
 import warnings
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
@@ -232,6 +234,30 @@ def _skip_known_shape_inference() -> None:
     converter.safe_shape_inference = infer
 
 
+@contextmanager
+def _without_random_init():
+    """onnx2torch builds each Conv and Gemm as a torch layer, which draws random weights, then
+    replaces them with the model's own: 3 of the 5 s that converting vgg19's fully connected
+    layers took on the H100 machine went to the draw. Inside this block those layers start
+    uninitialised (torch.empty) instead; the converter writes every weight and bias after.
+    One conversion at a time holds the patch, so the originals always come back."""
+    from torch import nn
+    from torch.nn.modules.conv import _ConvNd
+
+    with _CONVERTING:
+        saved = {cls: cls.__dict__["reset_parameters"] for cls in (nn.Linear, _ConvNd)}
+        for cls in saved:
+            cls.reset_parameters = lambda self: None
+        try:
+            yield
+        finally:
+            for cls, f in saved.items():
+                cls.reset_parameters = f
+
+
+_CONVERTING = threading.Lock()
+
+
 def to_torch_module(model: onnx.ModelProto, name: str = "sub-network"):
     """An ONNX (sub-)model as a torch.fx.GraphModule in eval mode, on the CPU.
 
@@ -243,7 +269,8 @@ def to_torch_module(model: onnx.ModelProto, name: str = "sub-network"):
     _skip_known_shape_inference()
     model = _outputs_from_single_output_nodes(model)
     try:
-        module = convert(model)
+        with _without_random_init():
+            module = convert(model)
     except Exception as e:
         failed = _failing_node(model)
         if failed is None:

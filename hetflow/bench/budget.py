@@ -31,7 +31,8 @@ INTEGER = {"profile_repeats", "frames", "warmup"}
 RUN_OVERHEAD_S = 0.3  # a measured run's set-up, start and end beside its measured window
 COMM_S = 0.7  # the profile's hand-off benchmark (0.6-0.7 s on every machine measured)
 # the profile's lane table of one GPU: 4 lane counts timed alone and beside busy CPU copies
-# (profile/lanes.py), `lane_seconds` each; plus its conversion and captures, and a warm-up per run
+# (profile/lanes.py), `lane_seconds` each; plus its conversion and captures, and the busy copies'
+# first and last frames (they run through all the busy counts)
 LANE_RUNS, LANES_BUILD_S = 8, 4.0
 PROFILE_WARMUP = 3  # profile_model's default warm-up runs
 PILOT_FRAMES, PILOT_WARMUP = 60, 10  # runtime/pilot.py: a pilot runs at least 60 frames
@@ -147,7 +148,7 @@ def costs(k: Mapping[str, float], f: Facts) -> list[tuple[str, float, int | None
     out: list[tuple[str, float, int | None, int]] = []
     if f.profile:
         per_element = 2 * f.build_s + (1 + 2 * (PROFILE_WARMUP + k["profile_repeats"])) * f.frame_s
-        lanes = f.gpus * (LANE_RUNS * (k["lane_seconds"] + 2 * f.frame_s) + LANES_BUILD_S)
+        lanes = f.gpus * (LANE_RUNS * k["lane_seconds"] + 2 * f.frame_s + LANES_BUILD_S)
         out.append(("profile", f.elements * per_element + COMM_S + lanes + f.copies * f.build_s,
                     None, 0))
     baseline = k["baseline_seconds"] + 5 * f.frame_s + RUN_OVERHEAD_S

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from hetflow.backends import backend_for, pin_current_thread
 from hetflow.backends.reuse import release, runners_for
 from hetflow.backends.together import run_together
+from hetflow.errors import RuntimeFault
 from hetflow.model.subnet import extract_subnet
 
 from .measure import random_feeds, stats
@@ -46,42 +48,74 @@ def _device_memory(element: "ProcessingElement") -> tuple[int, int] | None:
 
 
 def _time_lanes(what: str, lanes: list, element: "ProcessingElement", feeds: dict,
-                busy: list, busy_feeds: dict, seconds: float, warmup: int) -> dict[str, Any]:
-    """Firing-time stats and frames/s of `lanes` run together, beside `busy` runners (and the
-    busy runners' frames/s)."""
+                seconds: float, warmup: int) -> dict[str, Any]:
+    """Firing-time stats, frames/s and the driving thread's CPU time per firing of `lanes` run
+    together for `seconds` (after `warmup` frames each)."""
     times: list[list[float]] = [[] for _ in lanes]
     cpu: list[list[float]] = [[] for _ in lanes]  # the driving thread's CPU time per firing
-    busy_runs = [0] * len(busy)
     caller = element.cores[:1]
 
     def prepare(i: int) -> None:
-        if i < len(lanes):
-            pin_current_thread(caller)
-            for _ in range(warmup):
-                lanes[i].run(feeds)
-        else:
-            r = busy[i - len(lanes)]
-            pin_current_thread(r.caller_cores)
-            r.run(busy_feeds)
+        pin_current_thread(caller)
+        for _ in range(warmup):
+            lanes[i].run(feeds)
 
     def step(i: int) -> bool:
-        if i < len(lanes):
-            t0, c0 = time.perf_counter(), time.thread_time()
-            lanes[i].run(feeds)
-            times[i].append(time.perf_counter() - t0)
-            cpu[i].append(time.thread_time() - c0)
-        else:
-            busy[i - len(lanes)].run(busy_feeds)
-            busy_runs[i - len(lanes)] += 1
+        t0, c0 = time.perf_counter(), time.thread_time()
+        lanes[i].run(feeds)
+        times[i].append(time.perf_counter() - t0)
+        cpu[i].append(time.thread_time() - c0)
         return True
 
     names = [f"{element.name}/lane{i}" for i in range(len(lanes))]
-    names += [f"busy copy {i}" for i in range(len(busy))]
     t0 = run_together(what, names, prepare, step, lambda elapsed: elapsed >= seconds)
     elapsed = time.perf_counter() - t0
     flat = [t for ts in times for t in ts]
     return {"firing": stats(flat), "fps": len(flat) / elapsed,
-            "host": stats([c for cs in cpu for c in cs]), "others_fps": sum(busy_runs) / elapsed}
+            "host": stats([c for cs in cpu for c in cs])}
+
+
+@contextmanager
+def running_beside(busy: Sequence, feeds: dict) -> Iterator[Callable[[], int]]:
+    """Keep each of the `busy` runners running frames back to back in its own thread, pinned
+    to its cores, for the whole block; the block starts once each has run one frame, and gets
+    a function that counts the frames they have finished. One load held across every lane
+    count, not started and drained per count: a busy copy of a large CNN takes a good part of a
+    second a frame, which each start and end would pay again."""
+    stop = threading.Event()
+    ready = threading.Barrier(len(busy) + 1)
+    done = [0] * len(busy)
+    errors: list[str] = []
+
+    def copy(i: int) -> None:
+        r = busy[i]
+        try:
+            pin_current_thread(r.caller_cores)
+            r.run(feeds)
+        except BaseException as e:  # noqa: BLE001 - reported when the block ends
+            errors.append(f"busy copy {i}: {type(e).__name__}: {e}")
+        ready.wait()
+        try:
+            while not stop.is_set() and not errors:
+                r.run(feeds)
+                done[i] += 1
+        except BaseException as e:  # noqa: BLE001 - reported when the block ends
+            errors.append(f"busy copy {i}: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=copy, args=(i,), daemon=True) for i in range(len(busy))]
+    for t in threads:
+        t.start()
+    ready.wait()
+    try:
+        if errors:
+            raise RuntimeFault(f"lanes beside busy copies: {errors[0]}")
+        yield lambda: sum(done)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    if errors:
+        raise RuntimeFault(f"lanes beside busy copies: {errors[0]}")
 
 
 def measure_staging(element: "ProcessingElement", lanes: int, nbytes: int = 8 << 20,
@@ -157,15 +191,15 @@ def measure_lanes(graph: "CnnGraph", element: "ProcessingElement",
                              "max_lanes": max(counts) + int(0.9 * after[1] // per_lane)}
         out["staging"] = measure_staging(element, max(counts))
         alone = _two_passes(counts, lambda k, sec: _time_lanes(
-            f"{element.name} with {k} lanes", lanes[:k], element, feeds, [], {}, sec, warmup),
-            seconds)
+            f"{element.name} with {k} lanes", lanes[:k], element, feeds, sec, warmup), seconds)
         for k, r in alone.items():
             out[str(k)] = {"alone": r["firing"], "alone_fps": r["fps"], "host": r["host"]}
         if busy_elements:
             busy = [runners_for(graph, whole, e)[0] for e in busy_elements]
-            beside = _two_passes(counts, lambda k, sec: _time_lanes(
-                f"{element.name} with {k} lanes beside busy copies", lanes[:k], element, feeds,
-                busy, feeds, sec, 1), seconds)
+            with running_beside(busy, feeds):
+                beside = _two_passes(counts, lambda k, sec: _time_lanes(
+                    f"{element.name} with {k} lanes beside busy copies", lanes[:k], element,
+                    feeds, sec, 1), seconds)
             for k, r in beside.items():
                 out[str(k)].update(busy=r["firing"], busy_fps=r["fps"], busy_host=r["host"])
     finally:

@@ -220,6 +220,29 @@ def test_shape_inference_is_skipped_only_where_every_shape_is_known(monkeypatch)
 
 
 @needs_onnx2torch
+def test_conversion_draws_no_random_weights_and_leaves_torch_as_it_was(monkeypatch):
+    """The converter's Conv and Linear layers skip their random draw (the model's weights
+    replace it: googlenet's last cut, with its Gemm, still equals ORT in the test above);
+    torch's own layers draw again once the conversion is over."""
+    from torch import nn
+
+    from hetflow.backends.torch_cuda import to_torch_module
+
+    draws: list[tuple] = []
+    kaiming = nn.init.kaiming_uniform_
+    monkeypatch.setattr(nn.init, "kaiming_uniform_",
+                        lambda t, *a, **kw: (draws.append(tuple(t.shape)), kaiming(t, *a, **kw))[1])
+    graph = resolve_model("googlenet")
+    sub = chunks(graph, 3)[-1]
+    assert {"Conv", "Gemm"} <= {n.op_type for n in sub.model.graph.node}
+    to_torch_module(sub.model, sub.name)
+    assert draws == []
+    nn.Linear(4, 3)
+    nn.Conv2d(2, 2, 3)
+    assert draws == [(3, 4), (2, 2, 3, 3)]
+
+
+@needs_onnx2torch
 def test_constant_pads_are_frozen_for_capture():
     """tiny_yolo_v2's Pad reads its pads on the host each run unless frozen (no CUDA graph)."""
     from onnx2torch.node_converters.pad import OnnxPadDynamic, OnnxPadStatic

@@ -1,6 +1,7 @@
 """The lane table of a GPU element: firing times and frames/s at each lane count, alone and
 beside busy CPU copies, turned into the slowdown curves the cost model reads."""
 import os
+import time
 
 import pytest
 
@@ -50,3 +51,46 @@ def test_two_passes_keep_each_counts_faster_run_and_go_up_then_down():
     assert all(sec == 0.5 for _, sec in calls)  # the same time in all
     assert {k: r["firing"]["median"] for k, r in got.items()} == {1: 1e-3, 2: 2e-3, 4: 4e-3,
                                                                    8: 8e-3}
+
+
+class _Copy:
+    """A runner that sleeps a frame's time, or fails on a chosen frame."""
+
+    caller_cores = ()
+
+    def __init__(self, frame_s: float, fail_at: int | None = None):
+        self.frame_s, self.fail_at, self.runs = frame_s, fail_at, 0
+
+    def run(self, feeds):
+        self.runs += 1
+        if self.runs == self.fail_at:
+            raise ValueError("copy broke")
+        time.sleep(self.frame_s)
+
+
+def test_busy_copies_run_through_the_block_and_start_warm():
+    from hetflow.profile.lanes import running_beside
+
+    copies = [_Copy(0.01) for _ in range(3)]
+    with running_beside(copies, {}) as finished:
+        assert all(c.runs >= 1 for c in copies)  # each ran its warm frame before the block
+        n0 = finished()
+        time.sleep(0.2)
+        n1 = finished()
+    # three copies at 10 ms a frame keep running through the block: well over a frame each
+    assert n1 - n0 >= 3 * 5
+    ended = [c.runs for c in copies]
+    time.sleep(0.05)
+    assert [c.runs for c in copies] == ended  # stopped when the block ended
+
+
+def test_a_busy_copy_that_fails_is_named_when_the_block_ends():
+    from hetflow.errors import RuntimeFault
+    from hetflow.profile.lanes import running_beside
+
+    with pytest.raises(RuntimeFault, match="busy copy 1: ValueError: copy broke"):
+        with running_beside([_Copy(0.001), _Copy(0.001, fail_at=3)], {}):
+            time.sleep(0.1)
+    with pytest.raises(RuntimeFault, match="busy copy 0: ValueError"):  # in its warm frame
+        with running_beside([_Copy(0.001, fail_at=1)], {}):
+            pytest.fail("the block must not start when a copy failed its first frame")
