@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hetflow.errors import HetflowError
+from hetflow.mapping.mapping import group_members
 from hetflow.runtime.report import RunReport
 
 from .budget import MINIMUMS, Budget, BudgetError, Facts, summary as budget_summary
@@ -179,7 +180,7 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
                  report_dir: Path | None) -> ModelBench:
     from hetflow.mapping.from_profile import problem_from_profile
     from hetflow.errors import InfeasibleError
-    from hetflow.mapping.mapping import describe_design, group_members
+    from hetflow.mapping.mapping import describe_design
     from hetflow.mapping.planner import make_plan, search_candidates
     from hetflow.mapping.problem import evaluate
     from hetflow.model import resolve_model
@@ -342,6 +343,10 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
         if not candidates:
             rows.append({"name": f"hetflow {label}", "kind": "plan", "infeasible": True})
             continue
+        problem, candidates = time_gpu_stages(graph, prof, problem, candidates, platform.name,
+                                              lane_s, log)
+        basis["stage_slowdown"] = {f"{e} {key}": {str(k): v for k, v in c.items()}
+                                   for (e, key), c in problem.stage_slowdown.items()}
         plan, result, tried = choose_by_pilot(candidates, graph, pilot_s,
                                               options.get("latency_cap"), pilots, log)
         # (element, its phases) of every member of every actor of the plan
@@ -414,6 +419,48 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
         log(budget_summary(notes["budget"]))
     notes.update(seconds=round(time.perf_counter() - t_start, 2), timeline=timeline)
     return ModelBench(graph.name, platform.name, rows, prof_s, notes)
+
+
+def time_gpu_stages(graph, prof, problem, candidates: list, platform_name: str, seconds: float,
+                    log: Callable[[str], None]) -> tuple[Any, list]:
+    """Time each GPU stage of the candidates that runs several lanes and is not the whole model
+    (whose curve the profile has) at its lane count, alone, into `prof.stage_lanes`; return the
+    problem with those stages' curves and one-lane times, and the candidates predicted again
+    with it, best first. Still a prediction: a stage is timed alone, as the profile times
+    layers, and no plan has run."""
+    from hetflow.mapping.planner import make_plan
+    from hetflow.mapping.problem import evaluate
+    from hetflow.model.subnet import subnet_key
+    from hetflow.profile.lanes import measure_stage_lanes, stage_curve
+
+    whole = subnet_key(l.name for l in graph.layers)
+    todo: dict[tuple[str, str], tuple[list[str], set[int]]] = {}
+    for plan, _ in candidates:
+        for actor, phases in plan.app.phases.items():
+            for e in group_members(actor):
+                k = problem.lanes_in(plan.mapping, e)
+                if problem.element(e).kind != "gpu" or k <= 1:
+                    continue
+                for p in phases:
+                    key = subnet_key(p.layers)
+                    if key != whole and k not in problem.stage_slowdown.get((e, key), {}):
+                        todo.setdefault((e, key), (list(p.layers), set()))[1].add(k)
+    if not todo:
+        return problem, candidates
+    curves, times = dict(problem.stage_slowdown), dict(problem.subnet_times)
+    for (e, key), (layers, ks) in todo.items():
+        counts = sorted({1, *ks})
+        log(f"timing a stage of {len(layers)} layers on {e} at "
+            f"{', '.join(map(str, counts[:-1]))} and {counts[-1]} lanes")
+        table = measure_stage_lanes(graph, layers, problem.element(e), counts, seconds)
+        prof.stage_lanes.setdefault(e, {})[key] = table
+        curves[(e, key)] = {**curves.get((e, key), {}), **stage_curve(table)}
+        times[(e, key)] = float(table["1"]["alone"]["median"])
+    problem = replace(problem, stage_slowdown=curves, subnet_times=times)
+    again = [(make_plan(problem, plan.mapping, evaluate(problem, plan.mapping), plan.strategy,
+                        platform_name, plan.search, True), result) for plan, result in candidates]
+    again.sort(key=lambda c: -c[0].predicted["throughput"])
+    return problem, again
 
 
 def over(budget: Budget, settings: BenchSettings, model: str, what: str, got) -> None:

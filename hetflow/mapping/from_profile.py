@@ -80,7 +80,8 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
                       subnet_times=measured_subnets(graph, profile, elements),
                       element_overhead={e.name: profile.call_overhead(e.name) for e in elements})
     if lanes:
-        from hetflow.profile.lanes import host_seconds, slowdown_curves, staging_per_byte
+        from hetflow.profile.lanes import (host_seconds, slowdown_curves, stage_curve,
+                                           staging_per_byte)
 
         for e in elements:
             table = profile.gpu_lanes.get(e.name)
@@ -98,6 +99,8 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
                 problem.host_per_byte[e.name] = per_byte
                 if "memory" in table:
                     problem.lane_limit[e.name] = int(table["memory"]["max_lanes"])
+                for key, stage in profile.stage_lanes.get(e.name, {}).items():
+                    problem.stage_slowdown[(e.name, key)] = stage_curve(stage)
     return problem
 
 
@@ -129,4 +132,10 @@ def measured_subnets(graph: CnnGraph, profile, elements) -> dict[tuple[str, str]
         one = table.get("1", {}).get("alone", {}).get("median")
         if e in names and one:
             out[(e, whole)] = float(one)
+    # a stage's lane table, likewise: its one-lane firing over a second of firings
+    for e, per in getattr(profile, "stage_lanes", {}).items():
+        for key, table in per.items():
+            one = table.get("1", {}).get("alone", {}).get("median")
+            if e in names and one:
+                out[(e, key)] = float(one)
     return out

@@ -23,6 +23,23 @@ from .mapping import Mapping, group_members
 TransferFn = Callable[[int, str, str], float]
 
 
+def _on_curve(curve: dict[int, float], lanes: int) -> float:
+    """A slowdown curve at `lanes`: linear between measured counts; past the largest, no more
+    throughput than there."""
+    if lanes <= 1 and 1 in curve:
+        return curve[1]
+    if lanes in curve:
+        return curve[lanes]
+    ks = sorted(curve)
+    if lanes > ks[-1]:
+        return curve[ks[-1]] * lanes / ks[-1]
+    if lanes < ks[0]:
+        return curve[ks[0]]
+    lo = max(k for k in ks if k < lanes)
+    hi = min(k for k in ks if k > lanes)
+    return curve[lo] + (curve[hi] - curve[lo]) * (lanes - lo) / (hi - lo)
+
+
 @dataclass
 class Problem:
     graph: CnnGraph
@@ -53,6 +70,12 @@ class Problem:
     lane_slowdown: dict[str, dict[int, float]] = field(default_factory=dict)
     lane_slowdown_busy: dict[str, dict[int, float]] = field(default_factory=dict)
     lane_limit: dict[str, int] = field(default_factory=dict)  # most lanes device memory holds
+    # {(element, subnet_key(layers)): {k: firing at k lanes / at one}} of a stage timed alone at
+    # its own lane counts: a stage's lanes share the device by its work, not by its one-lane
+    # time (densenet121's first 90% of layers on 8 lanes ran at the whole model's rate, where
+    # the whole model's curve scaled by their one-lane time promised 1.6x it). Beside busy
+    # copies the stage is slowed as the whole model is (its busy / alone ratio at k)
+    stage_slowdown: dict[tuple[str, str], dict[int, float]] = field(default_factory=dict)
     # CPU time a GPU's driving thread spends per firing (copies, launch, wait): its lanes share
     # its driving cores, so k lanes fire no faster than k * (this + call_overhead) / cores
     # (the part that does not depend on the firing's borders; see host_seconds)
@@ -79,21 +102,29 @@ class Problem:
         """The lane counts measured on `element` ([1] for an element without lanes)."""
         return sorted(self.lane_slowdown.get(element, {1: 1.0}))
 
-    def slowdown(self, element: str, lanes: int, busy: bool) -> float:
+    def slowdown(self, element: str, lanes: int, busy: bool, stage: str | None = None) -> float:
         """Firing time at `lanes` lanes over the firing time at one, from the measured curve:
-        linear between measured counts; past the largest, no more throughput than there."""
+        linear between measured counts; past the largest, no more throughput than there.
+        `stage`: the subnet key of the layers fired, whose own curve is used where measured."""
+        own = self.stage_slowdown.get((element, stage)) if stage is not None else None
+        if own and lanes in own:
+            factor = 1.0
+            if busy and element in self.lane_slowdown_busy:  # the load's share, the model's
+                factor = (_on_curve(self.lane_slowdown_busy[element], lanes)
+                          / _on_curve(self.lane_slowdown.get(element, {1: 1.0}), lanes))
+            return own[lanes] * factor
         curve = (self.lane_slowdown_busy if busy else {}).get(element) or \
             self.lane_slowdown.get(element)
-        if not curve or lanes <= 1 and 1 in curve:
-            return curve.get(1, 1.0) if curve else 1.0
-        ks = sorted(curve)
-        if lanes in curve:
-            return curve[lanes]
-        if lanes > ks[-1]:
-            return curve[ks[-1]] * lanes / ks[-1]
-        lo = max(k for k in ks if k < lanes)
-        hi = min(k for k in ks if k > lanes)
-        return curve[lo] + (curve[hi] - curve[lo]) * (lanes - lo) / (hi - lo)
+        return _on_curve(curve, lanes) if curve else 1.0
+
+    def stage_key(self, layers: list[str]) -> str | None:
+        """The subnet key `slowdown` looks stage curves up by (None while there are none: the
+        key sorts the layer names, which a search evaluating thousands of mappings skips)."""
+        if not self.stage_slowdown:
+            return None
+        from hetflow.model.subnet import subnet_key
+
+        return subnet_key(layers)
 
     def best_lanes(self, element: str, busy: bool = True) -> int:
         """The measured lane count with the highest throughput (k / slowdown); the fewest on a
@@ -266,7 +297,7 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
         e = group_members(who)[0]
         k = lanes.get(e, 1)
         if k > 1 or e in problem.lane_slowdown_busy:
-            t *= problem.slowdown(e, k, busy)
+            t *= problem.slowdown(e, k, busy, problem.stage_key(layers))
         host = problem.host_seconds(e, border_bytes, busy)
         if k > 1 and host:  # the lanes' host work shares the driving cores
             cores = max(1, len(problem.element(e).cores))
@@ -335,7 +366,8 @@ def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> M
     for a in app.phases:
         members = group_members(a)
         # an element's busy time per frame; k lanes share one device, each firing slowed
-        busy = [sum(problem.actor_time(p.layers, e) * problem.slowdown(e, lanes.get(e, 1), loaded)
+        busy = [sum(problem.actor_time(p.layers, e)
+                    * problem.slowdown(e, lanes.get(e, 1), loaded, problem.stage_key(p.layers))
                     / lanes.get(e, 1) + problem.call_overhead for p in app.phases[a])
                 for e in members]
         pat = mapping.pattern(a)

@@ -207,6 +207,31 @@ def measure_lanes(graph: "CnnGraph", element: "ProcessingElement",
     return out
 
 
+def measure_stage_lanes(graph: "CnnGraph", layers: Sequence[str], element: "ProcessingElement",
+                        counts: Sequence[int], seconds: float = 1.0, warmup: int = 3
+                        ) -> dict[str, dict[str, Any]]:
+    """{str(k): {"alone": firing stats, "alone_fps"}} of the sub-network `layers` on `element`
+    at each lane count, the other elements idle. Its lanes come from `runners_for`, so a run of
+    the plan that holds this stage takes them again inside the same reuse scope."""
+    counts = sorted(set(counts) | {1})
+    lanes = runners_for(graph, list(layers), element, lanes=max(counts))
+    try:
+        sub = extract_subnet(graph, list(layers))
+        feeds = random_feeds(graph, sub.inputs)
+        got = _two_passes(counts, lambda k, sec: _time_lanes(
+            f"a stage on {element.name} with {k} lanes", lanes[:k], element, feeds, sec, warmup),
+            seconds)
+    finally:
+        release(lanes)
+    return {str(k): {"alone": r["firing"], "alone_fps": r["fps"]} for k, r in got.items()}
+
+
+def stage_curve(table: dict[str, dict[str, Any]]) -> dict[int, float]:
+    """{k: firing at k lanes / firing at one} of a stage's lane table (medians)."""
+    t1 = table["1"]["alone"]["median"]
+    return {int(k): v["alone"]["median"] / t1 for k, v in table.items() if k.isdigit()}
+
+
 def staging_per_byte(table: dict[str, Any]) -> float | None:
     """CPU seconds per input byte a lane's staging copy costs (measure_staging), if measured."""
     st = table.get("staging")

@@ -45,6 +45,9 @@ class Profile:
     whole_model: dict[str, Stats] = field(default_factory=dict)
     # [element]: the whole model at k GPU lanes (hetflow.profile.lanes.measure_lanes)
     gpu_lanes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # [element][subnet key]: a stage of the model at its lane counts, timed alone
+    # (hetflow.profile.lanes.measure_stage_lanes)
+    stage_lanes: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     comm: dict[str, dict[str, float]] = field(default_factory=dict)  # "cpu->gpu": {"a", "b"}
     comm_raw: dict[str, list[list[float]]] = field(default_factory=dict)  # link: [[bytes, s], ...]
     cpu_freq_mhz: dict[str, float | None] = field(default_factory=dict)  # [element] observed

@@ -44,6 +44,7 @@ class ProfileFile(FileModel):
     subnet_times: dict[str, dict[str, StatsFile]] = {}
     whole_model: dict[str, StatsFile] = {}
     gpu_lanes: dict[str, dict[str, Any]] = {}
+    stage_lanes: dict[str, dict[str, dict[str, Any]]] = {}
     comm: dict[str, LinkFile] = {}
     comm_raw: dict[str, list[list[float]]] = {}
     cpu_freq_mhz: dict[str, float | None] = {}

@@ -110,3 +110,35 @@ def test_a_gpu_whole_model_costs_its_one_lane_firing_from_the_lane_table(factory
                                                "8": {"alone": {"median": 2.4e-3}}}})
     got = measured_subnets(p.graph, prof, p.elements)
     assert got == {("cpu0", whole): 5e-3, ("gpu0", whole): 1.6e-3}
+
+
+def test_a_stage_timed_at_its_lanes_costs_its_one_lane_firing_and_keeps_its_curve(factory,
+                                                                                 tmp_path):
+    """A stage's lane table (bench: time_gpu_stages) gives its one-lane time to the problem's
+    measured sub-networks and its curve to the problem, through a saved and reloaded profile."""
+    from hetflow.mapping.from_profile import problem_from_profile
+    from hetflow.platform import CpuCluster, Platform
+    from hetflow.platform.spec import Gpu
+    from hetflow.profile.profile import Profile
+
+    p = factory.problem(4, factory.elements(1, 1))
+    head = [l.name for l in p.graph.layers][:2]
+    key = subnet_key(head)
+    stage = {"1": {"alone": {"median": 1e-3}}, "4": {"alone": {"median": 2.5e-3}}}
+    prof = SimpleNamespace(subnet_times={}, whole_model={}, gpu_lanes={},
+                           stage_lanes={"gpu0": {key: stage}})
+    assert measured_subnets(p.graph, prof, p.elements) == {("gpu0", key): 1e-3}
+
+    plat = Platform("t", (CpuCluster("c", (0, 1)),), (Gpu(0, "gpu", 1),))
+    graph = p.graph
+    real = Profile(graph.name, graph.model_hash, plat.name, plat.platform_hash)
+    for e in ("cpu0", "gpu0"):
+        real.layer_times[e] = {l.name: {"median": 1e-3} for l in graph.layers}
+    real.gpu_lanes["gpu0"] = {"1": {"alone": {"median": 4e-3}}, "4": {"alone": {"median": 6e-3}}}
+    real.stage_lanes["gpu0"] = {key: stage}
+    real = Profile.load(real.save(tmp_path / "p.json"))
+    problem = problem_from_profile(graph, real, plat)
+    assert problem.stage_slowdown == {("gpu0", key): {1: 1.0, 4: 2.5}}
+    assert problem.subnet_times[("gpu0", key)] == 1e-3
+    assert problem.slowdown("gpu0", 4, busy=False, stage=key) == 2.5
+    assert problem.slowdown("gpu0", 4, busy=False) == 1.5  # the whole model's curve

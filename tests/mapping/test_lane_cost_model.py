@@ -163,3 +163,31 @@ def test_a_plan_with_lanes_survives_its_file(factory, tmp_path):
     assert plan.mapping.lanes.get("gpu0", 1) > 1  # the data-parallel plan uses the GPU's lanes
     assert back.mapping.lanes == plan.mapping.lanes
     assert back.predicted["lanes"] == plan.predicted["lanes"]
+
+
+def test_a_stage_with_its_own_curve_is_slowed_by_it_and_by_the_loads_share(factory):
+    """A GPU stage timed at its lane counts uses its own curve, not the whole model's; beside
+    busy elements it takes the whole model's busy / alone ratio at k on top."""
+    from hetflow.model.subnet import subnet_key
+
+    busy = {1: 1.5, 2: 2.0, 4: 3.0, 8: 6.0}
+    p = gpu_problem(factory, alone=CURVE, busy=busy)
+    layers = [l.name for l in p.graph.layers]
+    head, tail = layers[:4], layers[4:]
+    key = subnet_key(head)
+    assert p.stage_key(head) is None  # no stage curves: no key to sort
+    p.stage_slowdown[("gpu0", key)] = {1: 1.0, 4: 3.2}
+    assert p.stage_key(head) == key
+    assert p.slowdown("gpu0", 4, busy=False, stage=key) == 3.2
+    assert p.slowdown("gpu0", 4, busy=True, stage=key) == pytest.approx(3.2 * 3.0 / 1.8)
+    # a count the stage was not timed at, or another stage: the whole model's curve
+    assert p.slowdown("gpu0", 2, busy=False, stage=key) == CURVE[2]
+    assert p.slowdown("gpu0", 4, busy=False, stage="other") == CURVE[4]
+    # the pipeline gpu0 (head, 4 lanes) -> cpu0 (tail), the stage so slow at 4 lanes that the
+    # GPU binds: 4 frames per slowed firing
+    p.stage_slowdown[("gpu0", key)] = {1: 1.0, 4: 400.0}
+    m = Mapping({**{l: "gpu0" for l in head}, **{l: "cpu0" for l in tail}}, lanes={"gpu0": 4})
+    t_gpu = p.actor_time(head, "gpu0") * 400.0 * 3.0 / 1.8
+    got = evaluate(p, m)
+    assert got.throughput == pytest.approx(4 / t_gpu, rel=1e-6)
+    assert got.utilisation["gpu0"] == pytest.approx(1.0)

@@ -1,0 +1,83 @@
+"""The bench times the GPU stages of its candidate plans at their own lane counts before it
+predicts them: a stage that is part of the model gets its curve and one-lane time into the
+problem (and the profile), and the candidates are predicted again with them, best first. The
+stand-in GPU backend (tests/fake_gpu) runs the lanes on the CPU."""
+import os
+
+import numpy as np
+import pytest
+
+import fake_gpu
+from hetflow.bench.core import time_gpu_stages
+from hetflow.mapping.mapping import Mapping
+from hetflow.mapping.planner import make_plan
+from hetflow.mapping.problem import Problem, evaluate
+from hetflow.model.subnet import subnet_key
+from hetflow.model.synthetic import random_cnn_graph
+from hetflow.platform.spec import ProcessingElement
+from hetflow.profile.lanes import stage_curve
+from hetflow.profile.profile import Profile
+
+CORES = sorted(os.sched_getaffinity(0))
+CURVE = {1: 1.0, 2: 1.3, 4: 2.0}
+
+
+def setup(n_layers=8):
+    graph = random_cnn_graph(n_layers, 5)
+    gpu = fake_gpu.gpu("gpu0", CORES[0])
+    cpu = ProcessingElement("cpu0", "cpu", (CORES[-1],))
+    times = np.full((len(graph.layers), 2), 1e-3)
+    problem = Problem(graph, [gpu, cpu], times, lambda nbytes, src, dst: 0.0 if src == dst
+                      else 1e-5, call_overhead=0.0)
+    problem.lane_slowdown["gpu0"] = dict(CURVE)
+    prof = Profile(graph.name, graph.model_hash, "test", "0")
+    return graph, problem, prof
+
+
+def candidate(problem, assignment, lanes):
+    m = Mapping(assignment, lanes=lanes)
+    return make_plan(problem, m, evaluate(problem, m), "pipeline", "test", {}, True), None
+
+
+def test_a_partial_gpu_stage_is_timed_at_its_lanes_and_the_candidates_predicted_again():
+    graph, problem, prof = setup()
+    names = [l.name for l in graph.layers]
+    head = names[:5]
+    split = candidate(problem, {**{l: "gpu0" for l in head}, **{l: "cpu0" for l in names[5:]}},
+                      {"gpu0": 4})
+    alone = candidate(problem, {l: "gpu0" for l in names}, {"gpu0": 2})
+    logged = []
+    fake_gpu.reset(slow=0.003)
+    try:
+        new, again = time_gpu_stages(graph, prof, problem, [alone, split], "test", 0.2,
+                                     logged.append)
+    finally:
+        fake_gpu.reset()
+    key = subnet_key(head)
+    # the partial stage was timed at 1 and 4 lanes; the whole model (the profile has its curve)
+    # was not
+    assert list(prof.stage_lanes) == ["gpu0"] and list(prof.stage_lanes["gpu0"]) == [key]
+    table = prof.stage_lanes["gpu0"][key]
+    assert set(table) == {"1", "4"} and all(table[k]["alone"]["n"] > 0 for k in table)
+    assert new.stage_slowdown == {("gpu0", key): stage_curve(table)}
+    assert new.subnet_times[("gpu0", key)] == table["1"]["alone"]["median"]
+    assert logged == ["timing a stage of 5 layers on gpu0 at 1 and 4 lanes"]
+    # the problem given is untouched (a value), the candidates are predicted with the new one
+    assert problem.stage_slowdown == {} and ("gpu0", key) not in problem.subnet_times
+    got = [p.predicted["throughput"] for p, _ in again]
+    assert got == sorted(got, reverse=True)
+    for plan, _ in again:
+        assert plan.predicted["throughput"] == pytest.approx(
+            evaluate(new, plan.mapping).throughput)
+    assert {p.mapping.key() for p, _ in again} == {alone[0].mapping.key(), split[0].mapping.key()}
+
+
+def test_nothing_is_timed_without_a_partial_stage_on_several_lanes():
+    graph, problem, prof = setup()
+    names = [l.name for l in graph.layers]
+    one_lane = candidate(problem, {**{l: "gpu0" for l in names[:4]},
+                                   **{l: "cpu0" for l in names[4:]}}, {"gpu0": 1})
+    whole = candidate(problem, {l: "gpu0" for l in names}, {"gpu0": 4})
+    cands = [whole, one_lane]
+    new, again = time_gpu_stages(graph, prof, problem, cands, "test", 0.2, lambda m: None)
+    assert new is problem and again is cands and prof.stage_lanes == {}
