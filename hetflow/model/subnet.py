@@ -12,6 +12,7 @@ model outputs. Both are listed in a fixed order (first use, node order).
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Iterable
@@ -85,6 +86,7 @@ class SubnetExtractor:
         # recent cuts, least recently used first, within `max_bytes()` of weights: a bench
         # cuts the same stage (the whole model above all) for every copy and run
         self.cuts: OrderedDict[tuple, tuple[Subnet, int]] = OrderedDict()
+        self.lock = threading.Lock()
         self.weights = graph.total_param_bytes
         for lname, ns in self.layer_nodes.items():
             for n in ns:
@@ -99,14 +101,16 @@ class SubnetExtractor:
                 check_convex: bool = True) -> Subnet:
         wanted = list(dict.fromkeys(layers))
         key = (tuple(sorted(wanted)), check_convex)
-        hit = self.cuts.get(key)
-        if hit is None:
-            sub = self._extract(wanted, check_convex)
-            size = sum(self.graph.layer(l).param_bytes for l in sub.layers)
-            self.cuts[key] = hit = (sub, size)
-            while sum(s for _, s in self.cuts.values()) > self.max_bytes() and len(self.cuts) > 1:
-                self.cuts.popitem(last=False)
-        self.cuts.move_to_end(key)
+        with self.lock:  # runners are built by several threads at once
+            hit = self.cuts.get(key)
+            if hit is None:
+                sub = self._extract(wanted, check_convex)
+                size = sum(self.graph.layer(l).param_bytes for l in sub.layers)
+                self.cuts[key] = hit = (sub, size)
+                while (sum(s for _, s in self.cuts.values()) > self.max_bytes()
+                       and len(self.cuts) > 1):
+                    self.cuts.popitem(last=False)
+            self.cuts.move_to_end(key)
         sub = hit[0]
         return sub if name is None or name == sub.name else replace(sub, name=name)
 

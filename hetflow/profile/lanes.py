@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 import numpy as np
 
 from hetflow.backends import backend_for, pin_current_thread
-from hetflow.backends.reuse import release, runners_for
+from hetflow.backends.reuse import release, runners_for, runners_for_many
 from hetflow.backends.together import run_together
 from hetflow.errors import RuntimeFault
 from hetflow.model.subnet import extract_subnet
@@ -195,7 +195,8 @@ def measure_lanes(graph: "CnnGraph", element: "ProcessingElement",
         for k, r in alone.items():
             out[str(k)] = {"alone": r["firing"], "alone_fps": r["fps"], "host": r["host"]}
         if busy_elements:
-            busy = [runners_for(graph, whole, e)[0] for e in busy_elements]
+            busy = [rs[0] for rs in runners_for_many(graph, [(whole, e, 1, None)
+                                                            for e in busy_elements])]
             with running_beside(busy, feeds):
                 beside = _two_passes(counts, lambda k, sec: _time_lanes(
                     f"{element.name} with {k} lanes beside busy copies", lanes[:k], element,

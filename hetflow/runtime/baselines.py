@@ -22,13 +22,6 @@ from hetflow.platform.spec import ProcessingElement
 from .report import RunReport, latency_stats
 
 
-def _whole_model_runners(graph: CnnGraph, element: ProcessingElement, lanes: int = 1) -> list:
-    from hetflow.backends.reuse import runners_for
-
-    return runners_for(graph, [l.name for l in graph.layers], element, lanes,
-                       name=f"whole@{element.name}")
-
-
 def measure_single(graph: CnnGraph, element: ProcessingElement, inputs: Callable[[int], dict],
                    frames: int = 200, warmup: int = 10, seconds: float | None = None,
                    lanes: int = 1) -> RunReport:
@@ -47,14 +40,15 @@ def measure_parallel(graph: CnnGraph, elements: list[ProcessingElement],
     from hetflow.backends.reuse import release
     from hetflow.backends.together import run_together
 
+    from hetflow.backends.reuse import runners_for_many
+
     lanes = lanes or {}
-    workers: list[tuple[ProcessingElement, object]] = []  # (element, runner), a lane each
-    try:
-        for e in elements:
-            workers += [(e, r) for r in _whole_model_runners(graph, e, lanes.get(e.name, 1))]
-    except BaseException:
-        release(r for _, r in workers)
-        raise
+    whole = [l.name for l in graph.layers]
+    built = runners_for_many(graph, [(whole, e, lanes.get(e.name, 1), f"whole@{e.name}")
+                                     for e in elements])
+    # (element, runner), a lane each
+    workers: list[tuple[ProcessingElement, object]] = [(e, r) for e, rs in zip(elements, built)
+                                                       for r in rs]
     runners = [r for _, r in workers]
     next_frame = iter(range(10 ** 12))
     lock = threading.Lock()

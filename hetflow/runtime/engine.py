@@ -163,26 +163,23 @@ class PreparedPlan:
 def prepare(plan: Plan, graph: CnnGraph, progress: Callable[[str], None] | None = None,
             only: set[str] | None = None) -> PreparedPlan:
     """Sessions for every (element, phase) of `plan` (on the elements in `only`, if given)."""
-    from hetflow.backends.reuse import runners_for
+    from hetflow.backends.reuse import runners_for_many
 
-    runners, more = {}, {}
-    pp = PreparedPlan(plan, graph, runners, more)
-    try:
-        for actor, phases in plan.app.phases.items():
-            members = [el for el in group_members(actor) if only is None or el in only]
-            for ph in phases if members else ():
-                for el in members:
-                    element = plan.elements[el]
-                    k = plan.mapping.lanes_of(el)
-                    if progress:
-                        progress(f"preparing {actor} phase {ph.index} on {el}"
-                                 + (f" ({k} lanes)" if k > 1 else ""))
-                    lanes = runners_for(graph, ph.layers, element, k, name=f"{actor}#{ph.index}")
-                    runners[(el, ph.index)], more[(el, ph.index)] = lanes[0], lanes[1:]
-    except BaseException:
-        pp.close()
-        raise
-    return pp
+    wanted, keys = [], []
+    for actor, phases in plan.app.phases.items():
+        members = [el for el in group_members(actor) if only is None or el in only]
+        for ph in phases if members else ():
+            for el in members:
+                k = plan.mapping.lanes_of(el)
+                if progress:
+                    progress(f"preparing {actor} phase {ph.index} on {el}"
+                             + (f" ({k} lanes)" if k > 1 else ""))
+                wanted.append((ph.layers, plan.elements[el], k, f"{actor}#{ph.index}"))
+                keys.append((el, ph.index))
+    built = runners_for_many(graph, wanted)
+    runners = {key: lanes[0] for key, lanes in zip(keys, built)}
+    more = {key: lanes[1:] for key, lanes in zip(keys, built)}
+    return PreparedPlan(plan, graph, runners, more)
 
 
 

@@ -143,3 +143,58 @@ def test_a_bounded_scope_never_closes_what_a_caller_holds(graph, ops, keep):
         for rs in held.values():
             release(rs)
     assert all(r.closed for r in Recording.built)  # and none twice (the close asserts it)
+
+
+class Slow(Recording):
+    """Recording runners that take a while to build, noting the threads that built them."""
+
+    name = NAME + "_slow"
+    threads: set = set()
+    fail_on: str | None = None
+
+    def prepare(self, subnet, element, **opts):
+        import threading
+        import time
+
+        Slow.threads.add(threading.get_ident())
+        time.sleep(0.05)
+        if element.name == Slow.fail_on:
+            raise ValueError(f"cannot build on {element.name}")
+        return super().prepare(subnet, element, **opts)
+
+
+if Slow.name not in registered_backends():
+    register_backend(Slow.name, Slow)
+
+
+def slow_element(i: int) -> ProcessingElement:
+    return ProcessingElement(f"s{i}", "cpu", (CORE,), cluster="cpu", backend=Slow.name)
+
+
+def test_many_cpu_runners_are_built_by_several_threads_in_order(graph):
+    from hetflow.backends.reuse import runners_for_many
+
+    Slow.threads.clear()
+    Slow.fail_on = None
+    els = [slow_element(i) for i in range(6)]
+    with reusing_runners():
+        got = runners_for_many(graph, [(["conv"], e, 1, None) for e in els], threads=3)
+        assert [rs[0].element.name for rs in got] == [e.name for e in els]
+        assert 1 < len(Slow.threads) <= 3
+        # the scope keeps them: asked again, nothing is built
+        n = len(Recording.built)
+        again = runners_for_many(graph, [(["conv"], e, 1, None) for e in els])
+        assert [a[0] for a in again] == [g[0] for g in got] and len(Recording.built) == n
+        release(r for rs in [*got, *again] for r in rs)
+
+
+def test_a_failed_build_gives_back_the_others_and_raises_the_first_error(graph):
+    from hetflow.backends.reuse import runners_for_many
+
+    Slow.fail_on = "s2"
+    try:
+        with pytest.raises(ValueError, match="cannot build on s2"):
+            runners_for_many(graph, [(["conv"], slow_element(i), 1, None) for i in range(4)])
+    finally:
+        Slow.fail_on = None
+    assert len(Recording.built) == 3 and all(r.closed for r in Recording.built)

@@ -36,19 +36,20 @@ def test_single_runs_for_the_seconds_asked(graph):
 
 
 def test_a_failing_copy_names_its_element(graph, monkeypatch):
-    from hetflow.runtime import baselines
+    from hetflow.backends import reuse
 
-    real = baselines._whole_model_runners
+    real = reuse.runners_for_many
 
-    def runners(g, element, lanes=1):
-        rs = real(g, element, lanes)
-        if element.name == singles()[-1].name:
-            def boom(feeds):
-                raise ValueError("injected")
-            rs[0].run = boom
-        return rs
+    def many(g, wanted, threads=8):
+        built = real(g, wanted, threads)
+        for (_, element, _, _), rs in zip(wanted, built):
+            if element.name == singles()[-1].name:
+                def boom(feeds):
+                    raise ValueError("injected")
+                rs[0].run = boom
+        return built
 
-    monkeypatch.setattr(baselines, "_whole_model_runners", runners)
+    monkeypatch.setattr(reuse, "runners_for_many", many)
     with pytest.raises(RuntimeFault, match=rf"parallel baseline: element {singles()[-1].name}: "
                                            "ValueError: injected"):
         measure_parallel(graph, singles(), random_source(graph), frames=20, warmup=1)
