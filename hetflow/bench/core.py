@@ -127,6 +127,10 @@ def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
     prof.save(path)
     log("profiled: " + ", ".join(f"{k} {v:.1f} s" for k, v in
                                  prof.meta.get("phase_seconds", {}).items()))
+    for g, table in prof.gpu_lanes.items():
+        if table.get("seconds"):
+            log(f"lane table of {g}: " + ", ".join(f"{k} {v:.1f} s"
+                                                   for k, v in table["seconds"].items()))
     if prof.meta.get("partial"):
         log(f"profile within {time_limit_s:.1f} s: the search leaves out the core groups "
             f"{', '.join(prof.meta['partial'])}")

@@ -169,9 +169,19 @@ def measure_lanes(graph: "CnnGraph", element: "ProcessingElement",
                   warmup: int = 3) -> dict[str, dict[str, Any]]:
     """{str(k): {"alone": firing stats, "alone_fps", "host": CPU time of the driving thread per
     firing, "busy": firing stats, "busy_fps"}} of the whole model on `element` at each lane
-    count, plus {"memory": {"per_lane_bytes",
-    "free_bytes", "max_lanes"}} where the device reports its memory."""
+    count, plus {"memory": {"per_lane_bytes", "free_bytes", "max_lanes"}} where the device
+    reports its memory, {"staging": measure_staging's} and {"seconds": {part: seconds}}, where
+    the table's own time went (building the lanes, timing them alone, building the busy copies,
+    their first frames, timing beside them, their last frames)."""
     whole = [l.name for l in graph.layers]
+    spent: dict[str, float] = {}  # where the table's time went, for the bench's log
+    clock = [time.perf_counter()]
+
+    def took(part: str) -> None:
+        now = time.perf_counter()
+        spent[part] = round(spent.get(part, 0.0) + now - clock[0], 2)
+        clock[0] = now
+
     sub = extract_subnet(graph, whole, name=f"{graph.name}[lanes]")
     backend = backend_for(element)
     feeds = random_feeds(graph, sub.inputs)
@@ -189,22 +199,29 @@ def measure_lanes(graph: "CnnGraph", element: "ProcessingElement",
             out["memory"] = {"per_lane_bytes": per_lane, "first_lane_bytes": one[0] - before[0],
                              "free_bytes": after[1],
                              "max_lanes": max(counts) + int(0.9 * after[1] // per_lane)}
+        took("lanes built")
         out["staging"] = measure_staging(element, max(counts))
         alone = _two_passes(counts, lambda k, sec: _time_lanes(
             f"{element.name} with {k} lanes", lanes[:k], element, feeds, sec, warmup), seconds)
         for k, r in alone.items():
             out[str(k)] = {"alone": r["firing"], "alone_fps": r["fps"], "host": r["host"]}
+        took("timed alone")
         if busy_elements:
             busy = [rs[0] for rs in runners_for_many(graph, [(whole, e, 1, None)
                                                             for e in busy_elements])]
+            took("busy copies built")
             with running_beside(busy, feeds):
+                took("busy copies' first frames")
                 beside = _two_passes(counts, lambda k, sec: _time_lanes(
                     f"{element.name} with {k} lanes beside busy copies", lanes[:k], element,
                     feeds, sec, 1), seconds)
+                took("timed beside busy copies")
+            took("busy copies' last frames")
             for k, r in beside.items():
                 out[str(k)].update(busy=r["firing"], busy_fps=r["fps"], busy_host=r["host"])
     finally:
         release([*lanes, *busy])
+    out["seconds"] = spent
     return out
 
 

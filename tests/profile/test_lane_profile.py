@@ -21,7 +21,13 @@ def test_lane_table_has_every_count_alone_and_busy_and_curves_follow():
         table = measure_lanes(graph, gpu, busy, counts=(1, 2, 4), seconds=0.3, warmup=1)
     finally:
         fake_gpu.reset()
-    assert set(table) == {"1", "2", "4", "staging"}  # no device memory on a stand-in GPU
+    assert set(table) == {"1", "2", "4", "staging", "seconds"}  # no device memory here
+    assert set(table["seconds"]) == {"lanes built", "timed alone", "busy copies built",
+                                     "busy copies' first frames", "timed beside busy copies",
+                                     "busy copies' last frames"}
+    # 2 x 3 lane counts of 0.3 / 2 s each, alone and busy
+    assert 0.85 <= table["seconds"]["timed alone"] and 0.85 <= table["seconds"][
+        "timed beside busy copies"]
     # four lanes copying 8 MiB inputs on one core: some CPU time per byte, below a second a MiB
     assert table["staging"]["lanes"] == 4 and 0 < table["staging"]["per_byte"] < 1e-6
     for k in ("1", "2", "4"):
