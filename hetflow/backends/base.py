@@ -53,7 +53,8 @@ class Backend(ABC):
         """Build what is needed to run `subnet` on `element` (sessions, weights on device)."""
 
     def prepare_lanes(self, subnet: "Subnet", element: "ProcessingElement", lanes: int,
-                      **opts: Any) -> list[Runner]:
+                      like: Runner | None = None, **opts: Any) -> list[Runner]:
         """`lanes` runners of `subnet` on `element` that may run at the same time, one frame
-        each (GPU lanes). A backend whose runners can share weights overrides this."""
+        each (GPU lanes). A backend whose runners can share weights overrides this, sharing
+        those of `like` (a runner of the same sub-network on the element) where given."""
         return [self.prepare(subnet, element, **opts) for _ in range(lanes)]

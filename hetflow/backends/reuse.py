@@ -7,7 +7,8 @@ CPU runners of many elements on a pool of threads.
 A bench builds the same runners again and again: the parallel baseline's whole-model copy on
 each core, then each pilot, the plan's re-timing and its run. Inside `reusing_runners()`,
 `runners_for` hands back the runners built earlier for the same model, layers and element
-(GPU lanes from one pool per element: k lanes are the pool's first k) and `release` keeps them;
+(GPU lanes from one pool per element: k lanes are the pool's first k, and lanes added to a pool
+share its weights) and `release` keeps them;
 they are closed when the scope ends, or earlier, least recently used first, when the models
 they hold exceed the scope's byte budget. Outside a scope `runners_for` builds fresh runners
 and `release` closes them.
@@ -46,8 +47,9 @@ class _Scope:
             self.pools.move_to_end(key)
             missing = count - len(pool)
             self.reused += min(count, len(pool))
+            head = pool[:1]
         if missing > 0:
-            fresh, nbytes = build(len(pool), missing)
+            fresh, nbytes = build(head, missing)
             with self.lock:
                 pool += fresh
                 self.owned.update(id(r) for r in fresh)
@@ -145,15 +147,19 @@ def runners_for(graph: "CnnGraph", layers: Iterable[str], element: "ProcessingEl
     layers = list(layers)
     backend = backend_for(element)
 
-    def build(have: int, k: int) -> tuple[list, int]:
+    def build(existing: list, k: int) -> tuple[list, int]:
         sub = extract_subnet(graph, layers, name=name)
-        made = ([backend.prepare(sub, element)] if k == 1 and have == 0
-                else list(backend.prepare_lanes(sub, element, k)))
-        # the weights it holds (ByteSize() walks the whole proto: 3.4 s on vgg19)
-        return made, sum(graph.layer(l).param_bytes for l in layers)
+        if k == 1 and not existing:
+            return [backend.prepare(sub, element)], weights
+        # more lanes for a pool share its first runner's weights where the backend can
+        made = list(backend.prepare_lanes(sub, element, k, like=existing[0] if existing
+                                          else None))
+        return made, 0 if existing and element.kind == "gpu" else weights
 
+    # the weights a runner holds (ByteSize() walks the whole proto: 3.4 s on vgg19)
+    weights = sum(graph.layer(l).param_bytes for l in layers)
     if _scope is None:
-        return build(0, lanes)[0]
+        return build([], lanes)[0]
     return _scope.take((graph.model_hash, subnet_key(layers), element), build, lanes)
 
 

@@ -486,9 +486,12 @@ class TorchCudaBackend(Backend):
 
     def prepare_lanes(self, subnet: "Subnet", element: "ProcessingElement", lanes: int, *,
                       cuda_graph: bool = True, warmup: int = 3, sync: str = "block",
+                      like: TorchCudaRunner | None = None,
                       **_ignored: Any) -> list[TorchCudaRunner]:
-        """`lanes` runners over one copy of the weights (see the module notes). A lane count
-        that the device memory cannot hold is a BackendError naming the element."""
+        """`lanes` runners over one copy of the weights (see the module notes): the weights of
+        `like`, a runner of the same sub-network on the same element, where given (more lanes
+        for a pool), else a fresh conversion. A lane count that the device memory cannot hold
+        is a BackendError naming the element."""
         reason = _missing_reason()
         if reason is not None:
             raise BackendError(f"{NAME} cannot run {subnet.name} on {element.name}: {reason}")
@@ -502,7 +505,8 @@ class TorchCudaBackend(Backend):
             raise BackendError(f"{NAME}: element {element.name!r} names CUDA device {index}, but "
                                f"this machine has {torch.cuda.device_count()}")
         configure_torch()
-        module = to_torch_module(subnet.model, subnet.name)
+        shared = getattr(like, "_module", None)
+        module = shared if shared is not None else to_torch_module(subnet.model, subnet.name)
         runners: list[TorchCudaRunner] = []
         try:
             for lane in range(max(1, lanes)):

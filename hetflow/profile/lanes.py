@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from hetflow.backends import backend_for, pin_current_thread
-from hetflow.backends.reuse import release, runners_for, runners_for_many
+from hetflow.backends import pin_current_thread
+from hetflow.backends.reuse import release, reusing_runners, runners_for, runners_for_many
 from hetflow.backends.together import run_together
 from hetflow.errors import RuntimeFault
 from hetflow.model.subnet import extract_subnet
@@ -173,6 +173,11 @@ def measure_lanes(graph: "CnnGraph", element: "ProcessingElement",
     reports its memory, {"staging": measure_staging's} and {"seconds": {part: seconds}}, where
     the table's own time went (building the lanes, timing them alone, building the busy copies,
     their first frames, timing beside them, their last frames)."""
+    with reusing_runners() as scope:  # the bench's scope where there is one: it keeps the lanes
+        return _measure_lanes(graph, element, busy_elements, counts, seconds, warmup, scope)
+
+
+def _measure_lanes(graph, element, busy_elements, counts, seconds, warmup, scope):
     whole = [l.name for l in graph.layers]
     spent: dict[str, float] = {}  # where the table's time went, for the bench's log
     clock = [time.perf_counter()]
@@ -182,19 +187,20 @@ def measure_lanes(graph: "CnnGraph", element: "ProcessingElement",
         spent[part] = round(spent.get(part, 0.0) + now - clock[0], 2)
         clock[0] = now
 
-    sub = extract_subnet(graph, whole, name=f"{graph.name}[lanes]")
-    backend = backend_for(element)
+    sub = extract_subnet(graph, whole)
     feeds = random_feeds(graph, sub.inputs)
     out: dict[str, dict[str, Any]] = {}
-    before = _device_memory(element)
-    first = backend.prepare_lanes(sub, element, 1)
-    lanes = list(first)
+    before, built = _device_memory(element), scope.built
+    # one lane, then the others over its weights (one pool of the reuse scope)
+    first = runners_for(graph, whole, element, 1)
+    lanes: list = []
     busy: list = []
     try:
         one = _device_memory(element)
-        lanes += backend.prepare_lanes(sub, element, max(counts) - 1) if max(counts) > 1 else []
+        lanes = runners_for(graph, whole, element, max(counts))
         after = _device_memory(element)
-        if before and one and after and max(counts) > 1:
+        fresh = scope.built == built + max(counts)  # all built here, none taken from the scope
+        if before and one and after and max(counts) > 1 and fresh:
             per_lane = max(1, (after[0] - one[0]) // (max(counts) - 1))
             out["memory"] = {"per_lane_bytes": per_lane, "first_lane_bytes": one[0] - before[0],
                              "free_bytes": after[1],
@@ -220,7 +226,7 @@ def measure_lanes(graph: "CnnGraph", element: "ProcessingElement",
             for k, r in beside.items():
                 out[str(k)].update(busy=r["firing"], busy_fps=r["fps"], busy_host=r["host"])
     finally:
-        release([*lanes, *busy])
+        release([*first, *lanes, *busy])
     out["seconds"] = spent
     return out
 

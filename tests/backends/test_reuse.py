@@ -24,6 +24,7 @@ class Recording(OrtCpuBackend):
     name = NAME
     built: list = []
     lane_calls: list = []
+    likes: list = []
 
     def prepare(self, subnet, element, **opts):
         r = super().prepare(subnet, element, **opts)
@@ -39,8 +40,9 @@ class Recording(OrtCpuBackend):
         Recording.built.append(r)
         return r
 
-    def prepare_lanes(self, subnet, element, lanes, **opts):
+    def prepare_lanes(self, subnet, element, lanes, like=None, **opts):
         Recording.lane_calls.append(lanes)
+        Recording.likes.append(like)
         return super().prepare_lanes(subnet, element, lanes, **opts)
 
 
@@ -73,6 +75,7 @@ def graph(tmp_path_factory):
 def fresh_records():
     Recording.built.clear()
     Recording.lane_calls.clear()
+    Recording.likes.clear()
 
 
 def test_outside_a_scope_every_call_builds_and_release_closes(graph):
@@ -107,6 +110,7 @@ def test_lanes_come_from_one_pool_per_element(graph):
         two = runners_for(graph, ["conv"], element(0), lanes=2)
         assert three[0] is one[0] and two == three[:2] and len(set(map(id, three))) == 3
         assert Recording.lane_calls == [2]  # the pool grew once, by the two lanes it lacked
+        assert Recording.likes == [one[0]]  # over the weights of the pool's first runner
         release([*one, *three, *two])
 
 

@@ -367,6 +367,26 @@ def test_gpu_subnets_match_ort(name, parts):
 
 
 @needs_cuda
+def test_lanes_added_like_a_runner_share_its_weights_and_equal_it():
+    graph = resolve_model("googlenet")
+    sub = chunks(graph, 2)[0]
+    backend = get_backend("gpu")
+    first = backend.prepare_lanes(sub, GPU, 1)
+    more = backend.prepare_lanes(sub, GPU, 2, like=first[0])
+    try:
+        assert all(r._module is first[0]._module for r in more)
+        feeds = model_input(graph)
+        want = first[0].run(feeds)
+        for r in more:
+            got = r.run(feeds)
+            for t in sub.outputs:
+                np.testing.assert_array_equal(got[t], want[t])
+    finally:
+        for r in (*first, *more):
+            r.close()
+
+
+@needs_cuda
 def test_graph_replay_equals_eager_and_outputs_stay_valid():
     graph = resolve_model("googlenet")
     sub = chunks(graph, 2)[0]

@@ -100,3 +100,20 @@ def test_a_busy_copy_that_fails_is_named_when_the_block_ends():
     with pytest.raises(RuntimeFault, match="busy copy 0: ValueError"):  # in its warm frame
         with running_beside([_Copy(0.001, fail_at=1)], {}):
             pytest.fail("the block must not start when a copy failed its first frame")
+
+
+def test_the_lane_tables_lanes_stay_in_the_scope_for_the_runs_after_it():
+    """Inside a reuse scope (a bench) the lane table's lanes are one pool: the baselines and
+    plans that run the whole model on the GPU take them instead of converting it again."""
+    from hetflow.backends.reuse import release, reusing_runners, runners_for
+
+    cores = sorted(os.sched_getaffinity(0))
+    graph = random_cnn_graph(6, 2)
+    gpu = fake_gpu.gpu("gpu0", cores[0])
+    with reusing_runners() as scope:
+        measure_lanes(graph, gpu, (), counts=(1, 2, 4), seconds=0.1, warmup=1)
+        built = scope.built
+        assert built == 4  # one lane, then three more
+        lanes = runners_for(graph, [l.name for l in graph.layers], gpu, 4)
+        assert scope.built == built and len(lanes) == 4
+        release(lanes)
