@@ -179,7 +179,11 @@ class OrtCpuBackend(Backend):
                                f"{', '.join(_OPT_LEVELS)}")
         so = session_options(element.cores, spinning, optimization, profile_prefix)
         try:
-            session = ort.InferenceSession(subnet.serialized(), so,
+            model, names, arrays = subnet.weightless()
+            if names:  # the weights from memory, not serialised into the model's bytes
+                so.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(a)
+                                                     for a in arrays])
+            session = ort.InferenceSession(model, so,
                                            providers=["CPUExecutionProvider"],
                                            disabled_optimizers=DISABLED_OPTIMIZERS)
         except Exception as e:

@@ -177,8 +177,10 @@ def runners_for_many(graph: "CnnGraph",
     from hetflow.model.subnet import extract_subnet
 
     wanted = [(list(layers), e, k, name) for layers, e, k, name in wanted]
-    for layers, _, _, _ in wanted:  # cut and serialised once, before the threads share them
-        extract_subnet(graph, layers).serialized()
+    for layers, e, _, _ in wanted:  # cut (and made ready for ONNX Runtime) once, before the
+        sub = extract_subnet(graph, layers)  # threads share them
+        if e.kind == "cpu":
+            sub.weightless()
     out: list[list | None] = [None] * len(wanted)
     cpu = [i for i, w in enumerate(wanted) if w[1].kind == "cpu"]
     errors: list[BaseException] = []

@@ -216,3 +216,51 @@ def test_the_cut_cache_keeps_recent_cuts_within_its_byte_bound(diamond, monkeypa
     np.testing.assert_array_equal(  # and the same computation
         ort.InferenceSession(again.serialized()).run(None, feeds)[0],
         ort.InferenceSession(first.serialized()).run(None, feeds)[0])
+
+
+# ---- the weights handed to ONNX Runtime from memory ------------------------------------------
+def _session(model: bytes, names=(), arrays=()):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if names:
+        so.add_external_initializers(list(names),
+                                     [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays])
+    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 4))
+def test_a_weightless_cut_runs_as_its_serialized_model(seed, k):
+    """The model without its large weights plus the weights from memory is, to ONNX Runtime, the
+    model with them (the serialised cut is the oracle); small initializers stay in the model."""
+    graph = random_cnn_graph(12, seed=seed, branchiness=0.5)
+    rng = np.random.default_rng(seed)
+    for layers in contiguous_groups(graph, k, rng):
+        sub = extract_subnet(graph, layers)
+        model, names, arrays = sub.weightless()
+        assert len(model) < len(sub.serialized()) or not names
+        big = {t.name for t in sub.model.graph.initializer
+               if numpy_helper.to_array(t).nbytes >= 1024}
+        assert set(names) == big
+        feeds = {i: rng.standard_normal(graph.tensors[i].shape).astype(np.float32)
+                 for i in sub.inputs}
+        got = _session(model, names, arrays).run(sub.outputs, feeds)
+        want = _session(sub.serialized()).run(sub.outputs, feeds)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+
+
+def test_a_weight_of_a_dtype_numpy_lacks_stays_in_the_model():
+    w = helper.make_tensor("w", TensorProto.BFLOAT16, [32, 32], vals=[0] * 1024)
+    x = helper.make_tensor("x", TensorProto.FLOAT, [32, 32], vals=np.ones(1024).tolist())
+    g = helper.make_graph([helper.make_node("Add", ["a", "x"], ["y"], name="add")], "g",
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [32, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [32, 32])],
+                          [w, x])
+    from hetflow.model.subnet import _weightless
+
+    model, names, arrays = _weightless(helper.make_model(g))
+    kept = {t.name: t for t in onnx.load_from_string(model).graph.initializer}
+    assert names == ["x"] and arrays[0].dtype == np.float32
+    assert kept["w"].data_location != TensorProto.EXTERNAL
+    assert kept["x"].data_location == TensorProto.EXTERNAL and not kept["x"].float_data
