@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from .registry import backend_for
 
@@ -166,14 +166,8 @@ def runners_for(graph: "CnnGraph", layers: Iterable[str], element: "ProcessingEl
 def runners_for_many(graph: "CnnGraph",
                      wanted: Sequence[tuple[Iterable[str], "ProcessingElement", int, str | None]],
                      threads: int = 8) -> list[list["Runner"]]:
-    """`runners_for(graph, layers, element, lanes, name)` of each item of `wanted`, in order.
-    CPU runners are built by up to `threads` threads at once: a session builds with the GIL
-    released (two vgg19 sessions built side by side on the 2-core VM took 1.5x the time of one,
-    where a bench builds fifteen, one a core, for its parallel baseline). Other runners (a GPU's
-    conversion and graph captures) are built here, one at a time. On a failure, what was built
-    is given back and the first error raised."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    """`runners_for(graph, layers, element, lanes, name)` of each item of `wanted`, in order:
+    CPU runners by a pool of threads, the others here (see `build_together`)."""
     from hetflow.model.subnet import extract_subnet
 
     wanted = [(list(layers), e, k, name) for layers, e, k, name in wanted]
@@ -181,27 +175,40 @@ def runners_for_many(graph: "CnnGraph",
         sub = extract_subnet(graph, layers)  # threads share them
         if e.kind == "cpu":
             sub.weightless()
-    out: list[list | None] = [None] * len(wanted)
-    cpu = [i for i, w in enumerate(wanted) if w[1].kind == "cpu"]
+    return build_together([lambda w=w: runners_for(graph, *w) for w in wanted],
+                          [w[1].kind == "cpu" for w in wanted], threads)
+
+
+def build_together(builders: Sequence[Callable[[], Any]], threaded: Sequence[bool],
+                   threads: int = 8) -> list:
+    """What each builder returns, in order. The `threaded` ones run on up to `threads` threads
+    at once: an ONNX Runtime session builds with the GIL released (two vgg19 sessions built side
+    by side on the 2-core VM took 1.5x the time of one, where a bench builds fifteen, one a
+    core, for its parallel baseline, and a profile one a layer for each element shape). The
+    others (a GPU's conversion and graph captures) run here, one at a time. On a failure, what
+    was built (runners, or lists of them) is given back and the first error raised."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    out: list = [None] * len(builders)
     errors: list[BaseException] = []
 
     def build(i: int) -> None:
-        layers, e, k, name = wanted[i]
         try:
-            out[i] = runners_for(graph, layers, e, k, name)
+            out[i] = builders[i]()
         except BaseException as err:  # noqa: BLE001 - the first is raised below
             errors.append(err)
 
-    if cpu:
-        with ThreadPoolExecutor(max_workers=max(1, min(threads, len(cpu)))) as pool:
-            list(pool.map(build, cpu))
-    for i in range(len(wanted)):
-        if i not in cpu and not errors:
+    pooled = [i for i, t in enumerate(threaded) if t]
+    if pooled:
+        with ThreadPoolExecutor(max_workers=max(1, min(threads, len(pooled)))) as pool:
+            list(pool.map(build, pooled))
+    for i, t in enumerate(threaded):
+        if not t and not errors:
             build(i)
     if errors:
-        release(r for rs in out if rs for r in rs)
+        release(r for x in out if x is not None for r in (x if isinstance(x, list) else [x]))
         raise errors[0]
-    return [rs or [] for rs in out]
+    return out
 
 
 def release(runners: Iterable) -> None:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from hetflow.backends import backend_for, pinned
-from hetflow.backends.reuse import release, runners_for
+from hetflow.backends.reuse import build_together, release, runners_for
 from hetflow.errors import BackendError, InputError
 from hetflow.model.subnet import Subnet, extract_subnet, subnet_key
 from hetflow.platform.configs import distinct_elements
@@ -213,8 +213,13 @@ def _measure_layers(graph: "CnnGraph", element: ProcessingElement, method: str, 
     other without a call each, on a GPU inside one captured graph)."""
     backend = backend_for(element)
     task.total(len(graph.layers) + 1)
-    runners = [(l.name, backend.prepare(extract_subnet(graph, [l.name]), element, **backend_opts))
-               for l in graph.layers]
+    cuts = [extract_subnet(graph, [l.name]) for l in graph.layers]
+    cpu = element.kind == "cpu"
+    for sub in cuts if cpu else ():
+        sub.weightless()  # made once, before the threads share the cut
+    runners = list(zip((l.name for l in graph.layers), build_together(
+        [lambda sub=sub: backend.prepare(sub, element, **backend_opts) for sub in cuts],
+        [cpu] * len(cuts))))
     everything = [l.name for l in graph.layers]
     whole = (runners_for(graph, everything, element, name=f"{graph.name}[all]")[0]
              if not backend_opts else
