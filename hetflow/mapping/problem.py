@@ -72,8 +72,8 @@ class Problem:
     lane_limit: dict[str, int] = field(default_factory=dict)  # most lanes device memory holds
     # {(element, subnet_key(layers)): {k: firing at k lanes / at one}} of a stage timed alone at
     # its own lane counts: a stage's lanes share the device by its work, not by its one-lane
-    # time (densenet121's first 90% of layers on 8 lanes ran at the whole model's rate, where
-    # the whole model's curve scaled by their one-lane time promised 1.6x it). Beside busy
+    # time (densenet121's first 173 of 309 layers on 8 lanes ran at about the whole model's rate,
+    # where the whole model's curve times their summed one-lane time promised 1.6x it). Beside busy
     # copies the stage is slowed as the whole model is (its busy / alone ratio at k)
     stage_slowdown: dict[tuple[str, str], dict[int, float]] = field(default_factory=dict)
     # CPU time a GPU's driving thread spends per firing (copies, launch, wait): its lanes share

@@ -37,10 +37,8 @@ def measure_parallel(graph: CnnGraph, elements: list[ProcessingElement],
     """All copies run at once; throughput counts frames completed by all of them in the window
     after every copy finished its warm-up. `lanes`: copies per element (GPU lanes), default 1."""
     from hetflow.backends import pin_current_thread
-    from hetflow.backends.reuse import release
+    from hetflow.backends.reuse import release, runners_for_many
     from hetflow.backends.together import run_together
-
-    from hetflow.backends.reuse import runners_for_many
 
     lanes = lanes or {}
     whole = [l.name for l in graph.layers]
