@@ -456,7 +456,11 @@ def time_gpu_stages(graph, prof, problem, candidates: list, platform_name: str, 
         counts = sorted({1, *ks})
         log(f"timing a stage of {len(layers)} layers on {e} at "
             f"{', '.join(map(str, counts[:-1]))} and {counts[-1]} lanes")
-        table = measure_stage_lanes(graph, layers, problem.element(e), counts, seconds)
+        try:
+            table = measure_stage_lanes(graph, layers, problem.element(e), counts, seconds)
+        except HetflowError as err:  # its pilot, if any, fails the same way and says so
+            log(f"timing that stage failed, its prediction keeps the whole model's curve: {err}")
+            continue
         prof.stage_lanes.setdefault(e, {})[key] = table
         curves[(e, key)] = {**curves.get((e, key), {}), **stage_curve(table)}
         times[(e, key)] = float(table["1"]["alone"]["median"])

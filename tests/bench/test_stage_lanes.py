@@ -81,3 +81,24 @@ def test_nothing_is_timed_without_a_partial_stage_on_several_lanes():
     cands = [whole, one_lane]
     new, again = time_gpu_stages(graph, prof, problem, cands, "test", 0.2, lambda m: None)
     assert new is problem and again is cands and prof.stage_lanes == {}
+
+
+def test_a_stage_that_cannot_be_timed_keeps_the_whole_models_curve(monkeypatch):
+    from hetflow.bench import core
+    from hetflow.errors import BackendError
+    from hetflow.profile import lanes
+
+    def fail(*args, **kwargs):
+        raise BackendError("gpu0 cannot hold 4 lanes of the stage")
+
+    monkeypatch.setattr(lanes, "measure_stage_lanes", fail)
+    graph, problem, prof = setup()
+    names = [l.name for l in graph.layers]
+    split = candidate(problem, {**{l: "gpu0" for l in names[:5]},
+                                **{l: "cpu0" for l in names[5:]}}, {"gpu0": 4})
+    logged = []
+    new, again = core.time_gpu_stages(graph, prof, problem, [split], "test", 0.2, logged.append)
+    assert new.stage_slowdown == {} and prof.stage_lanes == {}
+    assert "cannot hold 4 lanes" in logged[-1] and "whole model's curve" in logged[-1]
+    assert again[0][0].predicted["throughput"] == pytest.approx(
+        split[0].predicted["throughput"])
