@@ -102,3 +102,64 @@ def test_a_stage_that_cannot_be_timed_keeps_the_whole_models_curve(monkeypatch):
     assert "cannot hold 4 lanes" in logged[-1] and "whole model's curve" in logged[-1]
     assert again[0][0].predicted["throughput"] == pytest.approx(
         split[0].predicted["throughput"])
+
+
+@pytest.mark.skipif(len(CORES) < 2, reason="needs 2 cores")
+def test_a_bench_with_a_laned_gpu_times_every_partial_gpu_stage_of_its_candidates(
+        tmp_path, monkeypatch):
+    """The whole bench with the stand-in GPU (its device check and host<->GPU copy benchmark
+    faked, as this machine has no CUDA): lane table, laned baselines, and every candidate's GPU
+    stage that is part of the model and runs several lanes timed before the plans run, whose
+    outputs are checked."""
+    import onnx
+
+    import hetflow.platform.detect as detect
+    import hetflow.profile.measure as measure
+    from hetflow.bench import core
+    from hetflow.bench.core import BenchSettings, bench_model
+    from hetflow.model import load_model
+    from hetflow.model.synthetic import random_cnn_model
+    from hetflow.platform import CpuCluster, Platform
+    from hetflow.platform.spec import Gpu
+    from hetflow.profile import comm
+
+    monkeypatch.setattr(detect, "cuda_gpus", lambda: [(0, "stand-in")])
+    monkeypatch.setattr(measure, "_cuda_available", lambda: True)
+    monkeypatch.setattr(comm, "bench_cuda", lambda core, dev, sizes, repeats: {
+        link: [[n, 20e-6 + n / 10e9] for n in sizes] for link in ("cpu->gpu", "gpu->cpu")})
+    monkeypatch.setenv("HETFLOW_CACHE", str(tmp_path / "cache"))
+    calls = []
+    real = core.time_gpu_stages
+
+    def spy(graph, prof, problem, candidates, *args):
+        out = real(graph, prof, problem, candidates, *args)
+        calls.append((candidates, out[0]))
+        return out
+
+    monkeypatch.setattr(core, "time_gpu_stages", spy)
+    fake_gpu.gpu()  # the stand-in backend, registered
+    model = tmp_path / "small.onnx"
+    onnx.save(random_cnn_model(12, 5), model)
+    plat = Platform("two", (CpuCluster("cpu", tuple(CORES[:2])),),
+                    (Gpu(0, "stand-in", CORES[1], backend=fake_gpu.NAME),))
+    settings = BenchSettings(frames=40, warmup=5, plan_seconds=0.2, pilot_seconds=0.1,
+                             baseline_seconds=0.3, profile_repeats=3, lane_seconds=0.2)
+    fake_gpu.reset(slow=0.002)
+    try:
+        mb = bench_model(str(model), plat, settings)
+    finally:
+        fake_gpu.reset()
+    rows = {r["name"]: r for r in mb.rows}
+    assert any(n.startswith("parallel copies (gpu0 x") for n in rows)  # the GPU at its lanes
+    for name in ("hetflow pipeline", "hetflow single"):
+        assert rows[name]["checked_frames"] == 8 and rows[name]["max_abs_error"] < 1e-3
+    assert calls  # every plan kind's candidates went through it
+    whole = subnet_key(l.name for l in load_model(model, fuse=True).layers)
+    for candidates, problem in calls:
+        for plan, _ in candidates:
+            k = plan.mapping.lanes_of("gpu0")
+            for p in plan.app.phases.get("gpu0", []):
+                key = subnet_key(p.layers)
+                if k > 1 and key != whole:
+                    assert k in problem.stage_slowdown[("gpu0", key)]
+                    assert problem.subnet_times[("gpu0", key)] > 0
