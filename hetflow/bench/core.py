@@ -435,7 +435,7 @@ def time_gpu_stages(graph, prof, problem, candidates: list, platform_name: str, 
     from hetflow.mapping.planner import make_plan
     from hetflow.mapping.problem import evaluate
     from hetflow.model.subnet import subnet_key
-    from hetflow.profile.lanes import measure_stage_lanes, stage_curve
+    from hetflow.profile.lanes import measure_stage_lanes, slowdown_curves
 
     whole = subnet_key(l.name for l in graph.layers)
     todo: dict[tuple[str, str], tuple[list[str], set[int]]] = {}
@@ -462,7 +462,7 @@ def time_gpu_stages(graph, prof, problem, candidates: list, platform_name: str, 
             log(f"timing that stage failed, its prediction keeps the whole model's curve: {err}")
             continue
         prof.stage_lanes.setdefault(e, {})[key] = table
-        curves[(e, key)] = {**curves.get((e, key), {}), **stage_curve(table)}
+        curves[(e, key)] = {**curves.get((e, key), {}), **slowdown_curves(table)[0]}
         times[(e, key)] = float(table["1"]["alone"]["median"])
     problem = replace(problem, stage_slowdown=curves, subnet_times=times)
     again = [(make_plan(problem, plan.mapping, evaluate(problem, plan.mapping), plan.strategy,

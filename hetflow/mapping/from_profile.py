@@ -80,8 +80,7 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
                       subnet_times=measured_subnets(graph, profile, elements),
                       element_overhead={e.name: profile.call_overhead(e.name) for e in elements})
     if lanes:
-        from hetflow.profile.lanes import (host_seconds, slowdown_curves, stage_curve,
-                                           staging_per_byte)
+        from hetflow.profile.lanes import host_seconds, slowdown_curves, staging_per_byte
 
         for e in elements:
             table = profile.gpu_lanes.get(e.name)
@@ -100,7 +99,7 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
                 if "memory" in table:
                     problem.lane_limit[e.name] = int(table["memory"]["max_lanes"])
                 for key, stage in profile.stage_lanes.get(e.name, {}).items():
-                    problem.stage_slowdown[(e.name, key)] = stage_curve(stage)
+                    problem.stage_slowdown[(e.name, key)] = slowdown_curves(stage)[0]
     return problem
 
 
@@ -125,17 +124,15 @@ def measured_subnets(graph: CnnGraph, profile, elements) -> dict[tuple[str, str]
     for e, st in profile.whole_model.items():
         if e in names and st.get("median"):
             out[(e, whole)] = float(st["median"])
-    # a GPU's whole model: its one-lane firing from the lane table, a second of firings run as
-    # the runtime runs them, rather than the profile's few repeats (on the H100, 5 repeats of
-    # resnet18 once gave a median of 3.0 ms where the model ran at 1.6 ms per frame)
-    for e, table in getattr(profile, "gpu_lanes", {}).items():
+    # a GPU's whole model, or a stage of it timed at its lanes: its one-lane firing from the
+    # lane table, a second of firings run as the runtime runs them, rather than the profile's
+    # few repeats (on the H100, 5 repeats of resnet18 once gave a median of 3.0 ms where the
+    # model ran at 1.6 ms per frame)
+    tables = [(e, whole, t) for e, t in getattr(profile, "gpu_lanes", {}).items()]
+    tables += [(e, key, t) for e, per in getattr(profile, "stage_lanes", {}).items()
+               for key, t in per.items()]
+    for e, key, table in tables:
         one = table.get("1", {}).get("alone", {}).get("median")
         if e in names and one:
-            out[(e, whole)] = float(one)
-    # a stage's lane table, likewise: its one-lane firing over a second of firings
-    for e, per in getattr(profile, "stage_lanes", {}).items():
-        for key, table in per.items():
-            one = table.get("1", {}).get("alone", {}).get("median")
-            if e in names and one:
-                out[(e, key)] = float(one)
+            out[(e, key)] = float(one)
     return out

@@ -250,12 +250,6 @@ def measure_stage_lanes(graph: "CnnGraph", layers: Sequence[str], element: "Proc
     return {str(k): {"alone": r["firing"], "alone_fps": r["fps"]} for k, r in got.items()}
 
 
-def stage_curve(table: dict[str, dict[str, Any]]) -> dict[int, float]:
-    """{k: firing at k lanes / firing at one} of a stage's lane table (medians)."""
-    t1 = table["1"]["alone"]["median"]
-    return {int(k): v["alone"]["median"] / t1 for k, v in table.items() if k.isdigit()}
-
-
 def staging_per_byte(table: dict[str, Any]) -> float | None:
     """CPU seconds per input byte a lane's staging copy costs (measure_staging), if measured."""
     st = table.get("staging")

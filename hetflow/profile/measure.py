@@ -214,12 +214,9 @@ def _measure_layers(graph: "CnnGraph", element: ProcessingElement, method: str, 
     backend = backend_for(element)
     task.total(len(graph.layers) + 1)
     cuts = [extract_subnet(graph, [l.name]) for l in graph.layers]
-    cpu = element.kind == "cpu"
-    for sub in cuts if cpu else ():
-        sub.weightless()  # made once, before the threads share the cut
     runners = list(zip((l.name for l in graph.layers), build_together(
         [lambda sub=sub: backend.prepare(sub, element, **backend_opts) for sub in cuts],
-        [cpu] * len(cuts))))
+        [element.kind == "cpu"] * len(cuts))))
     everything = [l.name for l in graph.layers]
     whole = (runners_for(graph, everything, element, name=f"{graph.name}[all]")[0]
              if not backend_opts else

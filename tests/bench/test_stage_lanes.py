@@ -15,7 +15,7 @@ from hetflow.mapping.problem import Problem, evaluate
 from hetflow.model.subnet import subnet_key
 from hetflow.model.synthetic import random_cnn_graph
 from hetflow.platform.spec import ProcessingElement
-from hetflow.profile.lanes import stage_curve
+from hetflow.profile.lanes import slowdown_curves
 from hetflow.profile.profile import Profile
 
 CORES = sorted(os.sched_getaffinity(0))
@@ -59,7 +59,7 @@ def test_a_partial_gpu_stage_is_timed_at_its_lanes_and_the_candidates_predicted_
     assert list(prof.stage_lanes) == ["gpu0"] and list(prof.stage_lanes["gpu0"]) == [key]
     table = prof.stage_lanes["gpu0"][key]
     assert set(table) == {"1", "4"} and all(table[k]["alone"]["n"] > 0 for k in table)
-    assert new.stage_slowdown == {("gpu0", key): stage_curve(table)}
+    assert new.stage_slowdown == {("gpu0", key): slowdown_curves(table)[0]}
     assert new.subnet_times[("gpu0", key)] == table["1"]["alone"]["median"]
     assert logged == ["timing a stage of 5 layers on gpu0 at 1 and 4 lanes"]
     # the problem given is untouched (a value), the candidates are predicted with the new one
