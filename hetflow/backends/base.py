@@ -58,3 +58,13 @@ class Backend(ABC):
         each (GPU lanes). A backend whose runners can share weights overrides this, sharing
         those of `like` (a runner of the same sub-network on the element) where given."""
         return [self.prepare(subnet, element, **opts) for _ in range(lanes)]
+
+    def share_key(self, element: "ProcessingElement") -> tuple | None:
+        """Elements with equal keys can run one sub-network on one shared state (`prepare_like`);
+        None: `element` shares nothing."""
+        return None
+
+    def prepare_like(self, runner: Runner, element: "ProcessingElement") -> Runner | None:
+        """A runner of `runner`'s sub-network on `element` sharing `runner`'s state (built for an
+        element of the same `share_key`), or None where that state is gone."""
+        return None

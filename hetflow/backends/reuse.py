@@ -8,7 +8,8 @@ A bench builds the same runners again and again: the parallel baseline's whole-m
 each core, then each pilot, the plan's re-timing and its run. Inside `reusing_runners()`,
 `runners_for` hands back the runners built earlier for the same model, layers and element
 (GPU lanes from one pool per element: k lanes are the pool's first k, and lanes added to a pool
-share its weights) and `release` keeps them;
+share its weights; elements of one `share_key`, single CPU cores, share one runner's state) and
+`release` keeps them;
 they are closed when the scope ends, or earlier, least recently used first, when the models
 they hold exceed the scope's byte budget. Outside a scope `runners_for` builds fresh runners
 and `release` closes them.
@@ -40,6 +41,13 @@ class _Scope:
         self.owned: set[int] = set()
         self.lock = threading.Lock()
         self.built = self.reused = 0
+        # per (model, layers, backend, share key): the runner others share (`prepare_like`)
+        self.twins: dict[tuple, Any] = {}
+        self.twin_locks: dict[tuple, threading.Lock] = {}
+
+    def twin_lock(self, key: tuple) -> threading.Lock:
+        with self.lock:
+            return self.twin_locks.setdefault(key, threading.Lock())
 
     def take(self, key: tuple, build, count: int) -> list:
         with self.lock:
@@ -97,6 +105,7 @@ class _Scope:
         with self.lock:
             pools, self.pools = list(self.pools.values()), OrderedDict()
             self.bytes.clear()
+            self.twins.clear()
             self.owned.clear()
             self.in_use.clear()
         for pool in pools:
@@ -146,9 +155,20 @@ def runners_for(graph: "CnnGraph", layers: Iterable[str], element: "ProcessingEl
 
     layers = list(layers)
     backend = backend_for(element)
+    share = backend.share_key(element) if _scope is not None else None
+    twin_key = (graph.model_hash, subnet_key(layers), backend.name, share)
 
     def build(existing: list, k: int) -> tuple[list, int]:
         sub = extract_subnet(graph, layers, name=name)
+        if k == 1 and not existing and share is not None:
+            # the first of several threads builds; the others wait and share its state
+            with _scope.twin_lock(twin_key):
+                twin = _scope.twins.get(twin_key)
+                made = backend.prepare_like(twin, element) if twin is not None else None
+                if made is not None:
+                    return [made], 0
+                _scope.twins[twin_key] = made = backend.prepare(sub, element)
+                return [made], weights
         if k == 1 and not existing:
             return [backend.prepare(sub, element)], weights
         # more lanes for a pool share its first runner's weights where the backend can

@@ -45,6 +45,9 @@ class Recording(OrtCpuBackend):
         Recording.likes.append(like)
         return super().prepare_lanes(subnet, element, lanes, **opts)
 
+    def share_key(self, element):  # each element its own session here (see `Sharing`)
+        return None
+
 
 if NAME not in registered_backends():
     register_backend(NAME, Recording)
@@ -202,3 +205,69 @@ def test_a_failed_build_gives_back_the_others_and_raises_the_first_error(graph):
     finally:
         Slow.fail_on = None
     assert len(Recording.built) == 3 and all(r.closed for r in Recording.built)
+
+
+class Sharing(Slow):
+    """Slow recording runners that single cores share, as ONNX Runtime's do."""
+
+    name = NAME + "_sharing"
+
+    def share_key(self, element):
+        return OrtCpuBackend.share_key(self, element)
+
+
+if Sharing.name not in registered_backends():
+    register_backend(Sharing.name, Sharing)
+
+
+def test_single_cores_share_one_session_built_once_by_the_first_thread(graph):
+    from hetflow.backends.reuse import runners_for_many
+
+    els = [ProcessingElement(f"h{i}", "cpu", (CORE,), cluster="cpu", backend=Sharing.name)
+           for i in range(5)]
+    x = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    fresh = OrtCpuBackend().prepare(extract(graph, ["conv", "relu"]), els[0])
+    want = fresh.run({"x": x})["y"]
+    with reusing_runners() as scope:
+        got = [rs[0] for rs in runners_for_many(graph, [(["conv", "relu"], e, 1, None)
+                                                       for e in els], threads=4)]
+        assert len(Recording.built) == 1 and scope.built == 5
+        assert [r.element.name for r in got] == [e.name for e in els]
+        assert len({id(r) for r in got}) == 5 and len({id(r.session) for r in got}) == 1
+        for r in got:  # each runs the whole sub-network
+            np.testing.assert_allclose(r.run({"x": x})["y"], want, rtol=1e-6)
+        other = runners_for(graph, ["conv"], els[1])  # other layers: their own session
+        assert other[0].session is not got[0].session and len(Recording.built) == 2
+        release([*got, *other])
+    assert Recording.built[0].closed
+
+
+def test_a_closed_session_is_not_shared_and_multi_core_or_profiling_sessions_never_are(graph):
+    b = OrtCpuBackend()
+    one = ProcessingElement("c0", "cpu", (CORE,), cluster="cpu")
+    other = ProcessingElement("c1", "cpu", (CORE + 1,), cluster="cpu")
+    two = ProcessingElement("c01", "cpu", (CORE, CORE + 1), cluster="cpu")
+    gpu = ProcessingElement("gpu0", "gpu", (CORE,), cluster="gpu")
+    assert b.share_key(one) == b.share_key(other) is not None
+    assert b.share_key(two) is None and b.share_key(gpu) is None
+    sub = extract(graph, ["conv"])
+    r = b.prepare(sub, one)
+    view = b.prepare_like(r, other)
+    assert view is not None and view.session is r.session and view.element is other
+    assert b.prepare_like(r, two) is None
+    r.close()
+    assert b.prepare_like(r, other) is None
+    assert view.session is not None  # closing one runner leaves the others' session alone
+
+
+def test_a_profiling_session_is_not_shared(graph, tmp_path):
+    b = OrtCpuBackend()
+    one = ProcessingElement("c0", "cpu", (CORE,), cluster="cpu")
+    r = b.prepare(extract(graph, ["conv"]), one, profile_prefix=str(tmp_path / "p"))
+    assert b.prepare_like(r, ProcessingElement("c1", "cpu", (CORE,), cluster="cpu")) is None
+
+
+def extract(graph, layers):
+    from hetflow.model.subnet import extract_subnet
+
+    return extract_subnet(graph, layers)
