@@ -68,7 +68,7 @@ class Subnet:
         and parsing them back: serialising vgg19's layer cuts took 5.7 s of its 2-core profile.
         Initializers of dtypes numpy and ONNX Runtime share are moved; others stay inline."""
         if "weightless" not in self._memo:
-            self._memo["weightless"] = _weightless(self.model)
+            self._memo["weightless"] = weightless_model(self.model)
         return self._memo["weightless"]
 
 
@@ -230,7 +230,9 @@ def _copy_fields(dst, src, skip: str) -> None:
             getattr(dst, f.name).extend(value)
 
 
-def _weightless(model: onnx.ModelProto) -> tuple[bytes, list[str], list[np.ndarray]]:
+def weightless_model(model: onnx.ModelProto) -> tuple[bytes, list[str], list[np.ndarray]]:
+    """`model`'s bytes with its large initializers as external data, their names and arrays
+    (what `Subnet.weightless` caches; see there)."""
     from onnx import numpy_helper
 
     g = model.graph

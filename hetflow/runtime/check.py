@@ -45,16 +45,27 @@ def compare(got: np.ndarray, want: np.ndarray, dtype: str) -> tuple[bool, float,
 
 
 def reference_session(graph: CnnGraph):
+    """ONNX Runtime's session of the whole model, unoptimised (no graph rewrite of ORT's can make
+    it wrong), built once per graph: a bench checks every plan it runs against it, and building
+    it took seconds for vgg19 (its 548 MB of weights serialised and parsed back, before they
+    were taken from memory)."""
     import onnxruntime as ort
 
-    # the reference runs unoptimised: no graph rewrite of ORT's can make it wrong
+    from hetflow.model.subnet import weightless_model
+
+    session = graph.__dict__.get("_reference_session")  # cached like the graph's derived views
+    if session is not None:
+        return session
     so = ort.SessionOptions()
     so.log_severity_level = 3
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     # a split graph (hetflow.model.split) is checked against its model before the split
-    model = getattr(graph, "reference_onnx", None) or graph.onnx
-    return ort.InferenceSession(model.SerializeToString(), so,
-                                providers=["CPUExecutionProvider"])
+    model, names, arrays = weightless_model(getattr(graph, "reference_onnx", None) or graph.onnx)
+    if names:
+        so.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays])
+    session = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    graph.__dict__["_reference_session"] = session
+    return session
 
 
 def check_outputs(graph: CnnGraph, app: CsdfApp, kept: dict[int, dict[str, np.ndarray]],

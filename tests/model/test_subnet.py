@@ -257,9 +257,9 @@ def test_a_weight_of_a_dtype_numpy_lacks_stays_in_the_model():
                           [helper.make_tensor_value_info("a", TensorProto.FLOAT, [32, 32])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [32, 32])],
                           [w, x])
-    from hetflow.model.subnet import _weightless
+    from hetflow.model.subnet import weightless_model
 
-    model, names, arrays = _weightless(helper.make_model(g))
+    model, names, arrays = weightless_model(helper.make_model(g))
     kept = {t.name: t for t in onnx.load_from_string(model).graph.initializer}
     assert names == ["x"] and arrays[0].dtype == np.float32
     assert kept["w"].data_location != TensorProto.EXTERNAL

@@ -104,3 +104,21 @@ def test_fp16_one_rounding_step_passes(plan_for, tmp_path):
                                                                                   rel=1e-3)
     rtol, atol = tolerance("float32")
     assert atol * max(1.0, float(np.abs(want).max())) < 0.000488  # float32's would refuse it
+
+
+def test_the_reference_is_built_once_per_graph_and_runs_the_models_own_weights():
+    """Its weights come from memory (not the serialised model): the outputs equal those of a
+    session built from the model's bytes."""
+    import onnxruntime as ort
+
+    graph = resolve_model("squeezenet1_0")
+    session = reference_session(graph)
+    assert reference_session(graph) is session
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    plain = ort.InferenceSession(graph.onnx.SerializeToString(), so,
+                                 providers=["CPUExecutionProvider"])
+    x = random_source(graph)(3)
+    names = list(graph.outputs)
+    for got, want in zip(session.run(names, x), plain.run(names, x)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
