@@ -19,7 +19,7 @@ import numpy as np
 
 from hetflow.backends import pin_current_thread
 from hetflow.backends.reuse import release, reusing_runners, runners_for, runners_for_many
-from hetflow.backends.together import run_together
+from hetflow.backends.together import frames_in_window, run_together
 from hetflow.errors import RuntimeFault
 from hetflow.model.subnet import extract_subnet
 
@@ -53,6 +53,7 @@ def _time_lanes(what: str, lanes: list, element: "ProcessingElement", feeds: dic
     together for `seconds` (after `warmup` frames each)."""
     times: list[list[float]] = [[] for _ in lanes]
     cpu: list[list[float]] = [[] for _ in lanes]  # the driving thread's CPU time per firing
+    spans: list[list[tuple[float, float]]] = [[] for _ in lanes]
     caller = element.cores[:1]
 
     def prepare(i: int) -> None:
@@ -63,15 +64,17 @@ def _time_lanes(what: str, lanes: list, element: "ProcessingElement", feeds: dic
     def step(i: int) -> bool:
         t0, c0 = time.perf_counter(), time.thread_time()
         lanes[i].run(feeds)
-        times[i].append(time.perf_counter() - t0)
+        t1 = time.perf_counter()
+        times[i].append(t1 - t0)
+        spans[i].append((t0, t1))
         cpu[i].append(time.thread_time() - c0)
         return True
 
     names = [f"{element.name}/lane{i}" for i in range(len(lanes))]
-    t0 = run_together(what, names, prepare, step, lambda elapsed: elapsed >= seconds)
-    elapsed = time.perf_counter() - t0
+    window = run_together(what, names, prepare, step, lambda elapsed: elapsed >= seconds)
     flat = [t for ts in times for t in ts]
-    return {"firing": stats(flat), "fps": len(flat) / elapsed,
+    frames = sum(frames_in_window(s, window.start, window.stop) for s in spans)
+    return {"firing": stats(flat), "fps": frames / (window.stop - window.start),
             "host": stats([c for cs in cpu for c in cs])}
 
 

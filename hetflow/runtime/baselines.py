@@ -38,7 +38,7 @@ def measure_parallel(graph: CnnGraph, elements: list[ProcessingElement],
     after every copy finished its warm-up. `lanes`: copies per element (GPU lanes), default 1."""
     from hetflow.backends import pin_current_thread
     from hetflow.backends.reuse import release, runners_for_many
-    from hetflow.backends.together import run_together
+    from hetflow.backends.together import frames_in_window, run_together
 
     lanes = lanes or {}
     whole = [l.name for l in graph.layers]
@@ -68,20 +68,24 @@ def measure_parallel(graph: CnnGraph, elements: list[ProcessingElement],
         return True
 
     try:
-        t_start = run_together(f"{name} baseline", [e.name for e, _ in workers], prepare, step,
-                               None if seconds is None else (lambda elapsed: elapsed >= seconds))
+        window = run_together(f"{name} baseline", [e.name for e, _ in workers], prepare, step,
+                              None if seconds is None else (lambda elapsed: elapsed >= seconds))
     finally:
         release(runners)
-    t_end = max((r[-1][1] for r in records if r), default=time.perf_counter())
-    wall = t_end - t_start
     done = sum(len(r) for r in records)
     lat = [e - s for r in records for s, e in r]
+    if window.stop is None:  # a number of frames: the run lasts until the last one is out
+        t_end = max((r[-1][1] for r in records if r), default=time.perf_counter())
+    else:  # a time window: frames under way at its end count by their share inside it
+        t_end = window.stop
+    wall = t_end - window.start
     util: dict[str, float] = {}
     fps: dict[str, float] = {}
     for (el, _), r in zip(workers, records):
         k = lanes.get(el.name, 1)
-        util[el.name] = util.get(el.name, 0.0) + sum(e - s for s, e in r) / wall / k
-        fps[el.name] = fps.get(el.name, 0.0) + len(r) / wall
-    return RunReport(name, done, warmup, done / wall, latency_stats(lat), util,
+        busy = sum(min(e, t_end) - s for s, e in r if s < t_end)
+        util[el.name] = util.get(el.name, 0.0) + busy / wall / k
+        fps[el.name] = fps.get(el.name, 0.0) + frames_in_window(r, window.start, t_end) / wall
+    return RunReport(name, done, warmup, sum(fps.values()), latency_stats(lat), util,
                      notes={"elements": [e.name for e in elements], "per_element_fps": fps,
                             "lanes": {e: k for e, k in lanes.items() if k > 1}})

@@ -53,3 +53,38 @@ def test_a_failing_copy_names_its_element(graph, monkeypatch):
     with pytest.raises(RuntimeFault, match=rf"parallel baseline: element {singles()[-1].name}: "
                                            "ValueError: injected"):
         measure_parallel(graph, singles(), random_source(graph), frames=20, warmup=1)
+
+
+def test_a_slow_copy_still_under_way_when_the_window_ends_costs_the_others_nothing(graph,
+                                                                                monkeypatch):
+    """One copy takes 0.2 s a frame, the other 4 ms, in a 0.3 s window: each copy's rate is
+    what its own frames say (1 / its mean frame time), the slow one's last frame counted by its
+    share inside the window; summed, not frames over the time the slow frame ended."""
+    import time
+
+    from hetflow.backends import reuse
+
+    real = reuse.runners_for_many
+    own: dict[str, list[float]] = {}
+
+    def many(g, wanted, threads=8):
+        built = real(g, wanted, threads)
+        for (_, element, _, _), rs in zip(wanted, built):
+            pause = 0.2 if element.name == singles()[0].name else 0.004
+            took = own.setdefault(element.name, [])
+
+            def run(feeds, pause=pause, took=took):
+                t0 = time.perf_counter()
+                time.sleep(pause)
+                took.append(time.perf_counter() - t0)
+                return {}
+            rs[0].run = run
+        return built
+
+    monkeypatch.setattr(reuse, "runners_for_many", many)
+    r = measure_parallel(graph, singles(), random_source(graph), warmup=1, seconds=0.3)
+    fps = r.notes["per_element_fps"]
+    for name, took in own.items():
+        want = 1 / (sum(took) / len(took))
+        assert fps[name] == pytest.approx(want, rel=0.25), name
+    assert r.throughput == pytest.approx(sum(fps.values()))
