@@ -38,6 +38,11 @@ PROFILE_WARMUP = 3  # profile_model's default warm-up runs
 PILOT_FRAMES, PILOT_WARMUP = 60, 10  # runtime/pilot.py: a pilot runs at least 60 frames
 MAX_FRAMES = 20000  # runtime/pilot.py frames_for: a run's frames at most
 CHECKED_FRAMES = 8  # a plan run checks its first frames against a reference run of the model
+# a plan kind's runners on elements nothing ran on before (a data-parallel plan of vgg19 over
+# seven 2-core groups builds seven sessions of the whole model) and the reference session,
+# counted a priori as this many whole-model builds; once a kind has run, what the kinds so far
+# took beyond their estimates replaces it (`Facts.plan_extra_s`)
+PLAN_BUILDS = 3
 
 
 class BudgetError(HetflowError):
@@ -134,6 +139,16 @@ class Facts:
     piloted: bool = False  # designs were piloted already: a later kind's candidates mostly
     # were (each run is kept by design), so it is counted one new pilot, the first kind all
     refine: bool = True
+    plan_extra_s: float = 0.0  # what a plan kind takes beyond its runs: builds, the reference
+
+
+def plan_extra(build_s: float, overruns: Sequence[float]) -> float:
+    """The seconds each plan kind is counted beyond its runs' estimates: PLAN_BUILDS builds of
+    the whole model before any kind ran, then the mean of what the kinds took beyond their
+    estimates (never below zero)."""
+    if not overruns:
+        return PLAN_BUILDS * build_s
+    return max(0.0, sum(overruns) / len(overruns))
 
 
 def run_s(seconds: float, at_least: float, warmup: float, fps: float) -> float:
@@ -158,7 +173,7 @@ def costs(k: Mapping[str, float], f: Facts) -> list[tuple[str, float, int | None
             out.append(("reference rows (one lane)", f.references * baseline, 0, 0))
     for pos, kind in enumerate(f.kinds):
         frames = k["frames"]
-        out.append((f"plan {kind}", f.search_s + CHECKED_FRAMES * f.frame_s
+        out.append((f"plan {kind}", f.search_s + CHECKED_FRAMES * f.frame_s + f.plan_extra_s
                     + run_s(k["plan_seconds"], frames, max(k["warmup"], frames // 10), f.fps),
                     3, pos))
         if f.pilots > 1:
@@ -231,6 +246,14 @@ class Budget:
                      for p in parts(self.full, facts)
                      if p.name != part and p.name not in got.dropped)
         return self.left() - others
+
+    def expected(self, facts: Facts, got: Fit, kind: str) -> float:
+        """The seconds plan `kind` is estimated to take (its parts the fit kept, at its scale)
+        beyond `facts.plan_extra_s`."""
+        mine = {f"plan {kind}", f"pilots of {kind}", f"re-timing of {kind}"}
+        return sum(p.least_s + got.scale * (p.full_s - p.least_s)
+                   for p in parts(self.full, facts)
+                   if p.name in mine and p.name not in got.dropped) - facts.plan_extra_s
 
     def settings(self, got: Fit, *names: str) -> dict[str, Any]:
         """The named settings at the fit's scale; noted where shortened."""

@@ -12,7 +12,7 @@ from hetflow.errors import HetflowError
 from hetflow.mapping.mapping import group_members
 from hetflow.runtime.report import RunReport
 
-from .budget import MINIMUMS, Budget, BudgetError, Facts, summary as budget_summary
+from .budget import MINIMUMS, Budget, BudgetError, Facts, plan_extra, summary as budget_summary
 
 
 # `bench --quick`: each model's budget unless --budget is given (the estimates it decides by are
@@ -213,6 +213,7 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
     singles, parallel = baseline_elements(platform)
     prof, prof_s = cached_profile(graph, platform, log, partial=budget is not None), 0.0
     repeats, lane_s, limit_s = settings.profile_repeats, settings.lane_seconds, None
+    build_s, overruns = 0.0, []  # a whole-model build; what plan kinds took beyond estimates
     needed = profiled_elements(platform) if budget is not None and prof is None else []
     if budget is not None and needed:
         gpus = sum(e.kind == "gpu" for e in needed)
@@ -225,7 +226,7 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
                       elements=len(distinct_elements([*singles, *parallel])), gpus=gpus,
                       build_s=build_s, copies=len(parallel) - gpus if gpus else 0,
                       references=gpus + (gpus > 0), pilots=settings.pilot_candidates,
-                      refine=settings.refine)
+                      refine=settings.refine, plan_extra_s=plan_extra(build_s, overruns))
         got = budget.decide("the profile", facts)
         if not got.ok:
             over(budget, settings, graph.name, "its profile and baselines", got)
@@ -252,7 +253,7 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
         got = budget.decide("the baselines", Facts(
             frame_s, sum(1 / alone.get(e.name, frame_s) for e in parallel), kinds,
             baselines=True, references=references, pilots=settings.pilot_candidates,
-            refine=settings.refine))
+            refine=settings.refine, plan_extra_s=plan_extra(build_s, overruns)))
         if not got.ok:
             what = "its baselines" + (f" (after its profile took {prof_s:.1f} s; the profile "
                                       f"is cached for the next bench)" if prof_s else "")
@@ -313,10 +314,12 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
         pilot_s, plan_s, under_load_s = (settings.pilot_seconds, settings.plan_seconds,
                                          settings.under_load_seconds)
         at_least, warmup = settings.frames, settings.warmup
+        t_kind, expected = time.perf_counter(), None
         if budget is not None:
-            got = budget.decide(f"plan {label}", Facts(
-                frame_s, par.throughput, kinds[i:], search_s=search_s, pilots=n_pilots,
-                piloted=bool(pilots), refine=refine))
+            facts = Facts(frame_s, par.throughput, kinds[i:], search_s=search_s,
+                          pilots=n_pilots, piloted=bool(pilots), refine=refine,
+                          plan_extra_s=plan_extra(build_s, overruns))
+            got = budget.decide(f"plan {label}", facts)
             if f"plan {label}" in got.dropped and settings.budget_strict:
                 budget.skip(f"plan {label}", "no time left for it")
                 continue
@@ -333,6 +336,8 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
             pilot_s = k.get("pilot_seconds", pilot_s)
             repeats = int(k.get("profile_repeats", repeats))
             under_load_s = k.get("under_load_seconds", under_load_s)
+            expected = budget.expected(replace(facts, pilots=n_pilots, refine=refine), got,
+                                       label)
         log(f"searching: {label}")
         t_search = time.perf_counter()
         try:
@@ -394,6 +399,8 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
         frames = frames_for(plan, plan_s, at_least)
         r = run_plan(plan, graph, frames, max(warmup, frames // 10), check="first",
                      trace_path=trace)
+        if expected is not None:
+            overruns.append(time.perf_counter() - t_kind - expected)
         rows.append(_row(f"hetflow {label}", "plan", r, a_priori["throughput"],
                          plan.search.get("seconds"), plan))
         rows[-1]["strategy"] = plan.strategy

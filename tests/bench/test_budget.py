@@ -4,8 +4,8 @@ clock the test moves by hand."""
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hetflow.bench.budget import (MINIMUMS, Budget, Facts, Part, costs, fit, parts, scaled,
-                                  summary)
+from hetflow.bench.budget import (MINIMUMS, PLAN_BUILDS, Budget, Facts, Part, costs, fit, parts,
+                                  plan_extra, scaled, summary)
 
 FULL = {"profile_repeats": 5, "lane_seconds": 0.5, "baseline_seconds": 2.0, "pilot_seconds": 0.4,
         "under_load_seconds": 1.0, "plan_seconds": 1.0, "frames": 120, "warmup": 20}
@@ -185,3 +185,31 @@ def test_the_shortest_settings_used_are_the_ones_noted():
     assert b.notes()["scaled"] == {"baseline_seconds": {"from": 2.0, "to": 1.25}}
     assert summary(b.notes()) == ("budget 100.0 s, took 0.0 s; skipped: nothing; shortened: "
                                   "baseline_seconds 2 -> 1.25")
+
+
+def test_a_plan_kind_is_counted_its_builds_until_kinds_ran_then_what_they_took_beyond():
+    assert plan_extra(1.5, []) == pytest.approx(PLAN_BUILDS * 1.5)
+    assert plan_extra(1.5, [4.0, 2.0]) == pytest.approx(3.0)
+    assert plan_extra(1.5, [-2.0, 1.0]) == 0.0  # kinds that took less count nothing
+    at = {n: s for n, s, _, _ in costs(FULL, plan_facts())}
+    more = {n: s for n, s, _, _ in costs(FULL, plan_facts(plan_extra_s=2.5))}
+    assert all(more[f"plan {k}"] == pytest.approx(at[f"plan {k}"] + 2.5) for k in KINDS)
+    assert {n for n in at if not n.startswith("plan ")} == {
+        n for n in more if not n.startswith("plan ")}
+    assert all(more[n] == at[n] for n in at if not n.startswith("plan "))
+
+
+@pytest.mark.parametrize("extra", [0.0, 3.0])
+def test_a_kinds_expected_seconds_are_its_kept_parts_at_the_fits_scale(extra):
+    """What a kind's run is compared with afterwards: its plan, pilots and re-timing as the fit
+    kept them, without the extra it was counted (the overrun replaces that)."""
+    clock = Clock()
+    b = Budget(10.0, dict(FULL), clock=clock)
+    facts = plan_facts(plan_extra_s=extra)
+    got = b.decide("plan pipeline", facts)
+    ps = {p.name: p for p in parts(FULL, facts)}
+    want = sum(ps[n].least_s + got.scale * (ps[n].full_s - ps[n].least_s)
+               for n in ("plan pipeline", "pilots of pipeline", "re-timing of pipeline")
+               if n not in got.dropped) - extra
+    assert b.expected(facts, got, "pipeline") == pytest.approx(want)
+    assert 0 < b.expected(facts, got, "pipeline") < 10.0
