@@ -301,13 +301,16 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                for a, ms in members.items() for j, m in enumerate(ms) for lane in range(lanes[m])]
     done_at: list[float] = []
     latencies: list[float] = []
+    last_entry = [float("-inf")]  # when the latest frame released so far entered
     kept: dict[int, dict[str, np.ndarray]] = {}
 
     def release() -> int | None:
         ready = order.release(frames)
         for f, at in ready:
             done_at.append(at)
-            latencies.append(at - first_start.pop(f, at))
+            entered = first_start.pop(f, at)
+            last_entry[0] = max(last_entry[0], entered)
+            latencies.append(at - entered)
             if f in outputs:
                 kept[f] = outputs.pop(f)
             if on_frame:
@@ -332,5 +335,6 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     for (el, _), b in busy.items():
         per_el[el] = per_el.get(el, 0.0) + b / lanes[el]
     report = stream_report(done_at, latencies, warmup, per_el, t_start, complete, plan.predicted,
-                           frames_ahead(plan.mapping))
+                           frames_ahead(plan.mapping), order.completed_at,
+                           last_entry[0] if complete else None)
     return report, kept, state

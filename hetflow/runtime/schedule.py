@@ -271,6 +271,7 @@ class InOrder:
 
     def __init__(self) -> None:
         self.finished: dict[int, float] = {}
+        self.completed_at: list[float] = []  # of the released frames, in release order
         self.next = 0
         self.last = float("-inf")
 
@@ -281,7 +282,9 @@ class InOrder:
         """The frames (below `limit`) that may leave now, with their release times."""
         out = []
         while self.next < limit and self.next in self.finished:
-            self.last = max(self.last, self.finished.pop(self.next))
+            at = self.finished.pop(self.next)
+            self.completed_at.append(at)
+            self.last = max(self.last, at)
             out.append((self.next, self.last))
             self.next += 1
         return out
