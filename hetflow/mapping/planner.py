@@ -35,18 +35,13 @@ def make_plan(problem: Problem, mapping: Mapping, metrics: Metrics, strategy: st
                 splits=list(splits or []))
 
 
-def against_whole_model(problem: Problem, result: SearchResult,
-                        latency_cap: float | None = None) -> SearchResult:
-    """`result`, or the whole model on one element where that is analysed faster (within the
-    latency cap): no strategy may return a design worse than the obvious one (an ILP result
-    was once analysed below the GPU alone)."""
-    from dataclasses import replace
-
+def best_whole_model(problem: Problem, latency_cap: float | None = None
+                     ) -> tuple[Mapping, Metrics] | None:
+    """The whole model on the one element analysed fastest (a GPU at its best lane count),
+    among those within the latency cap; None where none is."""
     from .problem import evaluate
     from .strategies.base import whole_model_on
 
-    if result.notes.get("keep_design"):  # the user asked for this design (e.g. gp apply=always)
-        return result
     best = None
     for e in problem.elements:
         if not np.isfinite(problem.layer_times[:, problem.element_index[e.name]]).all():
@@ -57,6 +52,19 @@ def against_whole_model(problem: Problem, result: SearchResult,
             continue
         if best is None or metrics.throughput > best[1].throughput:
             best = (m, metrics)
+    return best
+
+
+def against_whole_model(problem: Problem, result: SearchResult,
+                        latency_cap: float | None = None) -> SearchResult:
+    """`result`, or the whole model on one element where that is analysed faster (within the
+    latency cap): no strategy may return a design worse than the obvious one (an ILP result
+    was once analysed below the GPU alone)."""
+    from dataclasses import replace
+
+    if result.notes.get("keep_design"):  # the user asked for this design (e.g. gp apply=always)
+        return result
+    best = best_whole_model(problem, latency_cap)
     if best is None or best[1].throughput <= result.metrics.throughput * (1 + 1e-9):
         return result
     return replace(result, best=best[0], metrics=best[1], problem=None, splits=[],
@@ -133,16 +141,17 @@ def search_candidates(problem: Problem, strategies: list[str], platform_name: st
             seen.add(plan.mapping.key())
             out.append((plan, result))
     # every strategy's own pick is tried too: over-predicted designs of one strategy (pipelines
-    # on the GPU machine, 1.1-1.5x) must not crowd out another's; and the best design on one
-    # element (on the H100, alexnet on the GPU alone at 8 lanes ran 1.3x a GPU + 15-core design
-    # predicted above it: the CPU threads slowed the lanes' host work)
-    single = [(m.throughput, i, mp, m, p, r) for i, (_, _, p, r) in enumerate(found)
-              for mp, m in r.front if len(set(mp.elements)) == 1
-              and (cap is None or m.latency <= cap)]
-    if single and count > 1:
-        _, _, mp, m, p, r = max(single, key=lambda x: (x[0], -x[1]))
-        own_picks.append((make_plan(problem, mp, m, p.strategy, platform_name, dict(p.search),
-                                    fuse, cap, interleave=interleave), r))
+    # on the GPU machine, 1.1-1.5x) must not crowd out another's; and the whole model on the
+    # best single element, a design of every strategy (on the H100, alexnet on the GPU alone at
+    # 8 lanes ran 1.3x a GPU + 15-core design predicted above it; on the H200, GPU + CPU-replica
+    # pipelines of mobilenet_v2 predicted 5,000-6,300 frames/s ran 2,700-3,000, the GPU alone
+    # 5,700, and were the pipeline strategy's only candidates)
+    whole = best_whole_model(problem, cap) if found and count > 1 else None
+    if whole is not None:
+        first = found[0][2]
+        own_picks.append((make_plan(problem, whole[0], whole[1], first.strategy, platform_name,
+                                    dict(first.search), fuse, cap, interleave=interleave),
+                          found[0][3]))
     for plan, result in own_picks:
         if plan.mapping.key() not in seen and count > 1:
             seen.add(plan.mapping.key())

@@ -51,3 +51,22 @@ def test_one_strategy_says_why_it_found_nothing():
                              options={"latency_cap": 1e-9}, log=said.append) == []
     assert len(said) == 2 and all("latency cap" in s for s in said)
 
+
+
+def test_the_whole_model_on_the_best_element_is_always_a_candidate():
+    """However the strategies' fronts look, the whole model on the element analysed fastest is
+    piloted beside them (a measured run, not the analysis, decides between them)."""
+    from hetflow.mapping.planner import best_whole_model
+    from hetflow.mapping.problem import evaluate
+    from hetflow.mapping.strategies.base import whole_model_on
+
+    problem = _problem()
+    want, metrics = best_whole_model(problem)
+    assert len(set(want.assignment.values())) == 1
+    rates = [evaluate(problem, whole_model_on(problem, e.name)).throughput
+             for e in problem.elements]
+    assert metrics.throughput == max(rates)  # the fastest single element (here the GPU)
+    assert want.actors == ["gpu0"]
+    for strategies in (["pipeline"], ["single"], ["single", "pipeline"]):
+        keys = [p.mapping.key() for p, _ in search_candidates(problem, strategies, "p", 2)]
+        assert want.key() in keys, strategies
