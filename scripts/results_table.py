@@ -85,11 +85,14 @@ def lanes_summary(paths: list[str], share: float = 0.5, floor: float = 0.9, with
         bal_s = (f"{bal['vs_parallel']:.2f}, {bal['p99_vs_parallel']:.2f}"
                  + (" (met)" if bal["vs_parallel"] >= floor and bal["p99_vs_parallel"] <= share
                     else " (missed)")) if bal else "-"
-        print(f"| {m['model']} | {one['throughput']:.0f} | {par['throughput']:.0f} | "
+        # a bench that skipped the one-lane reference rows (its budget) has no 1-lane figure
+        print(f"| {m['model']} | {one['throughput']:.0f} | " if one else f"| {m['model']} | - | ",
+              end="")
+        print(f"{par['throughput']:.0f} | "
               f"{best['throughput']:.0f} ({best['name'].replace('hetflow ', '')}) | "
               f"{best['vs_parallel']:.2f} | "
-              f"{best['throughput'] / one['throughput']:.1f} | {bal_s} | {', '.join(preds)} |"
-              if one else f"| {m['model']} | - | {par['throughput']:.0f} | | | | | |")
+              + (f"{best['throughput'] / one['throughput']:.1f}" if one else "-")
+              + f" | {bal_s} | {', '.join(preds)} |")
     print(f"\npredictions within {within:.0%} of measured: {n_ok} of {n_pred} plans")
 
 
