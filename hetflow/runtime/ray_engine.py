@@ -307,7 +307,7 @@ class RayPipeline:
         latencies: list[float] = []
         kept: dict[int, dict[str, np.ndarray]] = {}
         complete = True
-        t_start = time.perf_counter()
+        t_start = last_entry = time.perf_counter()
         try:
             for f, i in self._order(frames):
                 fr = opened.get(f)
@@ -316,6 +316,7 @@ class RayPipeline:
                         self._collect(self._close(pending.pop(0), opened), stall_timeout,
                                       done_at, latencies, kept, keep_outputs, on_frame)
                     fr = opened[f] = self._open(f, inputs(f))
+                    last_entry = time.perf_counter()
                     pending.append(fr)
                 self._fire(fr, self.firings[i])
             while pending:
@@ -327,7 +328,8 @@ class RayPipeline:
         now = {el: s["busy"] for el, s in self._stats().items()}
         busy = {el: b - self._busy_before.get(el, 0.0) for el, b in now.items()}
         self._busy_before.update(now)
-        return self._report(done_at, latencies, warmup, busy, t_start, complete), kept
+        return self._report(done_at, latencies, warmup, busy, t_start, complete,
+                            last_entry), kept
 
     def _order(self, frames: int):
         """(frame, firing) in the order they are handed out: each element's in its own order
@@ -513,11 +515,15 @@ class RayPipeline:
     def events(self) -> list[tuple]:
         return [ev for s in self._stats().values() for ev in s["events"]]
 
-    def _report(self, done_at, latencies, warmup, busy, t_start, complete) -> RunReport:
+    def _report(self, done_at, latencies, warmup, busy, t_start, complete,
+                last_entry) -> RunReport:
         nodes = {el: {"node": w.node, "frames": self.frames_taken.get(el, 0), **w.info}
                  for el, w in self.workers.items()}
+        # frames are collected in order as they complete: their collection times stand for
+        # their completions, counted until the last frame entered (steady_throughput)
         return stream_report(done_at, latencies, warmup, busy, t_start, complete,
-                             self.plan.predicted, frames_ahead(self.plan.mapping), engine="ray",
+                             self.plan.predicted, frames_ahead(self.plan.mapping), done_at,
+                             last_entry if complete else None, engine="ray",
                              ray_version=self.ray.__version__, workers=nodes)
 
     def close(self) -> None:
