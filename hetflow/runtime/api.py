@@ -88,14 +88,19 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
                                           stall_timeout, progress, on_frame, trace, address,
                                           runtime_env, max_inflight)
     else:
+        from hetflow.backends.reuse import reusing_runners
+
         from .engine import prepare, run_prepared
 
-        pp = prepare(plan, graph, progress)
-        try:
-            report, kept, state = run_prepared(pp, source, frames, warmup, keep, stall_timeout,
-                                               trace, on_frame)
-        finally:
-            pp.close()
+        # inside a scope (a bench's, else this run's own) the members of a replica group on
+        # single cores share one session of their layers
+        with reusing_runners():
+            pp = prepare(plan, graph, progress)
+            try:
+                report, kept, state = run_prepared(pp, source, frames, warmup, keep,
+                                                   stall_timeout, trace, on_frame)
+            finally:
+                pp.close()
         events = state.events
     if kept:
         report.max_abs_error = check_outputs(graph, plan.app, kept, source)

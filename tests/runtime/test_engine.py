@@ -181,3 +181,24 @@ def test_a_plan_for_cores_this_machine_lacks_is_refused_naming_the_element(plan_
     with pytest.raises(InputError, match=r"plan for \S+ on test: element pe1 uses core 4095, "
                                          r"which is not available on this machine"):
         run_plan(plan, graph, frames=10)
+
+
+def test_a_replica_group_on_single_cores_builds_one_session_and_runs_right(plan_for,
+                                                                         monkeypatch):
+    """`hetflow run` of a group of four single cores: one ONNX Runtime session serves them all
+    (built once), and the outputs still equal the reference frame by frame."""
+    from hetflow.backends.ort_cpu import OrtCpuBackend
+
+    graph = random_cnn_graph(6, seed=4, channels=8, size=16)
+    built = []
+    real = OrtCpuBackend.prepare
+
+    def counting(self, subnet, element, **opts):
+        built.append(element.name)
+        return real(self, subnet, element, **opts)
+
+    monkeypatch.setattr(OrtCpuBackend, "prepare", counting)
+    group = "r0|r1|r2|r3"
+    plan = plan_for(graph, {l.name: group for l in graph.layers})
+    r = run_plan(plan, graph, frames=40, warmup=4, check="all")
+    assert len(built) == 1 and r.checked_frames == 40 and r.frames == 40
