@@ -226,13 +226,11 @@ class Budget:
         if not got.ok:
             msg = (f"budget: {max(left, 0):.1f} s left before {before}, the required parts need "
                    f"about {got.least_s:.1f} s at the least")
-        elif got.scale >= 1:
-            msg = (f"budget: {left:.1f} s left before {before}, about {got.need_s:.1f} s needed "
-                   f"at the full settings")
         else:
             msg = (f"budget: {left:.1f} s left before {before}, about {got.need_s:.1f} s needed "
-                   f"with the measurements shortened (scale {got.scale:.2f}: 0 the minimums, "
-                   f"1 the full settings)")
+                   + ("at the full settings" if got.scale >= 1 else
+                      f"with the measurements shortened (scale {got.scale:.2f}: 0 the minimums, "
+                      f"1 the full settings)"))
             if got.dropped:
                 msg += " and, for now, without " + ", ".join(got.dropped)
         self.decisions.append(msg)

@@ -307,6 +307,9 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
     whole = subnet_key(l.name for l in graph.layers)
     # mapping key -> pilot run, or the error it ended with (shared by the plan kinds)
     pilots: dict[tuple, RunReport | HetflowError] = {}
+    # design -> (the plan kind whose run measured it, that run): kinds that chose the same design
+    # share one run (not a pilot: a full run, so no best-of-noisy-samples bias)
+    ran: dict[tuple, tuple[str, RunReport]] = {}
     search_s = 0.5  # before any search: a guess; then the longest search so far
     for i, (label, strategy, options) in enumerate(jobs):
         n_pilots, refine = settings.pilot_candidates, settings.refine
@@ -394,16 +397,25 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
         basis.setdefault("whole_model_in_problem_s", {}).update(
             {e: t for e, t in ((e, problem.subnet_times.get((e, whole))) for e in
                                problem.element_index) if t is not None})
-        log(f"running plan {label}: {describe_design(plan.app.phases, plan.mapping.lanes)}")
-        trace = Path(report_dir) / f"{graph.name}.{label}.trace.json" if report_dir else None
-        frames = frames_for(plan, plan_s, at_least)
-        r = run_plan(plan, graph, frames, max(warmup, frames // 10), check="first",
-                     trace_path=trace)
+        design = describe_design(plan.app.phases, plan.mapping.lanes)
+        same = ran.get(plan.mapping.key())
+        if same is not None:
+            log(f"plan {label}: {design}, the design plan {same[0]} ran; its run is reused")
+            r = same[1]
+        else:
+            log(f"running plan {label}: {design}")
+            trace = Path(report_dir) / f"{graph.name}.{label}.trace.json" if report_dir else None
+            frames = frames_for(plan, plan_s, at_least)
+            r = run_plan(plan, graph, frames, max(warmup, frames // 10), check="first",
+                         trace_path=trace)
+            ran[plan.mapping.key()] = (label, r)
         if expected is not None:
             overruns.append(time.perf_counter() - t_kind - expected)
         rows.append(_row(f"hetflow {label}", "plan", r, a_priori["throughput"],
                          plan.search.get("seconds"), plan))
         rows[-1]["strategy"] = plan.strategy
+        if same is not None:
+            rows[-1]["run_of"] = same[0]  # the plan kind whose run these figures are
         rows[-1]["pilots"] = tried
         rows[-1]["predicted_latency"] = a_priori["latency"]
         if refine:  # after timing this plan's own stages: not a prediction

@@ -64,3 +64,38 @@ def test_each_search_sees_the_profile_not_the_previous_plans_re_timing(tmp_path,
     assert len(seen) == 3  # pipeline, single, balanced
     assert all(s == seen[0] for s in seen[1:])
     assert seen[0][1] == {}  # no plan's load in a search
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+def test_plan_kinds_that_chose_one_design_share_its_run(tmp_path, monkeypatch):
+    """A design is run (and checked) once per bench, however many plan kinds choose it; a kind
+    that chose it again shows that run, and says whose it is."""
+    import hetflow.runtime.api as api
+    from hetflow.model.synthetic import random_cnn_model
+    from hetflow.platform import CpuCluster, Platform
+
+    checked = []
+    real = api.run_plan
+
+    def spy(plan, *args, **kwargs):
+        if kwargs.get("check") == "first":  # a plan's run, not a pilot's
+            checked.append(plan.mapping.key())
+        return real(plan, *args, **kwargs)
+
+    monkeypatch.setattr(api, "run_plan", spy)
+    monkeypatch.setenv("HETFLOW_CACHE", str(tmp_path / "cache"))
+    model = tmp_path / "small.onnx"
+    onnx.save(random_cnn_model(6, 3), model)
+    cores = tuple(sorted(os.sched_getaffinity(0)))[:2]
+    settings = BenchSettings(frames=30, warmup=5, plan_seconds=0.1, pilot_seconds=0.05,
+                             baseline_seconds=0.2, profile_repeats=3, pilot_candidates=1,
+                             refine=False)
+    mb = bench_model(str(model), Platform("two", (CpuCluster("cpu", cores),)), settings)
+    assert len(checked) == len(set(checked))
+    plans = {r["name"]: r for r in mb.rows if r.get("kind") == "plan" and not r.get("infeasible")}
+    assert len(plans) >= 2
+    for name, r in plans.items():
+        if "run_of" in r:
+            first = plans[f"hetflow {r['run_of']}"]
+            assert r["stages"] == first["stages"] and r["throughput"] == first["throughput"]
+    assert len(checked) == len({tuple(r["stages"]) for r in plans.values()})
