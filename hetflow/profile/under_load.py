@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Sequence
 
 from hetflow.backends import caller_cores_of, pin_current_thread
-from hetflow.backends.reuse import release, runners_for
+from hetflow.backends.reuse import release, runners_for_many
 from hetflow.model.subnet import extract_subnet
 
 from .measure import random_feeds, stats
@@ -33,17 +33,20 @@ def time_stages_together(graph: "CnnGraph",
     order). Every element cycles through its stages for at least `seconds` after all have
     warmed up, and until each stage has `min_samples` times (at most `max_seconds`)."""
     runners = []  # per work item: [(subnet key, runner, feeds)]
+    wanted = [(list(layers), element, 1, f"load@{element.name}")
+              for element, stages in work for layers in stages]
+    built = iter(runners_for_many(graph, wanted))  # CPU sessions on a pool of threads
     try:
         for element, stages in work:
             mine = []
             for layers in stages:
                 sub = extract_subnet(graph, list(layers), name=f"load@{element.name}")
-                mine.append((sub.key, runners_for(graph, layers, element)[0],
-                             random_feeds(graph, sub.inputs)))
+                mine.append((sub.key, next(built)[0], random_feeds(graph, sub.inputs)))
             runners.append(mine)
         return _run_together(work, runners, seconds, warmup, min_samples, max_seconds)
     finally:
         release(r for mine in runners for _, r, _ in mine)
+        release(r for rs in built for r in rs)  # any not handed out (a failure above)
 
 
 def _run_together(work, runners, seconds, warmup, min_samples, max_seconds):
