@@ -5,22 +5,30 @@ import pytest
 
 from hetflow.bench.core import BenchSettings, bench_model
 
+QUICK = dict(frames=30, warmup=5, plan_seconds=0.1, pilot_seconds=0.05, baseline_seconds=0.2,
+             profile_repeats=3, pilot_candidates=1)
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
-def test_bench_of_a_small_model_end_to_end(tmp_path, monkeypatch):
-    """Profile, search, pilot, run and check a random CNN on two cores: every plan row is a
-    real measured run whose first frames matched the reference."""
+
+def bench_small(tmp_path, monkeypatch, layers: int, seed: int, settings: BenchSettings):
+    """`bench_model` of a random CNN on two cores of this machine, with a cache of its own."""
     from hetflow.model.synthetic import random_cnn_model
     from hetflow.platform import CpuCluster, Platform
 
     monkeypatch.setenv("HETFLOW_CACHE", str(tmp_path / "cache"))
     model = tmp_path / "small.onnx"
-    onnx.save(random_cnn_model(12, 5), model)
+    onnx.save(random_cnn_model(layers, seed), model)
     cores = tuple(sorted(os.sched_getaffinity(0)))[:2]
-    plat = Platform("two", (CpuCluster("cpu", cores),))
+    return bench_model(str(model), Platform("two", (CpuCluster("cpu", cores),)), settings,
+                       report_dir=tmp_path / "rep")
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+def test_bench_of_a_small_model_end_to_end(tmp_path, monkeypatch):
+    """Profile, search, pilot, run and check a random CNN on two cores: every plan row is a
+    real measured run whose first frames matched the reference."""
     settings = BenchSettings(frames=40, warmup=5, plan_seconds=0.2, pilot_seconds=0.1,
                              baseline_seconds=0.3, profile_repeats=3)
-    mb = bench_model(str(model), plat, settings, report_dir=tmp_path / "rep")
+    mb = bench_small(tmp_path, monkeypatch, 12, 5, settings)
     rows = {r["name"]: r for r in mb.rows}
     assert {"parallel copies", "hetflow pipeline", "hetflow single"} <= set(rows)
     for name in ("hetflow pipeline", "hetflow single"):
@@ -42,8 +50,6 @@ def test_each_search_sees_the_profile_not_the_previous_plans_re_timing(tmp_path,
     design gets a different "prediction" from each strategy, made from its own re-timed
     stages. Spy on what each search is given."""
     import hetflow.mapping.planner as planner
-    from hetflow.model.synthetic import random_cnn_model
-    from hetflow.platform import CpuCluster, Platform
 
     seen = []
     real = planner.search_candidates
@@ -53,14 +59,9 @@ def test_each_search_sees_the_profile_not_the_previous_plans_re_timing(tmp_path,
         return real(problem, *args, **kwargs)
 
     monkeypatch.setattr(planner, "search_candidates", spy)
-    monkeypatch.setenv("HETFLOW_CACHE", str(tmp_path / "cache"))
-    model = tmp_path / "small.onnx"
-    onnx.save(random_cnn_model(10, 7), model)
-    cores = tuple(sorted(os.sched_getaffinity(0)))[:2]
-    settings = BenchSettings(frames=30, warmup=5, plan_seconds=0.1, pilot_seconds=0.05,
-                             baseline_seconds=0.2, profile_repeats=3, pilot_candidates=1)
+    settings = BenchSettings(**QUICK)
     assert settings.refine and settings.under_load  # the re-timing this test is about
-    bench_model(str(model), Platform("two", (CpuCluster("cpu", cores),)), settings)
+    bench_small(tmp_path, monkeypatch, 10, 7, settings)
     assert len(seen) == 3  # pipeline, single, balanced
     assert all(s == seen[0] for s in seen[1:])
     assert seen[0][1] == {}  # no plan's load in a search
@@ -71,8 +72,6 @@ def test_plan_kinds_that_chose_one_design_share_its_run(tmp_path, monkeypatch):
     """A design is run (and checked) once per bench, however many plan kinds choose it; a kind
     that chose it again shows that run, and says whose it is."""
     import hetflow.runtime.api as api
-    from hetflow.model.synthetic import random_cnn_model
-    from hetflow.platform import CpuCluster, Platform
 
     checked = []
     real = api.run_plan
@@ -83,14 +82,7 @@ def test_plan_kinds_that_chose_one_design_share_its_run(tmp_path, monkeypatch):
         return real(plan, *args, **kwargs)
 
     monkeypatch.setattr(api, "run_plan", spy)
-    monkeypatch.setenv("HETFLOW_CACHE", str(tmp_path / "cache"))
-    model = tmp_path / "small.onnx"
-    onnx.save(random_cnn_model(6, 3), model)
-    cores = tuple(sorted(os.sched_getaffinity(0)))[:2]
-    settings = BenchSettings(frames=30, warmup=5, plan_seconds=0.1, pilot_seconds=0.05,
-                             baseline_seconds=0.2, profile_repeats=3, pilot_candidates=1,
-                             refine=False)
-    mb = bench_model(str(model), Platform("two", (CpuCluster("cpu", cores),)), settings)
+    mb = bench_small(tmp_path, monkeypatch, 6, 3, BenchSettings(**QUICK, refine=False))
     assert len(checked) == len(set(checked))
     plans = {r["name"]: r for r in mb.rows if r.get("kind") == "plan" and not r.get("infeasible")}
     assert len(plans) >= 2
