@@ -104,11 +104,11 @@ def session_options(cores: tuple[int, ...], spinning: bool = False, optimization
 
 class OrtCpuRunner:
     def __init__(self, subnet: "Subnet", element: "ProcessingElement", session,
-                 options: tuple = ()):
+                 profiling: bool = False):
         self.subnet = subnet
         self.element = element
         self.session = session
-        self.options = options  # how the session was built: a shared session must match
+        self.profiling = profiling  # the session writes a profile file: it is never shared
         self.inputs = list(subnet.inputs)
         self.outputs = list(subnet.outputs)
 
@@ -198,7 +198,7 @@ class OrtCpuBackend(Backend):
             raise BackendError(f"ort_cpu cannot run {_blame(msg, subnet)}sub-network "
                                f"{subnet.name} on {element.name}: "
                                f"{msg}") from None
-        return OrtCpuRunner(subnet, element, session, (spinning, optimization, profile_prefix))
+        return OrtCpuRunner(subnet, element, session, profiling=profile_prefix is not None)
 
     def share_key(self, element: "ProcessingElement") -> tuple | None:
         return ("ort_cpu", 1) if element.kind == "cpu" and len(element.cores) == 1 else None
@@ -206,10 +206,9 @@ class OrtCpuBackend(Backend):
     def prepare_like(self, runner: OrtCpuRunner, element: "ProcessingElement"
                      ) -> OrtCpuRunner | None:
         if (runner.session is None or self.share_key(element) is None
-                or self.share_key(runner.element) != self.share_key(element)
-                or runner.options[2] is not None):  # a profiling session writes one file
+                or self.share_key(runner.element) != self.share_key(element) or runner.profiling):
             return None
-        return OrtCpuRunner(runner.subnet, element, runner.session, runner.options)
+        return OrtCpuRunner(runner.subnet, element, runner.session)
 
 
 register_backend(OrtCpuBackend.name, OrtCpuBackend)

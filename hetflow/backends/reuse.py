@@ -155,8 +155,9 @@ def runners_for(graph: "CnnGraph", layers: Iterable[str], element: "ProcessingEl
 
     layers = list(layers)
     backend = backend_for(element)
+    key = subnet_key(layers)
     share = backend.share_key(element) if _scope is not None else None
-    twin_key = (graph.model_hash, subnet_key(layers), backend.name, share)
+    twin_key = (graph.model_hash, key, backend.name, share)
 
     def build(existing: list, k: int) -> tuple[list, int]:
         sub = extract_subnet(graph, layers, name=name)
@@ -180,7 +181,7 @@ def runners_for(graph: "CnnGraph", layers: Iterable[str], element: "ProcessingEl
     weights = sum(graph.layer(l).param_bytes for l in layers)
     if _scope is None:
         return build([], lanes)[0]
-    return _scope.take((graph.model_hash, subnet_key(layers), element), build, lanes)
+    return _scope.take((graph.model_hash, key, element), build, lanes)
 
 
 def runners_for_many(graph: "CnnGraph",

@@ -51,9 +51,8 @@ def _time_lanes(what: str, lanes: list, element: "ProcessingElement", feeds: dic
                 seconds: float, warmup: int) -> dict[str, Any]:
     """Firing-time stats, frames/s and the driving thread's CPU time per firing of `lanes` run
     together for `seconds` (after `warmup` frames each)."""
-    times: list[list[float]] = [[] for _ in lanes]
+    spans: list[list[tuple[float, float]]] = [[] for _ in lanes]  # (start, end) per firing
     cpu: list[list[float]] = [[] for _ in lanes]  # the driving thread's CPU time per firing
-    spans: list[list[tuple[float, float]]] = [[] for _ in lanes]
     caller = element.cores[:1]
 
     def prepare(i: int) -> None:
@@ -64,15 +63,13 @@ def _time_lanes(what: str, lanes: list, element: "ProcessingElement", feeds: dic
     def step(i: int) -> bool:
         t0, c0 = time.perf_counter(), time.thread_time()
         lanes[i].run(feeds)
-        t1 = time.perf_counter()
-        times[i].append(t1 - t0)
-        spans[i].append((t0, t1))
+        spans[i].append((t0, time.perf_counter()))
         cpu[i].append(time.thread_time() - c0)
         return True
 
     names = [f"{element.name}/lane{i}" for i in range(len(lanes))]
     window = run_together(what, names, prepare, step, lambda elapsed: elapsed >= seconds)
-    flat = [t for ts in times for t in ts]
+    flat = [e - b for s in spans for b, e in s]
     frames = sum(frames_in_window(s, window.start, window.stop) for s in spans)
     return {"firing": stats(flat), "fps": frames / (window.stop - window.start),
             "host": stats([c for cs in cpu for c in cs])}
