@@ -70,3 +70,25 @@ def test_the_whole_model_on_the_best_element_is_always_a_candidate():
     for strategies in (["pipeline"], ["single"], ["single", "pipeline"]):
         keys = [p.mapping.key() for p, _ in search_candidates(problem, strategies, "p", 2)]
         assert want.key() in keys, strategies
+
+
+def test_under_a_latency_cap_the_fastest_design_with_room_is_found():
+    """The fastest design predicted within half the cap, over every strategy's front, is
+    piloted beside the fastest ones predicted nearer the cap (a p99 measured is often well
+    above the latency predicted)."""
+    from types import SimpleNamespace as NS
+
+    from hetflow.mapping.planner import ROOMY_SHARE, _roomy_design
+
+    def design(name, fps, ms):
+        return (name, NS(throughput=fps, latency=ms / 1e3))
+
+    a = NS(front=[design("a-near", 1000, 9.5), design("a-room", 900, 4.0),
+                  design("a-tiny", 500, 1.0)])
+    b = NS(front=[design("b-room", 950, 4.9), design("b-over", 2000, 20.0)])
+    found = [(1000, 0, NS(name="pa"), a), (990, 1, NS(name="pa2"), a),
+             (980, 2, NS(name="pb"), b)]
+    (mp, m), plan, result = _roomy_design(found, 10e-3)
+    assert ROOMY_SHARE == 0.5 and (mp, plan.name, result) == ("b-room", "pb", b)
+    assert _roomy_design(found, None) is None
+    assert _roomy_design(found, 1e-3) is None  # no design within half of it
