@@ -1,8 +1,12 @@
-"""The engine's own cost, measured: the parallel-copies design (the whole model on every
-element of the finest configuration, the GPU at LANES lanes, dynamic dispatch, outputs released
-in order and checked) run by hetflow's engine, against the same copies run side by side with no
-engine (`measure_parallel`), alternately, REPEATS times each (medians), in one process.
-Usage: python scripts/engine_vs_copies.py [--lanes K] [--seconds S] [--repeats R] MODEL ..."""
+"""A design run by hetflow's engine against the parallel copies run side by side with no engine
+(`measure_parallel`: the whole model on every element of the finest configuration, the GPU at
+LANES lanes), alternately, REPEATS times each (medians), in one process, outputs checked.
+
+For a MODEL the design is the parallel copies' own (dynamic dispatch, outputs released in
+order): the engine's cost. For a PLAN file (`*.plan.json`, e.g. a bench's chosen plan) it is
+that plan: how it compares with the parallel baseline when both are measured minutes, not
+seconds, apart is what a single bench cannot say on a machine that drifts by 5-10%.
+Usage: python scripts/engine_vs_copies.py [--lanes K] [--seconds S] [--repeats R] MODEL|PLAN ..."""
 from __future__ import annotations
 
 import argparse
@@ -11,19 +15,20 @@ import os
 import statistics
 
 from hetflow.dataflow.csdf import cnn_to_csdf
-from hetflow.mapping.mapping import Mapping, group_name
+from hetflow.mapping.mapping import Mapping, describe_design, group_name
 from hetflow.mapping.plan import Plan
 from hetflow.model import resolve_model
 from hetflow.platform import resolve_platform
 from hetflow.platform.configs import resolve_config
-from hetflow.runtime.api import run_plan
+from hetflow.runtime.api import load_plan_model, run_plan
 from hetflow.runtime.baselines import measure_parallel
 from hetflow.runtime.inputs import random_source
+from hetflow.runtime.pilot import frames_for
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("models", nargs="+")
+    ap.add_argument("models", nargs="+", help="zoo model names or *.plan.json files")
     ap.add_argument("--lanes", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--repeats", type=int, default=3)
@@ -35,33 +40,40 @@ def main() -> None:
     rows = []
     path = os.path.join(os.environ.get("OUT", "."), "engine_vs_copies.json")
     for name in a.models:
-        graph = resolve_model(name, fuse=True)
-        actor = group_name([e.name for e in els])
-        mapping = Mapping({l.name: actor for l in graph.layers}, "maximal", lanes=lanes)
-        app = cnn_to_csdf(graph, mapping.assignment, "maximal")
-        plan = Plan(graph.name, graph.model_hash, graph.source, plat.name, mapping, app,
-                    {e.name: e for e in els}, 2, {"throughput": 0.0},
-                    "copies", fuse=True)
+        if name.endswith(".plan.json"):
+            plan = Plan.load(name)
+            graph = load_plan_model(plan, plan.model_name)
+        else:
+            graph = resolve_model(name, fuse=True)
+            actor = group_name([e.name for e in els])
+            mapping = Mapping({l.name: actor for l in graph.layers}, "maximal", lanes=lanes)
+            app = cnn_to_csdf(graph, mapping.assignment, "maximal")
+            plan = Plan(graph.name, graph.model_hash, graph.source, plat.name, mapping, app,
+                        {e.name: e for e in els}, 2, {"throughput": 0.0},
+                        "copies", fuse=True)
         src = random_source(graph)
         eng, cop = [], []
         for _ in range(a.repeats):
             c = measure_parallel(graph, els, src, warmup=5, seconds=a.seconds, lanes=lanes)
             cop.append(c.throughput)
-            per = c.throughput
-            frames = max(200, int(per * a.seconds))
+            frames = frames_for(plan, a.seconds, 200) if plan.predicted.get("throughput") \
+                else max(200, int(c.throughput * a.seconds))
             r = run_plan(plan, graph, frames, frames // 10, check="first")
             assert r.checked_frames and r.max_abs_error < 1e-3, r.max_abs_error
             eng.append(r.throughput)
-        row = {"model": name, "engine_fps": statistics.median(eng), "copies_fps": statistics.median(cop),
+        row = {"model": graph.name, "design": describe_design(plan.app.phases, plan.mapping.lanes),
+               "plan": name if name.endswith(".plan.json") else None,
+               "engine_fps": statistics.median(eng), "copies_fps": statistics.median(cop),
                "engine_runs": eng, "copies_runs": cop, "lanes": lanes, "elements": len(els)}
         row["ratio"] = row["engine_fps"] / row["copies_fps"]
         rows.append(row)
         print(json.dumps(row), flush=True)
         with open(path, "w") as f:  # after every model: a time limit keeps what was measured
             json.dump(rows, f, indent=1)
-    print(f"{'model':16} {'engine fps':>11} {'copies fps':>11} {'ratio':>6}")
+    print(f"{'model':16} {'engine fps':>11} {'copies fps':>11} {'ratio':>6}  design")
     for r in rows:
-        print(f"{r['model']:16} {r['engine_fps']:>11.1f} {r['copies_fps']:>11.1f} {r['ratio']:>6.3f}")
+        print(f"{r['model']:16} {r['engine_fps']:>11.1f} {r['copies_fps']:>11.1f} "
+              f"{r['ratio']:>6.3f}  {r['design']}")
 
 
 if __name__ == "__main__":
