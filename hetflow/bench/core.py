@@ -185,7 +185,7 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
     from hetflow.mapping.from_profile import problem_from_profile
     from hetflow.errors import InfeasibleError
     from hetflow.mapping.mapping import describe_design
-    from hetflow.mapping.planner import make_plan, search_candidates
+    from hetflow.mapping.planner import is_copies_design, make_plan, search_candidates
     from hetflow.mapping.problem import evaluate
     from hetflow.model import resolve_model
     from hetflow.model.subnet import subnet_key
@@ -358,8 +358,9 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
                                               lane_s, log)
         basis["stage_slowdown"] = {f"{e} {key}": {str(k): v for k, v in c.items()}
                                    for (e, key), c in problem.stage_slowdown.items()}
-        plan, result, tried = choose_by_pilot(candidates, graph, pilot_s,
-                                              options.get("latency_cap"), pilots, log)
+        plan, result, tried = choose_by_pilot(
+            candidates, graph, pilot_s, options.get("latency_cap"), pilots, log,
+            incumbent=lambda p: is_copies_design(problem, p.mapping))
         # (element, its phases) of every member of every actor of the plan
         placed = [(e, ps) for a, ps in plan.app.phases.items() for e in group_members(a)]
         a_priori = dict(plan.predicted)  # from the profile, before this plan's stages ran

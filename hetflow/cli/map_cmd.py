@@ -108,15 +108,15 @@ def register(app: typer.Typer) -> None:
             opts["latency_cap"] = latency_cap_ms / 1e3
         graph, plat, problem, fuse = load_problem(model, profile, platform, capacity, input_shape)
         if pilots > 1:
-            from hetflow.mapping.planner import search_candidates
+            from hetflow.mapping.planner import is_copies_design, search_candidates
             from hetflow.runtime.pilot import choose_by_pilot, pilot_summary
 
             candidates = search_candidates(problem, [strategy], plat.name, pilots, seed, fuse,
                                            opts, interleave=interleave)
             with progress("pilot runs", quiet=json_out) as log:
-                plan, result, tried = choose_by_pilot(candidates, graph,
-                                                      latency_cap=opts.get("latency_cap"),
-                                                      log=log)
+                plan, result, tried = choose_by_pilot(
+                    candidates, graph, latency_cap=opts.get("latency_cap"), log=log,
+                    incumbent=lambda p: is_copies_design(problem, p.mapping))
             plan.search["pilots"] = tried
             if tried and not json_out:
                 console.print(pilot_summary(tried), highlight=False)

@@ -55,6 +55,36 @@ def best_whole_model(problem: Problem, latency_cap: float | None = None
     return best
 
 
+def copies_design(problem: Problem, latency_cap: float | None = None
+                  ) -> tuple[Mapping, Metrics] | None:
+    """The parallel copies' design: the whole model on a weighted group of every element of
+    the configuration with the most elements (one copy per element, a GPU at its best lane
+    count), with its analysis; None where that configuration has one element, a member cannot
+    run the whole model, or the design is predicted beyond the latency cap."""
+    from .problem import evaluate
+    from .strategies.base import configurations
+    from .strategies.single import weighted_group
+
+    config = configurations(problem)[0]  # the most elements first
+    if len(config) < 2:
+        return None
+    m = weighted_group(problem, config)
+    metrics = evaluate(problem, m)
+    if not np.isfinite(metrics.throughput) or metrics.throughput <= 0:
+        return None
+    if latency_cap is not None and not metrics.latency <= latency_cap:
+        return None
+    return m, metrics
+
+
+def is_copies_design(problem: Problem, mapping: Mapping) -> bool:
+    """Whether `mapping` is `copies_design`'s (whatever its lane counts)."""
+    from .strategies.base import configurations, group_name
+
+    config = configurations(problem)[0]
+    return len(config) > 1 and mapping.actors == [group_name(config)]
+
+
 def against_whole_model(problem: Problem, result: SearchResult,
                         latency_cap: float | None = None) -> SearchResult:
     """`result`, or the whole model on one element where that is analysed faster (within the
@@ -103,8 +133,9 @@ def search_candidates(problem: Problem, strategies: list[str], platform_name: st
     that does not take an option is skipped (said in `log`); one that finds nothing feasible
     too (`skip_unfit`, default: with several strategies; else the error is raised). `count` 1:
     the best prediction over all strategies, as `search_plan` would give. Beside several
-    candidates, the whole model on the element analysed fastest and, under a latency cap, the
-    fastest design with room under it (`_roomy_design`) are piloted too."""
+    candidates, the whole model on the element analysed fastest, the parallel copies' design
+    (`copies_design`) and, under a latency cap, the fastest design with room under it
+    (`_roomy_design`) are piloted too."""
     from hetflow.errors import InfeasibleError
 
     from .strategies.base import strategy_options
@@ -152,6 +183,14 @@ def search_candidates(problem: Problem, strategies: list[str], platform_name: st
     if whole is not None:
         first = found[0][2]
         own_picks.append((make_plan(problem, whole[0], whole[1], first.strategy, platform_name,
+                                    dict(first.search), fuse, cap, interleave=interleave),
+                          found[0][3]))
+    # the parallel copies' design too: what a user would deploy without hetflow, and the
+    # pilots' incumbent (`choose_by_pilot`)
+    copies = copies_design(problem, cap) if found and count > 1 else None
+    if copies is not None:
+        first = found[0][2]
+        own_picks.append((make_plan(problem, copies[0], copies[1], first.strategy, platform_name,
                                     dict(first.search), fuse, cap, interleave=interleave),
                           found[0][3]))
     roomy = _roomy_design(found, cap) if count > 1 else None

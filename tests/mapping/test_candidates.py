@@ -92,3 +92,27 @@ def test_under_a_latency_cap_the_fastest_design_with_room_is_found():
     assert ROOMY_SHARE == 0.5 and (mp, plan.name, result) == ("b-room", "pb", b)
     assert _roomy_design(found, None) is None
     assert _roomy_design(found, 1e-3) is None  # no design within half of it
+
+
+def test_the_parallel_copies_design_is_always_a_candidate():
+    """The whole model on every element of the finest configuration, weighted by speed: the
+    design the parallel-copies baseline runs, piloted beside the strategies' own."""
+    from hetflow.mapping.planner import copies_design, is_copies_design
+
+    problem = _problem()
+    mapping, metrics = copies_design(problem)
+    assert mapping.actors == ["cpu0|cpu1|cpu2|gpu0"] and is_copies_design(problem, mapping)
+    assert metrics.throughput > 0
+    shares = [mapping.dispatch[mapping.actors[0]].count(m) for m in range(4)]
+    assert shares[3] > max(shares[:3])  # the GPU (10x faster here) takes the most frames
+    for strategies in (["pipeline"], ["single"], ["single", "pipeline"]):
+        cands = search_candidates(problem, strategies, "p", 2)
+        assert sum(is_copies_design(problem, p.mapping) for p, _ in cands) == 1, strategies
+    assert not any(is_copies_design(problem, p.mapping)
+                   for p, _ in search_candidates(problem, ["pipeline"], "p", 1))
+    # a one-element configuration has no copies design
+    from dataclasses import replace
+
+    alone = replace(problem, configurations=[["gpu0"]])
+    assert copies_design(alone) is None and not is_copies_design(alone, mapping)
+

@@ -65,6 +65,27 @@ def test_under_a_cap_room_wins_at_nearly_the_same_rate(monkeypatch):
     assert next(iter(plan.app.phases)) == "over"
 
 
+def test_the_copies_design_stays_unless_beaten_by_more_than_the_noise(monkeypatch):
+    from hetflow.runtime.pilot import CHALLENGE
+
+    def pick(measured, **kw):
+        _fake_runs(monkeypatch, measured)
+        cands = [(_Plan(n, 1000.0), None) for n in measured]
+        plan, _, tried = choose_by_pilot(cands, None, incumbent=lambda p: "copies" in p.app.phases,
+                                         **kw)
+        assert sum(bool(t.get("chosen")) for t in tried) == 1
+        return next(iter(plan.app.phases))
+
+    near = 1000.0 * CHALLENGE * 0.99
+    assert pick({"groups": (near, 0.01), "copies": (1000.0, 0.05)}) == "copies"
+    assert pick({"groups": (1000.0 * CHALLENGE * 1.01, 0.01), "copies": (1000.0, 0.05)}) == "groups"
+    assert pick({"groups": (900.0, 0.01), "copies": (1000.0, 0.05)}) == "copies"
+    # no incumbent among the candidates: the fastest
+    assert pick({"groups": (near, 0.01), "gpu": (1000.0, 0.05)}) == "groups"
+    # under a latency cap the cap decides, not the incumbent
+    assert pick({"groups": (near, 0.01), "copies": (1000.0, 0.05)}, latency_cap=1.0) == "groups"
+
+
 def test_each_mapping_is_piloted_once_per_model(monkeypatch):
     calls = _fake_runs(monkeypatch, {"a": (900.0, 0.02), "b": (1100.0, 0.05)})
     pilots = {}

@@ -22,17 +22,22 @@ def search(problem: Problem, seed: int = 0, replicate: bool = True, weighted: bo
             seen.add(m.key())
             scored.append((m, evaluate(problem, m)))
 
-    whole = [l.name for l in problem.graph.layers]
     for config in configurations(problem):
         for g in replica_groups(problem, config, None if replicate else 1):
             add(whole_model_on(problem, group_name(g)))
         if weighted and len(config) > 1:
-            # a member's time per frame; a GPU at its best lane count runs several at once
-            times = [(problem.actor_time(whole, e) * problem.slowdown(e, k, True) + problem.call_overhead) / k
-                     for e in config for k in [problem.best_lanes(e)]]
-            actor = group_name(config)
-            m = whole_model_on(problem, actor)
-            m.dispatch = {actor: weighted_pattern(times)}
-            add(m)
+            add(weighted_group(problem, config))
     best, metrics = best_of(scored, latency_cap)
     return SearchResult(best, metrics, scored, len(scored), time.perf_counter() - t0, len(scored))
+
+
+def weighted_group(problem: Problem, config: list[str]) -> Mapping:
+    """The whole model on a group of every element of `config`, each member taking a share of
+    the frames by its speed (a GPU at its best lane count runs several at once)."""
+    whole = [l.name for l in problem.graph.layers]
+    times = [(problem.actor_time(whole, e) * problem.slowdown(e, k, True) + problem.call_overhead) / k
+             for e in config for k in [problem.best_lanes(e)]]
+    actor = group_name(config)
+    m = whole_model_on(problem, actor)
+    m.dispatch = {actor: weighted_pattern(times)}
+    return m
