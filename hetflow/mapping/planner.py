@@ -199,7 +199,9 @@ def search_candidates(problem: Problem, strategies: list[str], platform_name: st
             out.append((plan, result))
     # and the fastest with room under a latency cap that is not a candidate already (the
     # fastest predicted with room was once an over-predicted pipeline already piloted)
-    for (mp, m), plan, result in (_roomy_designs(found, cap) if count > 1 else [])[:ROOMY_TRIES]:
+    floor = ROOMY_RATE * found[0][0] if found else 0.0  # the fastest prediction
+    for (mp, m), plan, result in (_roomy_designs(found, cap, floor) if count > 1
+                                  else [])[:ROOMY_TRIES]:
         roomy = make_plan(problem, mp, m, plan.strategy, platform_name, dict(plan.search), fuse,
                           cap, interleave=interleave)
         if roomy.mapping.key() not in seen:
@@ -210,15 +212,21 @@ def search_candidates(problem: Problem, strategies: list[str], platform_name: st
 
 ROOMY_SHARE = 0.5  # the room a latency-capped search keeps for one candidate (see below)
 ROOMY_TRIES = 8  # designs with room planned at most, looking for one not piloted already
+# ... and predicted at least this share of the fastest candidate: a design with room that
+# gives up the rate is no trade (one core alone once took the place)
+ROOMY_RATE = 0.9
 
 
-def _roomy_designs(found: list, cap: float | None) -> list:
-    """Under a latency cap, the designs predicted within `ROOMY_SHARE` of it, fastest
+def _roomy_designs(found: list, cap: float | None, floor: float = 0.0) -> list:
+    """Under a latency cap, the data-parallel designs (the whole model on one element or
+    group) predicted within `ROOMY_SHARE` of it and at least `floor` frames/s, fastest
     predicted first, as ((mapping, metrics), a plan of its strategy, its result); [] without a
     cap. The candidates nearest the cap are the fastest predicted, but a predicted latency is a
     frame's typical one: the measured p99 of data-parallel designs with CPU core groups on the
-    GPU machine was 1.2-2.3x it, so those candidates can all miss the cap when run while a
-    design with larger groups keeps it at nearly the same rate."""
+    GPU machine was 1.2-2.3x it (a frame waits behind a slow member's), so those candidates can
+    all miss the cap when run while a design with larger groups keeps it at nearly the same
+    rate. (GPU + CPU-replica pipelines, predicted low in latency, are over-predicted in rate
+    there: they already come in as candidates, and took this place in one run.)"""
     if cap is None:
         return []
     out, seen = [], set()
@@ -226,7 +234,9 @@ def _roomy_designs(found: list, cap: float | None) -> list:
         if id(result) in seen:
             continue
         seen.add(id(result))
-        out += [((mp, m), plan, result) for mp, m in result.front if m.latency <= cap * ROOMY_SHARE]
+        out += [((mp, m), plan, result) for mp, m in result.front
+                if len(mp.actors) == 1 and m.latency <= cap * ROOMY_SHARE
+                and m.throughput >= floor]
     return sorted(out, key=lambda x: -x[0][1].throughput)
 
 

@@ -80,34 +80,43 @@ def test_under_a_latency_cap_the_designs_with_room_come_fastest_first():
 
     from hetflow.mapping.planner import ROOMY_SHARE, _roomy_designs
 
-    def design(name, fps, ms):
-        return (name, NS(throughput=fps, latency=ms / 1e3))
+    def design(name, fps, ms, stages=1):
+        return (NS(name=name, actors=[f"s{i}" for i in range(stages)]),
+                NS(throughput=fps, latency=ms / 1e3))
 
     a = NS(front=[design("a-near", 1000, 9.5), design("a-room", 900, 4.0),
-                  design("a-tiny", 500, 1.0)])
+                  design("a-tiny", 500, 1.0), design("a-pipeline", 990, 2.0, stages=2)])
     b = NS(front=[design("b-room", 950, 4.9), design("b-over", 2000, 20.0)])
     found = [(1000, 0, NS(name="pa"), a), (990, 1, NS(name="pa2"), a),
              (980, 2, NS(name="pb"), b)]
     got = _roomy_designs(found, 10e-3)
     assert ROOMY_SHARE == 0.5
-    assert [(mp, plan.name) for (mp, _), plan, _ in got] == [
+    # data-parallel designs only (pipelines predicted low in latency are candidates anyway)
+    assert [(mp.name, plan.name) for (mp, _), plan, _ in got] == [
         ("b-room", "pb"), ("a-room", "pa"), ("a-tiny", "pa")]
     assert _roomy_designs(found, None) == [] and _roomy_designs(found, 1e-3) == []
+    # a floor on the predicted rate: a design with room must not give the rate up
+    assert [mp.name for (mp, _), _, _ in _roomy_designs(found, 10e-3, 900)] == ["b-room", "a-room"]
 
 
-def test_a_design_with_room_not_piloted_already_joins_the_candidates():
+def test_a_design_with_room_not_piloted_already_joins_the_candidates(monkeypatch):
+    """The first design with room (fastest first) that is not a candidate already joins them;
+    one that is, is not piloted twice."""
+    from hetflow.mapping import planner
+    from hetflow.mapping.strategies.base import get_strategy
+
     problem = _problem()
-    both = ["single", "pipeline"]
     cap = 12e-3
-    plain = search_candidates(problem, both, "p", 2, options={"latency_cap": cap})
-    fronts = {p.mapping.key(): p for s in both for p, _ in search_candidates(problem, [s], "p", 50)}
-    roomy = sorted((p for p in fronts.values() if p.predicted["latency"] <= cap / 2),
-                   key=lambda p: -p.predicted["throughput"])
+    plain = search_candidates(problem, ["pipeline"], "p", 2, options={"latency_cap": cap})
     keys = [p.mapping.key() for p, _ in plain]
-    # the fastest with room is among the best two by throughput already; the next one joins
-    assert roomy[0].mapping.key() in keys[:2]
-    fresh = [p for p in roomy if p.mapping.key() not in keys[:-1]]
-    assert keys[-1] == fresh[0].mapping.key()
+    result = get_strategy("pipeline")(problem, latency_cap=cap)
+    taken = next((mp, m) for mp, m in result.front if mp.key() in keys)
+    fresh = [(mp, m) for mp, m in result.front if mp.key() not in keys and m.latency <= cap]
+    offered = [(taken, plain[0][0], result)] + [(d, plain[0][0], result) for d in fresh[:2]]
+    monkeypatch.setattr(planner, "_roomy_designs", lambda found, cap, floor=0.0: offered)
+    got = [p.mapping.key() for p, _ in
+           search_candidates(problem, ["pipeline"], "p", 2, options={"latency_cap": cap})]
+    assert got == keys + [fresh[0][0].key()]
 
 
 def test_the_parallel_copies_design_is_always_a_candidate():
