@@ -51,7 +51,9 @@ def fit_lanes(problem: Problem, mapping: Mapping, latency_cap: float | None = No
     metrics = None
     for e in free:  # one GPU at a time, the others at their best count
         scored = []
-        for k in problem.lane_counts(e):
+        # rounds of several frames are analysed on the graph unfolded, which takes actors of
+        # one frame at a time: such a mapping keeps its GPUs at one lane
+        for k in problem.lane_counts(e) if mapping.round_frames <= 1 else [1]:
             if k > problem.lane_limit.get(e, 1 << 30):
                 continue
             m = replace(mapping, lanes={**chosen, e: k})

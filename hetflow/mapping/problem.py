@@ -136,9 +136,12 @@ class Problem:
         return min(k for k in ks if rate[k] >= 0.99 * top)
 
     def lanes_in(self, mapping: Mapping, element: str) -> int:
-        """Lanes of `element` in `mapping`: as the mapping says, else the best measured count."""
+        """Lanes of `element` in `mapping`: as the mapping says, else the best measured count
+        (one in rounds of several frames, which are analysed unfolded, one frame at a time)."""
         if element in mapping.lanes:
             return mapping.lanes[element]
+        if mapping.round_frames > 1:
+            return 1
         return self.best_lanes(element, busy=len(set(mapping.elements)) > 1)
 
     @cached_property

@@ -81,6 +81,29 @@ def test_fit_lanes_takes_the_fewest_lanes_within_tolerance_of_the_best(factory, 
     assert metrics.throughput == pytest.approx(rates[k])
 
 
+def test_rounds_of_several_frames_keep_a_gpu_at_one_lane(factory):
+    """Rounds of k frames are analysed on the graph unfolded k times, which holds actors of one
+    frame at a time: a GPU without a lane count stays at one there, in the analysis and when
+    lanes are fitted (a GPU -> CPU -> GPU mapping with rounds of two frames once failed deep in
+    the unfolding)."""
+    from dataclasses import replace
+
+    p = factory.problem(6, factory.elements(2, 1), seed=1, call_overhead=0.0)
+    p.lane_slowdown["gpu0"] = dict(CURVE)
+    layers = [l.name for l in p.graph.layers]
+    m = Mapping({l: "cpu0" if i % 3 == 2 else "gpu0" for i, l in enumerate(layers)})
+    from hetflow.mapping.problem import build_app
+
+    phases = build_app(p, m).phases
+    assert len(phases["gpu0"]) > 1  # frames leave the GPU and come back
+    rounds = replace(m, interleave={a: [0] * len(ps) for a, ps in phases.items() if len(ps) > 1},
+                     round_frames=2)
+    one = evaluate(p, replace(rounds, lanes={"gpu0": 1}))
+    assert evaluate(p, rounds).throughput == pytest.approx(one.throughput)
+    fitted, _ = fit_lanes(p, rounds)
+    assert fitted.lanes == {"gpu0": 1}
+
+
 def test_fit_lanes_with_a_latency_cap_keeps_within_it(factory):
     p = gpu_problem(factory)
     m = whole(p, "gpu0")
