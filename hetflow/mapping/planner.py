@@ -178,19 +178,13 @@ def search_candidates(problem: Problem, strategies: list[str], platform_name: st
     # best single element, a design of every strategy (on the H100, alexnet on the GPU alone at
     # 8 lanes ran 1.3x a GPU + 15-core design predicted above it; on the H200, GPU + CPU-replica
     # pipelines of mobilenet_v2 predicted 5,000-6,300 frames/s ran 2,700-3,000, the GPU alone
-    # 5,700, and were the pipeline strategy's only candidates)
-    whole = best_whole_model(problem, cap) if found and count > 1 else None
-    if whole is not None:
+    # 5,700, and were the pipeline strategy's only candidates); and the parallel copies' design:
+    # what a user would deploy without hetflow, and the pilots' incumbent (`choose_by_pilot`)
+    obvious = [best_whole_model(problem, cap), copies_design(problem, cap)] \
+        if found and count > 1 else []
+    for design in (d for d in obvious if d is not None):
         first = found[0][2]
-        own_picks.append((make_plan(problem, whole[0], whole[1], first.strategy, platform_name,
-                                    dict(first.search), fuse, cap, interleave=interleave),
-                          found[0][3]))
-    # the parallel copies' design too: what a user would deploy without hetflow, and the
-    # pilots' incumbent (`choose_by_pilot`)
-    copies = copies_design(problem, cap) if found and count > 1 else None
-    if copies is not None:
-        first = found[0][2]
-        own_picks.append((make_plan(problem, copies[0], copies[1], first.strategy, platform_name,
+        own_picks.append((make_plan(problem, design[0], design[1], first.strategy, platform_name,
                                     dict(first.search), fuse, cap, interleave=interleave),
                           found[0][3]))
     for plan, result in own_picks:
