@@ -41,8 +41,8 @@ def choose_by_pilot(candidates: list[tuple[Plan, Any]], graph: CnnGraph | None,
     mapping key) and return (plan, its search result, what was tried): the highest measured
     throughput wins, among those whose measured p99 keeps `latency_cap` if any does (else the
     lowest p99; `_pick`). Without a cap, the `incumbent` design (the parallel copies') keeps
-    its place unless another pilot beats it by more than the pilots' noise. A design that fails its pilot is listed with its error; the others still
-    compete. Report the winner from a fresh run, not from its pilot: the best of several noisy
+    its place unless another pilot beats it by more than the pilots' noise. A design that fails
+    its pilot is listed with its error; the others still compete. Report the winner from a fresh run, not from its pilot: the best of several noisy
     samples is biased high. One candidate: nothing is run."""
     from .api import run_plan
 
@@ -88,9 +88,9 @@ ROOM = 0.8  # a pilot p99 at most this share of the cap has room
 SAME_RATE = 0.95  # pilot rates this close are not told apart by a pilot
 # Pilots of one bench on the H200 machine read CPU-group designs up to 8% above what the same
 # designs ran minutes later beside the parallel copies, alternately (docs/results/lanes_h100,
-# runs 32-33: resnet18's 3-core groups piloted 3,815 frames/s against the copies' design's
-# 3,680, then ran 0.95x the copies), while the copies' design run by the engine held within
-# 1-5% of the copies: a challenger must beat it by more than that noise.
+# runs 32-33: resnet18's 3-core groups piloted 4% above the next design, then ran 0.95x the
+# copies), while the copies' design run by the engine held within 1-5% of the copies: a
+# challenger must beat it by more than that noise.
 CHALLENGE = 1.05
 
 
