@@ -42,8 +42,9 @@ def choose_by_pilot(candidates: list[tuple[Plan, Any]], graph: CnnGraph | None,
     throughput wins, among those whose measured p99 keeps `latency_cap` if any does (else the
     lowest p99; `_pick`). Without a cap, the `incumbent` design (the parallel copies') keeps
     its place unless another pilot beats it by more than the pilots' noise. A design that fails
-    its pilot is listed with its error; the others still compete. Report the winner from a fresh run, not from its pilot: the best of several noisy
-    samples is biased high. One candidate: nothing is run."""
+    its pilot is listed with its error; the others still compete. Report the winner from a
+    fresh run, not from its pilot: the best of several noisy samples is biased high. One
+    candidate: nothing is run."""
     from .api import run_plan
 
     if len(candidates) == 1:
