@@ -1,6 +1,7 @@
 """A design run by hetflow's engine against the parallel copies run side by side with no engine
 (`measure_parallel`: the whole model on every element of the finest configuration, the GPU at
-LANES lanes), alternately, REPEATS times each (medians), in one process, outputs checked.
+LANES lanes), alternately, REPEATS times each (medians), in one process, outputs checked
+(`hetflow.bench.head_to_head`, which `hetflow bench --head-to-head N` runs on its best plan).
 
 For a MODEL the design is the parallel copies' own (dynamic dispatch, outputs released in
 order): the engine's cost. For a PLAN file (`*.plan.json`, e.g. a bench's chosen plan) it is
@@ -12,18 +13,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 
+from hetflow.bench.head_to_head import head_to_head
 from hetflow.dataflow.csdf import cnn_to_csdf
 from hetflow.mapping.mapping import Mapping, describe_design, group_name
 from hetflow.mapping.plan import Plan
 from hetflow.model import resolve_model
 from hetflow.platform import resolve_platform
 from hetflow.platform.configs import resolve_config
-from hetflow.runtime.api import load_plan_model, run_plan
-from hetflow.runtime.baselines import measure_parallel
+from hetflow.runtime.api import load_plan_model
 from hetflow.runtime.inputs import random_source
-from hetflow.runtime.pilot import frames_for
 
 
 def main() -> None:
@@ -51,21 +50,13 @@ def main() -> None:
             plan = Plan(graph.name, graph.model_hash, graph.source, plat.name, mapping, app,
                         {e.name: e for e in els}, 2, {"throughput": 0.0},
                         "copies", fuse=True)
-        src = random_source(graph)
-        eng, cop = [], []
-        for _ in range(a.repeats):
-            c = measure_parallel(graph, els, src, warmup=5, seconds=a.seconds, lanes=lanes)
-            cop.append(c.throughput)
-            frames = frames_for(plan, a.seconds, 200) if plan.predicted.get("throughput") \
-                else max(200, int(c.throughput * a.seconds))
-            r = run_plan(plan, graph, frames, frames // 10, check="first")
-            assert r.checked_frames and r.max_abs_error < 1e-3, r.max_abs_error
-            eng.append(r.throughput)
+        h = head_to_head(plan, graph, els, lanes, random_source(graph), a.repeats, a.seconds,
+                         check="first")
         row = {"model": graph.name, "design": describe_design(plan.app.phases, plan.mapping.lanes),
                "plan": name if name.endswith(".plan.json") else None,
-               "engine_fps": statistics.median(eng), "copies_fps": statistics.median(cop),
-               "engine_runs": eng, "copies_runs": cop, "lanes": lanes, "elements": len(els)}
-        row["ratio"] = row["engine_fps"] / row["copies_fps"]
+               "engine_fps": h["plan_fps"], "copies_fps": h["copies_fps"],
+               "engine_runs": h["plan_runs"], "copies_runs": h["copies_runs"], "lanes": lanes,
+               "elements": len(els), "ratio": h["ratio"]}
         rows.append(row)
         print(json.dumps(row), flush=True)
         with open(path, "w") as f:  # after every model: a time limit keeps what was measured

@@ -31,6 +31,9 @@ class BenchSettings:
     lane_seconds: float = 1.0  # the profile's GPU lane table: per lane count, alone and busy
     capacity: int = 2
     seed: int = 0
+    # after the plans: the best plan and the parallel copies run alternately this many times
+    # each (`head_to_head`), outside the budget; 0: not run
+    head_to_head: int = 0
     refine: bool = True  # re-time the chosen plans' stages as whole sub-networks
     # ... and predict from the stages timed with all the plan's elements busy at once
     under_load: bool = True
@@ -427,6 +430,17 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
                 from hetflow.mapping.pareto import write_front
 
                 write_front(result, Path(report_dir) / f"{graph.name}.{label}.pareto.csv")
+    notes: dict[str, Any] = {}
+    ran_plans = [r for r in rows if r["kind"] == "plan" and not r.get("infeasible")]
+    if settings.head_to_head > 0 and ran_plans:
+        from .head_to_head import head_to_head
+
+        best = max(ran_plans, key=lambda r: r["throughput"])
+        label = best["name"].removeprefix("hetflow ")
+        notes["head_to_head"] = {"plan": label, **head_to_head(
+            plans[label], graph, parallel, par_lanes, source, settings.head_to_head,
+            settings.plan_seconds, settings.frames, log=log)}
+        log(head_to_head_line(notes["head_to_head"]))
     par_fps, single_fps = par.throughput, best_single.throughput
     rows = [r for r in rows if not r.get("infeasible")] + [r for r in rows if r.get("infeasible")]
     for row in rows:
@@ -435,13 +449,20 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
         row["vs_parallel"] = row["throughput"] / par_fps
         row["vs_single"] = row["throughput"] / single_fps
         row["p99_vs_parallel"] = row["latency_p99"] / par.latency["p99"]
-    notes = {"layers": len(graph.layers), "parallel_elements": [e.name for e in parallel],
-             "prediction_basis": basis}
+    notes.update({"layers": len(graph.layers), "parallel_elements": [e.name for e in parallel],
+                  "prediction_basis": basis})
     if budget is not None:
         notes["budget"] = budget.notes()
         log(budget_summary(notes["budget"]))
     notes.update(seconds=round(time.perf_counter() - t_start, 2), timeline=timeline)
     return ModelBench(graph.name, platform.name, rows, prof_s, notes)
+
+
+def head_to_head_line(h: dict) -> str:
+    """One line of a bench's head to head (`head_to_head.head_to_head` plus the plan kind)."""
+    return (f"head to head, {h['repeats']} rounds alternately: hetflow {h['plan']} "
+            f"{h['plan_fps']:.1f} frames/s, parallel copies {h['copies_fps']:.1f}: "
+            f"{h['ratio']:.3f}x (medians)")
 
 
 def time_gpu_stages(graph, prof, problem, candidates: list, platform_name: str, seconds: float,

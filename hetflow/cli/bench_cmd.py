@@ -41,6 +41,10 @@ def print_bench(mb) -> None:
     for r in mb.rows:
         if r.get("pilots"):
             console.print(f"{r['name']}: " + pilot_summary(r["pilots"]), highlight=False)
+    if mb.notes.get("head_to_head"):
+        from hetflow.bench.core import head_to_head_line
+
+        console.print(head_to_head_line(mb.notes["head_to_head"]), highlight=False)
     if mb.notes.get("budget"):
         from hetflow.bench.budget import summary
 
@@ -117,6 +121,11 @@ def register(app: typer.Typer) -> None:
                  "enough, the one-lane reference rows, pilots, re-timing and then plan kinds are "
                  "skipped (each said and kept in the results); a model whose profile and "
                  "baselines cannot fit fails"),
+        head_to_head: int = typer.Option(
+            0, "--head-to-head", metavar="N", min=0,
+            help="after the plans, run the best plan and the parallel copies alternately N "
+                 "times each and report the medians' ratio (the bench's own ratio is one sample "
+                 "a side, minutes apart; outside the --budget; 0: off)"),
         json_out: bool = typer.Option(False, "--json", help="print the results as JSON"),
         report: Optional[Path] = typer.Option(None, "--report",
                                               help="folder for bench.json, plans, traces and "
@@ -132,7 +141,8 @@ def register(app: typer.Typer) -> None:
         check_models(models)
         check_writable(report, folder=True)
         plat = resolve_platform(platform, check_devices=True)
-        s = BenchSettings(strategies=strategies, pilot_candidates=pilots, budget_seconds=budget)
+        s = BenchSettings(strategies=strategies, pilot_candidates=pilots, budget_seconds=budget,
+                          head_to_head=head_to_head)
         if quick:
             s.frames, s.warmup, s.baseline_seconds, s.profile_repeats = 120, 20, 2.0, 5
             s.plan_seconds = s.under_load_seconds = 1.0

@@ -1,0 +1,42 @@
+"""A plan against the parallel copies, alternately: the ratio a drifting machine allows.
+
+A bench measures its baselines once and each plan once, a minute apart; on the GPU machine the
+same design reads 5-10% apart minutes apart, so a single "x parallel" cannot tell 0.95 from 1.05.
+Run back to back and alternated, the drift falls on both sides alike: the median of each side
+over `repeats` rounds, and their ratio.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Callable
+
+from hetflow.mapping.plan import Plan
+from hetflow.model.graph import CnnGraph
+
+
+def head_to_head(plan: Plan, graph: CnnGraph, parallel: list, lanes: dict[str, int],
+                 source: Callable[[int], dict], repeats: int = 3, seconds: float = 1.5,
+                 at_least: int = 200, check: str = "none",
+                 log: Callable[[str], None] = lambda msg: None) -> dict:
+    """`plan` run by the engine and the whole model copied on every element of `parallel` (the
+    GPUs at `lanes`), alternately, `repeats` times each, about `seconds` a run: each side's
+    runs, their medians and `ratio` = plan / copies. `check`: the plan's reference check, as in
+    `run_plan` (a failed check raises)."""
+    from hetflow.runtime.api import run_plan
+    from hetflow.runtime.baselines import measure_parallel
+    from hetflow.runtime.pilot import frames_for
+
+    plan_fps, copies_fps = [], []
+    for i in range(repeats):
+        log(f"head to head {i + 1}/{repeats}: the parallel copies, then the plan")
+        copies_fps.append(measure_parallel(graph, parallel, source, warmup=5, seconds=seconds,
+                                           lanes=lanes).throughput)
+        # a plan without a prediction (one built by hand) runs as long at the copies' rate
+        frames = (frames_for(plan, seconds, at_least) if plan.predicted.get("throughput")
+                  else max(at_least, int(copies_fps[-1] * seconds)))
+        r = run_plan(plan, graph, frames, max(5, frames // 10), check=check)
+        plan_fps.append(r.throughput)
+    out = {"repeats": repeats, "plan_runs": plan_fps, "copies_runs": copies_fps,
+           "plan_fps": statistics.median(plan_fps), "copies_fps": statistics.median(copies_fps)}
+    out["ratio"] = out["plan_fps"] / out["copies_fps"]
+    return out

@@ -1,0 +1,61 @@
+import os
+import statistics
+
+import pytest
+
+from hetflow.bench.core import BenchSettings, head_to_head_line
+from hetflow.bench.head_to_head import head_to_head
+from hetflow.runtime.report import RunReport
+
+from test_core import QUICK, bench_small
+
+
+class _Plan:
+    def __init__(self, predicted):
+        self.predicted = {"throughput": predicted, "latency": 1e-3}
+
+
+def test_the_sides_alternate_and_the_ratio_is_of_the_medians(monkeypatch):
+    """Copies, plan, copies, plan, ...: drift falls on both sides; each side's median."""
+    calls = []
+    copies = iter([100.0, 300.0, 200.0])
+    plans = iter([150.0, 90.0, 210.0])
+
+    def measure_parallel(graph, parallel, source, warmup, seconds, lanes):
+        calls.append(("copies", seconds))
+        return RunReport("copies", 10, 0, next(copies), {"p50": 0.0, "p99": 0.0})
+
+    def run_plan(plan, graph, frames, warmup, check="first", **_):
+        calls.append(("plan", frames))
+        return RunReport("plan", frames, warmup, next(plans), {"p50": 0.0, "p99": 0.0})
+
+    monkeypatch.setattr("hetflow.runtime.baselines.measure_parallel", measure_parallel)
+    monkeypatch.setattr("hetflow.runtime.api.run_plan", run_plan)
+    said = []
+    h = head_to_head(_Plan(1000.0), None, [], {}, None, repeats=3, seconds=0.5, at_least=50,
+                     log=said.append)
+    assert [c[0] for c in calls] == ["copies", "plan"] * 3
+    assert [c[1] for c in calls if c[0] == "plan"] == [500] * 3  # the predicted rate x seconds
+    assert h["plan_runs"] == [150.0, 90.0, 210.0] and h["copies_runs"] == [100.0, 300.0, 200.0]
+    assert h["ratio"] == pytest.approx(150.0 / 200.0) and len(said) == 3
+    assert "0.750x" in head_to_head_line({"plan": "single", **h})
+    # a plan without a prediction runs as long at the copies' rate just measured
+    calls.clear()
+    copies, plans = iter([400.0]), iter([1.0])
+    head_to_head(_Plan(0.0), None, [], {}, None, repeats=1, seconds=0.5, at_least=50)
+    assert calls[1] == ("plan", 200)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+def test_a_bench_runs_its_best_plan_head_to_head(tmp_path, monkeypatch):
+    mb = bench_small(tmp_path, monkeypatch, 6, 3, BenchSettings(**QUICK, head_to_head=2))
+    h = mb.notes["head_to_head"]
+    plans = {r["name"].removeprefix("hetflow "): r["throughput"] for r in mb.rows
+             if r["kind"] == "plan" and not r.get("infeasible")}
+    assert plans[h["plan"]] == max(plans.values())
+    assert h["repeats"] == 2 and len(h["plan_runs"]) == len(h["copies_runs"]) == 2
+    assert all(x > 0 for x in h["plan_runs"] + h["copies_runs"])
+    assert h["ratio"] == pytest.approx(statistics.median(h["plan_runs"])
+                                       / statistics.median(h["copies_runs"]))
+    # off by default
+    assert BenchSettings().head_to_head == 0
