@@ -430,7 +430,20 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
                 from hetflow.mapping.pareto import write_front
 
                 write_front(result, Path(report_dir) / f"{graph.name}.{label}.pareto.csv")
-    notes: dict[str, Any] = {}
+    par_fps, single_fps = par.throughput, best_single.throughput
+    rows = [r for r in rows if not r.get("infeasible")] + [r for r in rows if r.get("infeasible")]
+    for row in rows:
+        if row.get("infeasible"):
+            continue
+        row["vs_parallel"] = row["throughput"] / par_fps
+        row["vs_single"] = row["throughput"] / single_fps
+        row["p99_vs_parallel"] = row["latency_p99"] / par.latency["p99"]
+    notes: dict[str, Any] = {"layers": len(graph.layers),
+                             "parallel_elements": [e.name for e in parallel],
+                             "prediction_basis": basis}
+    if budget is not None:
+        notes["budget"] = budget.notes()
+        log(budget_summary(notes["budget"]))
     ran_plans = [r for r in rows if r["kind"] == "plan" and not r.get("infeasible")]
     if settings.head_to_head > 0 and ran_plans:
         from .head_to_head import head_to_head
@@ -441,19 +454,6 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
             plans[label], graph, parallel, par_lanes, source, settings.head_to_head,
             settings.plan_seconds, settings.frames, log=log)}
         log(head_to_head_line(notes["head_to_head"]))
-    par_fps, single_fps = par.throughput, best_single.throughput
-    rows = [r for r in rows if not r.get("infeasible")] + [r for r in rows if r.get("infeasible")]
-    for row in rows:
-        if row.get("infeasible"):
-            continue
-        row["vs_parallel"] = row["throughput"] / par_fps
-        row["vs_single"] = row["throughput"] / single_fps
-        row["p99_vs_parallel"] = row["latency_p99"] / par.latency["p99"]
-    notes.update({"layers": len(graph.layers), "parallel_elements": [e.name for e in parallel],
-                  "prediction_basis": basis})
-    if budget is not None:
-        notes["budget"] = budget.notes()
-        log(budget_summary(notes["budget"]))
     notes.update(seconds=round(time.perf_counter() - t_start, 2), timeline=timeline)
     return ModelBench(graph.name, platform.name, rows, prof_s, notes)
 
