@@ -81,8 +81,9 @@ def choose_by_pilot(candidates: list[tuple[Plan, Any]], graph: CnnGraph | None,
     return (*candidates[pick], tried)
 
 
-# Under a latency cap, a pilot's p99 near the cap is no promise: the designs the bench chose on
-# the GPU machine measured their full run's p99 0.7-1.8x their pilot's (runs 20-31). A design
+# Under a latency cap, a pilot's p99 near the cap is no promise: the data-parallel designs with
+# CPU members that the bench chose on the GPU machine measured their full run's p99 0.66-1.87x
+# their pilot's (runs 20-31). A design
 # with room under the cap whose pilot ran within the pilots' own throughput noise of the
 # fastest is the safer choice.
 ROOM = 0.8  # a pilot p99 at most this share of the cap has room
