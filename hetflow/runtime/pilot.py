@@ -83,9 +83,8 @@ def choose_by_pilot(candidates: list[tuple[Plan, Any]], graph: CnnGraph | None,
 
 # Under a latency cap, a pilot's p99 near the cap is no promise: the data-parallel designs with
 # CPU members that the bench chose on the GPU machine measured their full run's p99 0.66-1.87x
-# their pilot's (runs 20-31). A design
-# with room under the cap whose pilot ran within the pilots' own throughput noise of the
-# fastest is the safer choice.
+# their pilot's (runs 20-31). A design with room under the cap whose pilot ran within the
+# pilots' own throughput noise of the fastest is the safer choice.
 ROOM = 0.8  # a pilot p99 at most this share of the cap has room
 SAME_RATE = 0.95  # pilot rates this close are not told apart by a pilot
 # Pilots of one bench on the H200 machine read CPU-group designs up to 8% above what the same
