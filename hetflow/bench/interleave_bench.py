@@ -27,6 +27,7 @@ import sys
 import time
 
 from hetflow.dataflow.analysis.interleave import best_interleaving
+from hetflow.errors import InputError
 from hetflow.mapping.mapping import Mapping
 from hetflow.mapping.problem import build_app, timed_graph
 from hetflow.mapping.strategies.base import get_strategy
@@ -51,7 +52,13 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if "--measure" in argv:
         return measure_main(argv)
-    models = argv or DEFAULT_MODELS
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m hetflow.bench.interleave_bench",
+                                 description=__doc__.split("\n\n")[0],
+                                 epilog="--measure: measure instead (--measure --help)")
+    ap.add_argument("models", nargs="*", default=DEFAULT_MODELS)
+    models = ap.parse_args(argv).models
     for model in models:
         for speedup in (20.0, 5.0):
             problem = synthetic_problem(model, gpu_speedup=speedup)
@@ -139,7 +146,12 @@ def measure_round_trips(model: str, every: int, seconds: float,
     if elements is None:
         elements = [e.name for e in problem.elements if e.kind == "cpu" and len(e.cores) == 1][:2]
     if len(elements) != 2:
-        raise SystemExit(f"need two elements, got {elements}")
+        raise InputError(f"--elements: need two elements, got {elements}")
+    known = {e.name for e in problem.elements}
+    for name in elements:
+        if name not in known:
+            raise InputError(f"--elements: no element {name!r} on this machine "
+                             f"(known: {', '.join(sorted(known))})")
     first, second = elements
     # as the bench does before it predicts: each element's slowdown while both run copies of
     # the model (the parallel baseline), applied to the profile's times
@@ -188,4 +200,6 @@ def measure_round_trips(model: str, every: int, seconds: float,
 
 
 if __name__ == "__main__":
-    main()
+    from .script import run_script
+
+    run_script(main, "python -m hetflow.bench.interleave_bench")

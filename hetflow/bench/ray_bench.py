@@ -468,4 +468,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from .script import run_script
+
+    run_script(main, "python -m hetflow.bench.ray_bench")

@@ -106,9 +106,16 @@ DEFAULT_OPTIONS = {"ga@throughput": {"fitness": "throughput", "pop_size": 24, "e
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    models = [a for a in argv if "@" not in a and not _is_strategy(a)] or DEFAULT_MODELS
-    strategies = [a for a in argv if _is_strategy(a)] or DEFAULT_STRATEGIES
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m hetflow.bench.search_bench",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("names", nargs="*", metavar="MODEL|STRATEGY",
+                    help=f"models (default {' '.join(DEFAULT_MODELS)}) and strategies, "
+                         f"STRATEGY[@fitness] (default {' '.join(DEFAULT_STRATEGIES)})")
+    names = ap.parse_args(sys.argv[1:] if argv is None else argv).names
+    models = [a for a in names if "@" not in a and not _is_strategy(a)] or DEFAULT_MODELS
+    strategies = [a for a in names if _is_strategy(a)] or DEFAULT_STRATEGIES
     bench(models, strategies, DEFAULT_OPTIONS)
 
 
@@ -119,4 +126,6 @@ def _is_strategy(name: str) -> bool:
 
 
 if __name__ == "__main__":
-    main()
+    from .script import run_script
+
+    run_script(main, "python -m hetflow.bench.search_bench")

@@ -110,4 +110,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from .script import run_script
+
+    run_script(main, "python -m hetflow.bench.threads_vs_processes")
