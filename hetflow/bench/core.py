@@ -97,7 +97,11 @@ def cached_profile(graph, platform, log: Callable[[str], None], partial: bool = 
                 return None
             gpus = [e.name for e in platform.all_elements() if e.kind == "gpu"
                     and e.name in prof.layer_times]
-            if all(g in prof.gpu_lanes for g in gpus):  # else made before lanes were measured
+            cpus = [e.name for e in platform.all_elements() if e.kind == "cpu"
+                    and e.backend != "none" and e.name in prof.layer_times]
+            borders = prof.calibration.get("border_s", {})
+            # else made before lanes, or the firings' border costs, were measured
+            if all(g in prof.gpu_lanes for g in gpus) and all(c in borders for c in cpus):
                 log(f"reusing profile {path}")
                 return prof
         except HetflowError:

@@ -23,8 +23,11 @@ the one `make_plan` picks.
 """
 from __future__ import annotations
 
+import json
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from hetflow.dataflow.analysis.interleave import best_interleaving
 from hetflow.errors import InputError
@@ -183,9 +186,16 @@ def measure_round_trips(model: str, every: int, seconds: float,
         # first (the run leaves out the first and last `ahead` frames' completions)
         frames = max(40, int(seconds * thr), 8 * ahead)
         log(f"running {name}: predicted {thr:.1f} frames/s, {frames} frames")
-        r = run_plan(plan, graph, frames, max(4, frames // 10, ahead), check="first")
+        warmup = max(4, frames // 10, ahead)
+        with tempfile.TemporaryDirectory() as tmp:
+            trace = Path(tmp) / "trace.json"
+            r = run_plan(plan, graph, frames, warmup, check="first", trace_path=trace)
+            spent = time_per_frame(json.loads(trace.read_text()), range(warmup, frames - warmup))
         g = timed_graph(problem, plan.app, plan.mapping)
         load, with_transfers = load_bounds(g)
+        spent["predicted_busy_s"] = {a.name: sum(a.exec_times) for a in g.actors}
+        spent["predicted_transfers_s"] = sum(c.transfer_time for c in g.channels
+                                             if c.src != c.dst)
         rows.append({"model": model, "plan": name, "mapping": f"every {every}th layer on {second}, "
                      f"the rest on {first}", "phases": {a: len(ps) for a, ps in
                                                         plan.app.phases.items()},
@@ -195,8 +205,38 @@ def measure_round_trips(model: str, every: int, seconds: float,
                      "checked_frames": r.checked_frames, "max_abs_error": r.max_abs_error,
                      "frames_ahead": frames_ahead(plan.mapping), "contention_factors": factors,
                      "chosen_by_make_plan": plan.mapping.key() == chosen.key(),
-                     "load_bound": 1 / load, "load_and_transfers_bound": 1 / with_transfers})
+                     "load_bound": 1 / load, "load_and_transfers_bound": 1 / with_transfers,
+                     "per_frame": spent})
+        log(f"{name}: per frame, busy " + ", ".join(
+            f"{e} {spent['busy_s'][e] * 1e3:.2f} ms (predicted "
+            f"{spent['predicted_busy_s'].get(e, 0.0) * 1e3:.2f})" for e in sorted(spent['busy_s']))
+            + f"; between firings {spent['between_s'] * 1e3:.2f} ms (predicted transfers "
+            f"{spent['predicted_transfers_s'] * 1e3:.2f})")
     return rows
+
+
+def time_per_frame(trace: dict, frames: range) -> dict:
+    """From a run's Chrome trace, over `frames`: each element's firing time per frame
+    (`busy_s`), and per frame the time from its first firing's start to its last firing's end
+    not spent firing it (`between_s`, median): the hand-offs and waits between its phases, which
+    frame by frame with one frame in flight is what the transfers are predicted to take."""
+    import statistics
+    from collections import defaultdict
+
+    names = {ev["tid"]: ev["args"]["name"] for ev in trace["traceEvents"] if ev["ph"] == "M"}
+    busy: dict[str, float] = defaultdict(float)
+    spans: dict[int, list[float]] = {}
+    for ev in trace["traceEvents"]:
+        if ev["ph"] != "X" or ev["args"]["frame"] not in frames:
+            continue
+        busy[names[ev["tid"]]] += ev["dur"] * 1e-6
+        s, e = ev["ts"] * 1e-6, (ev["ts"] + ev["dur"]) * 1e-6
+        lo, hi, fired = spans.get(ev["args"]["frame"], (s, e, 0.0))
+        spans[ev["args"]["frame"]] = (min(lo, s), max(hi, e), fired + e - s)
+    n = max(1, len(spans))
+    return {"frames": len(spans), "busy_s": {e: t / n for e, t in busy.items()},
+            "between_s": statistics.median(hi - lo - fired for lo, hi, fired in spans.values())
+            if spans else 0.0}
 
 
 if __name__ == "__main__":

@@ -78,7 +78,9 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
     problem = Problem(graph, elements, times, profile.transfer_time, overhead, capacity_frames,
                       configurations=usable,
                       subnet_times=measured_subnets(graph, profile, elements),
-                      element_overhead={e.name: profile.call_overhead(e.name) for e in elements})
+                      element_overhead={e.name: profile.call_overhead(e.name) for e in elements},
+                      border_cost={e.name: profile.border_cost(e.name) for e in elements
+                                   if e.kind == "cpu" and any(profile.border_cost(e.name))})
     if lanes:
         from hetflow.profile.lanes import host_seconds, slowdown_curves, staging_per_byte
 

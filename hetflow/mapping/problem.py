@@ -86,6 +86,11 @@ class Problem:
     # is host-bound long before the device is (a 11 MB input: 1.4 ms of copying per firing on
     # the H100 host)
     host_per_byte: dict[str, float] = field(default_factory=dict)
+    # CPU element -> (a, b): a firing pays a + b * its border bytes beyond its layers' profiled
+    # time (inputs another core wrote, fresh output arrays; profile.measure.border_cost). Not
+    # for a whole-model firing, whose time was taken as the runtime calls it, borders included,
+    # nor for a stage timed in the engine under load
+    border_cost: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     # ---- lanes ----
     def host_seconds(self, element: str, border_bytes: int, busy: bool) -> float | None:
@@ -288,6 +293,8 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
     one-lane time times the measured slowdown at k lanes; in a group of unlike members its rate
     is k / that time.
     """
+    from hetflow.model.subnet import subnet_key
+
     from .interleaving import extra_windows
 
     mapping = mapping or Mapping(app.assignment)
@@ -301,6 +308,11 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
         k = lanes.get(e, 1)
         if k > 1 or e in problem.lane_slowdown_busy:
             t *= problem.slowdown(e, k, busy, problem.stage_key(layers))
+        if (e in problem.border_cost and len(layers) < len(problem.graph.layers)
+                and not (problem.loaded_times
+                         and (e, subnet_key(layers)) in problem.loaded_times)):
+            a, b = problem.border_cost[e]
+            t += (a + b * border_bytes) * problem.contention.get(e, 1.0)
         host = problem.host_seconds(e, border_bytes, busy)
         if k > 1 and host:  # the lanes' host work shares the driving cores
             cores = max(1, len(problem.element(e).cores))

@@ -115,6 +115,66 @@ def call_overhead_s(backend, element: ProcessingElement, repeats: int, warmup: i
         runner.close()
 
 
+BORDER_SIZES = (256 << 10, 1 << 20, 4 << 20)  # bytes of a firing's input (and its output)
+
+
+def border_cost(backend, element: ProcessingElement, writer_core: int | None,
+                sizes: Sequence[int] = BORDER_SIZES, repeats: int = 20) -> dict[str, float]:
+    """What a firing in the engine pays for its borders beyond the profiled time of its layers,
+    fitted as a + b * (input + output bytes): a ReLU run as the engine runs it (an input another
+    core just wrote, handed over by a queue; a fresh output array, kept while later firings
+    run, as a channel keeps it) against the same ReLU timed as layers are (input and output
+    bound once, in cache). On the 2-core VM a squeezenet1_0 phase fed from the other core
+    fired 0.1-0.8 ms above its layers' profiled sum, growing with its border bytes.
+    `writer_core`: the core that writes the inputs (None: the caller writes them)."""
+    import queue
+    import threading
+
+    from onnx import TensorProto, helper
+
+    from hetflow.backends.affinity import pin_current_thread
+
+    points: list[tuple[float, float]] = []
+    for nbytes in sizes:
+        n = max(1, nbytes // 4)
+        model = helper.make_model(helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["y"], name="relu")], "border",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])]),
+            opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        runner = backend.prepare(Subnet("border", ("relu",), model, ["x"], ["y"]), element)
+        pool = [np.zeros((1, n), np.float32) for _ in range(4)]
+        handoff: queue.Queue = queue.Queue(maxsize=2)
+
+        def write() -> None:  # the producer: each input written just before it is handed over
+            if writer_core is not None:
+                pin_current_thread([writer_core])
+            for i in range(repeats + 5):
+                pool[i % len(pool)][...] = i
+                handoff.put(pool[i % len(pool)])
+            handoff.put(None)
+
+        try:
+            with pinned(runner.caller_cores or element.cores):
+                in_cache = float(np.median(time_runner(runner, {"x": pool[0]}, repeats, 5)))
+                writer = threading.Thread(target=write, name="hetflow-border-writer",
+                                          daemon=True)
+                writer.start()
+                kept: list = []
+                fired = []
+                while (x := handoff.get()) is not None:
+                    t0 = time.perf_counter()
+                    kept.append(runner.run({"x": x}))
+                    fired.append(time.perf_counter() - t0)
+                    del kept[:-8]
+                writer.join()
+        finally:
+            runner.close()
+        points.append((2.0 * n * 4, float(np.median(fired[5:])) - in_cache))
+    return commbench.fit_linear([p[0] for p in points], [max(p[1], 0.0) for p in points])
+
+
 def observed_freq_mhz(cores: Iterable[int]) -> float | None:
     fs = [f for f in (core_cur_freq_mhz(c) for c in cores) if f]
     return float(np.mean(fs)) if fs else None
@@ -354,6 +414,8 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
              if time_limit_s is None or not must or must & {e.name for e in m}}
     later = {r: m for r, m in groups.items() if r not in first}
     overheads: dict[str, float] = {}  # per-call cost taken off each layer time
+    borders: dict[str, dict[str, float]] = {}  # per-firing border cost (border_cost)
+    all_cores = sorted({c for e in measurable for c in e.cores})
     phase_s: dict[str, float] = {}  # where the profiling time went
 
     def measure(rep: ProcessingElement, members: list[ProcessingElement]) -> None:
@@ -364,6 +426,10 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
         phase_s[f"layers@{rep.name}"] = round(time.perf_counter() - t0, 2)
         if overhead:
             overheads.update({e.name: overhead for e in members})
+        if rep.kind == "cpu" and rep.backend != "none":
+            writer = next((c for c in all_cores if c not in rep.cores), None)
+            cost = border_cost(backend_for(rep), rep, writer)
+            borders.update({e.name: cost for e in members})
         for e in members:
             prof.layer_times[e.name] = {k: dict(v) for k, v in layers.items()}
             prof.whole_model[e.name] = dict(whole)
@@ -399,6 +465,8 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
         prof.calibration = {"dvfs": False}
     if overheads:
         prof.calibration["call_overhead_s"] = overheads
+    if borders:
+        prof.calibration["border_s"] = borders
     if skipped:
         prof.meta.setdefault("skipped", {}).update(skipped)
     prof.meta["seconds"] = round(time.perf_counter() - started, 2)

@@ -89,6 +89,12 @@ class Profile:
         (a stage pays it once per run); `default` where none was measured."""
         return float(self.calibration.get("call_overhead_s", {}).get(_name(element), default))
 
+    def border_cost(self, element: "str | ProcessingElement") -> tuple[float, float]:
+        """(a, b): a firing on `element` pays a + b * (its input + output bytes) beyond its
+        layers' profiled time (measure.border_cost); (0, 0) where none was measured."""
+        fit = self.calibration.get("border_s", {}).get(_name(element), {})
+        return float(fit.get("a", 0.0)), float(fit.get("b", 0.0))
+
     def _kind(self, element: "str | ProcessingElement") -> str:
         if not isinstance(element, str):
             return element.kind

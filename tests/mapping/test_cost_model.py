@@ -1,7 +1,10 @@
 """The problem's cost model: measured sub-networks and contention."""
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hetflow.mapping.from_profile import measured_subnets
 from hetflow.mapping.mapping import Mapping
@@ -142,3 +145,39 @@ def test_a_stage_timed_at_its_lanes_costs_its_one_lane_firing_and_keeps_its_curv
     assert problem.subnet_times[("gpu0", key)] == 1e-3
     assert problem.slowdown("gpu0", 4, busy=False, stage=key) == 2.5
     assert problem.slowdown("gpu0", 4, busy=False) == 1.5  # the whole model's curve
+
+
+def test_a_cpu_firing_pays_for_its_border_bytes_but_a_whole_model_firing_does_not(factory):
+    """Frame by frame over two cores the period is the sum of every firing and transfer
+    (hand-worked: each phase's layers + call overhead + a + b x its input and output bytes);
+    the whole model on one core, timed with its borders, gets nothing added."""
+    p = factory.problem(6, factory.elements(2))
+    layers = [l.name for l in p.graph.layers]
+    mapping = on(p, "cpu0", "cpu1")
+    whole = Mapping({l: "cpu0" for l in layers})
+    before = evaluate(p, mapping)
+    alone = evaluate(p, whole).throughput
+    a, b = 2e-5, 1e-9
+    p.border_cost.update({"cpu0": (a, b), "cpu1": (a, b)})
+    from hetflow.mapping.problem import build_app
+
+    app = build_app(p, mapping)
+    border = sum(a + b * sum(p.graph.tensors[t].nbytes for t in (*ph.inputs, *ph.outputs))
+                 for ps in app.phases.values() for ph in ps)
+    after = evaluate(p, mapping)
+    assert 1 / after.latency_isolated == pytest.approx(
+        1 / (before.latency_isolated + border), rel=1e-9)
+    assert after.throughput < before.throughput
+    assert evaluate(p, whole).throughput == pytest.approx(alone)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), a=st.floats(0, 1e-4), b=st.floats(0, 1e-8))
+def test_border_costs_never_make_a_mapping_faster(factory, seed, a, b):
+    p = factory.small(seed)
+    rng = np.random.default_rng(seed)
+    names = [e.name for e in p.elements]
+    mapping = Mapping({l.name: names[int(rng.integers(len(names)))] for l in p.graph.layers})
+    before = evaluate(p, mapping, with_latency=False).throughput
+    p.border_cost.update({e.name: (a, b) for e in p.elements if e.kind == "cpu"})
+    assert evaluate(p, mapping, with_latency=False).throughput <= before * (1 + 1e-9)

@@ -213,3 +213,32 @@ def test_device_runners_lose_their_call_overhead(graph, monkeypatch):
     # the whole model as the runtime calls it: one call, copies included
     assert prof.whole_model["gpu0"]["median"] == pytest.approx(
         0.003 + layer_work * len(graph.layers))
+
+
+def test_every_cpu_element_has_its_firings_border_cost(platform, measured):
+    """Measured once per element shape, copied to its equals, and read back by the problem."""
+    from hetflow.mapping.from_profile import problem_from_profile
+
+    names = [e.name for e in platform.all_elements()]
+    borders = measured.calibration["border_s"]
+    assert set(borders) == set(names)
+    for e in names:
+        a, b = measured.border_cost(e)
+        assert a >= 0 and b >= 0 and (a, b) == (borders[e]["a"], borders[e]["b"])
+    if "cpu1" in names:
+        assert borders["cpu1"] == borders["cpu0"]
+    assert Profile.from_dict(measured.to_dict()).border_cost("cpu0") == measured.border_cost("cpu0")
+    assert measured.border_cost("gpu7") == (0.0, 0.0)  # never measured
+
+
+def test_border_cost_grows_with_the_bytes_a_firing_moves():
+    """A ReLU over 4 MiB run as the engine runs it costs more beyond its in-cache time than one
+    over 64 KiB: the fit's slope is positive on any machine with caches."""
+    from hetflow.backends import backend_for
+    from hetflow.platform.spec import ProcessingElement
+    from hetflow.profile.measure import border_cost
+
+    e = ProcessingElement("cpu0", "cpu", CORES[:1])
+    fit = border_cost(backend_for(e), e, CORES[-1] if len(CORES) > 1 else None,
+                      sizes=(64 << 10, 4 << 20), repeats=10)
+    assert fit["b"] > 0
