@@ -97,6 +97,9 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
                     if host_seconds(table, busy_load):  # the whole model's, less its copies
                         into[e.name] = max(0.0, host_seconds(table, busy_load)
                                            - per_byte * borders)
+                one = host_seconds(table, lanes=1)
+                if one:
+                    problem.host_time_one[e.name] = max(0.0, one - per_byte * borders)
                 problem.host_per_byte[e.name] = per_byte
                 if "memory" in table:
                     problem.lane_limit[e.name] = int(table["memory"]["max_lanes"])

@@ -256,10 +256,13 @@ def staging_per_byte(table: dict[str, Any]) -> float | None:
     return float(st["per_byte"]) if st else None
 
 
-def host_seconds(table: dict[str, dict[str, Any]], busy: bool = False) -> float | None:
+def host_seconds(table: dict[str, dict[str, Any]], busy: bool = False,
+                 lanes: int | None = None) -> float | None:
     """CPU time the driving thread spends per firing: the median over the runs with the most
-    lanes (alone, or beside busy copies), where the driving core is busiest."""
-    runs = [table[k] for k in sorted((k for k in table if k.isdigit()), key=int)]
+    lanes (alone, or beside busy copies), where the driving core is busiest; `lanes`: over the
+    runs with that many lanes."""
+    runs = [table[k] for k in sorted((k for k in table if k.isdigit()), key=int)
+            if lanes is None or int(k) == lanes]
     hosts = [r.get("busy_host" if busy else "host") for r in runs]
     hosts = [h for h in hosts if h]
     return float(hosts[-1]["median"]) if hosts else None

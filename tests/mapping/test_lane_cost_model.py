@@ -176,6 +176,26 @@ def test_a_stage_fed_a_large_input_pays_its_staging_copy_on_the_driving_core(fac
     assert evaluate(p, m).throughput > staged * 2  # the bound came from the copy
 
 
+def test_one_lane_adds_the_hosts_work_to_each_phase_but_not_to_the_whole_model(factory):
+    """Frame by frame, CPU -> GPU -> CPU with one lane: the one-lane isolated latency grows by
+    the host's fixed time plus its per-byte copies of the GPU phase's borders (hand-worked);
+    the whole model on the GPU, timed with its host work in it, does not change."""
+    from hetflow.mapping.problem import build_app
+
+    p = gpu_problem(factory)
+    layers = [l.name for l in p.graph.layers]
+    m = Mapping({l: ("gpu0" if 1 <= i < len(layers) - 1 else "cpu0")
+                 for i, l in enumerate(layers)}, lanes={"gpu0": 1})
+    (phase,) = build_app(p, m).phases["gpu0"]
+    border = sum(p.graph.tensors[t].nbytes for t in (*phase.inputs, *phase.outputs))
+    before, alone = evaluate(p, m), evaluate(p, whole(p, "gpu0")).throughput
+    p.host_time_one["gpu0"], p.host_per_byte["gpu0"] = 3e-4, 1e-10
+    after = evaluate(p, m)
+    assert after.latency_isolated == pytest.approx(before.latency_isolated + 3e-4
+                                                   + 1e-10 * border, rel=1e-9)
+    assert evaluate(p, whole(p, "gpu0")).throughput == pytest.approx(alone)
+
+
 def test_a_plan_with_lanes_survives_its_file(factory, tmp_path):
     from hetflow.mapping.plan import Plan
 
