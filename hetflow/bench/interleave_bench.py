@@ -137,7 +137,7 @@ def measure_round_trips(model: str, every: int, seconds: float,
     from hetflow.runtime.baselines import measure_parallel
     from hetflow.runtime.inputs import random_source
 
-    from .core import contention_factors, get_profile
+    from .core import busy_lane_scales, contention_factors, get_profile
 
     def log(msg: str) -> None:
         print(f"{model}: {msg}", file=sys.stderr, flush=True)
@@ -162,6 +162,7 @@ def measure_round_trips(model: str, every: int, seconds: float,
                            random_source(graph), warmup=5, seconds=min(seconds, 4.0))
     factors = contention_factors(prof, problem, par)
     problem.apply_contention(factors)
+    problem.lane_busy_scale.update(busy_lane_scales(problem, par, {}))
     log("contention factors: " + ", ".join(f"{k} {v:.2f}" for k, v in factors.items()))
     layers = [l.name for l in graph.layers]
     mapping = Mapping({l: second if i % every == every - 1 else first

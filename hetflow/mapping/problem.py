@@ -70,6 +70,9 @@ class Problem:
     lane_slowdown: dict[str, dict[int, float]] = field(default_factory=dict)
     lane_slowdown_busy: dict[str, dict[int, float]] = field(default_factory=dict)
     lane_limit: dict[str, int] = field(default_factory=dict)  # most lanes device memory holds
+    # GPU element -> scale of its busy curve: its firing time beside busy copies as a longer,
+    # later run measured it (the bench's parallel baseline) over what the curve says
+    lane_busy_scale: dict[str, float] = field(default_factory=dict)
     # {(element, subnet_key(layers)): {k: firing at k lanes / at one}} of a stage timed alone at
     # its own lane counts: a stage's lanes share the device by its work, not by its one-lane
     # time (densenet121's first 173 of 309 layers on 8 lanes ran at about the whole model's rate,
@@ -113,14 +116,17 @@ class Problem:
         linear between measured counts; past the largest, no more throughput than there.
         `stage`: the subnet key of the layers fired, whose own curve is used where measured."""
         own = self.stage_slowdown.get((element, stage)) if stage is not None else None
+        scale = self.lane_busy_scale.get(element, 1.0) if busy else 1.0
         if own and lanes in own:
             factor = 1.0
             if busy and element in self.lane_slowdown_busy:  # the load's share, the model's
                 factor = (_on_curve(self.lane_slowdown_busy[element], lanes)
                           / _on_curve(self.lane_slowdown.get(element, {1: 1.0}), lanes))
-            return own[lanes] * factor
-        curve = (self.lane_slowdown_busy if busy else {}).get(element) or \
-            self.lane_slowdown.get(element)
+            return own[lanes] * factor * scale
+        busy_curve = (self.lane_slowdown_busy if busy else {}).get(element)
+        if busy_curve:
+            return _on_curve(busy_curve, lanes) * scale
+        curve = self.lane_slowdown.get(element)
         return _on_curve(curve, lanes) if curve else 1.0
 
     def stage_key(self, layers: list[str]) -> str | None:

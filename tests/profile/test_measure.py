@@ -215,7 +215,7 @@ def test_device_runners_lose_their_call_overhead(graph, monkeypatch):
         0.003 + layer_work * len(graph.layers))
 
 
-def test_every_cpu_element_has_its_firings_border_cost(platform, measured):
+def test_every_cpu_element_has_its_firings_border_cost(graph, platform, measured):
     """Measured once per element shape, copied to its equals, and read back by the problem."""
     from hetflow.mapping.from_profile import problem_from_profile
 
@@ -229,6 +229,9 @@ def test_every_cpu_element_has_its_firings_border_cost(platform, measured):
         assert borders["cpu1"] == borders["cpu0"]
     assert Profile.from_dict(measured.to_dict()).border_cost("cpu0") == measured.border_cost("cpu0")
     assert measured.border_cost("gpu7") == (0.0, 0.0)  # never measured
+    problem = problem_from_profile(graph, measured, platform)
+    assert {e: problem.border_cost.get(e, (0.0, 0.0)) for e in names} == {
+        e: measured.border_cost(e) for e in names}
 
 
 def test_border_cost_grows_with_the_bytes_a_firing_moves():
