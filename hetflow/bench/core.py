@@ -558,8 +558,8 @@ def busy_lane_scales(problem, parallel_report, lanes: dict[str, int]) -> dict[st
     """Per GPU element with a busy lane curve that the parallel baseline ran at k lanes: its
     firing time there (k / its measured rate) over the curve's. The lane table took the
     better of two half-second passes beside the busy copies; the baseline runs the same load
-    longer, minutes later. On the H200 machine its GPU rates were 0.74-1.16x the curves',
-    lower where the copies fire often (mobilenet_v2, squeezenet1_0, emotion_ferplus)."""
+    longer, minutes later. On the H200 machine its GPU rates were 0.72-1.16x the curves',
+    lowest where the copies fire often (mobilenet_v2, squeezenet1_0, alexnet)."""
     whole = [l.name for l in problem.graph.layers]
     out = {}
     for el, fps in parallel_report.notes.get("per_element_fps", {}).items():
