@@ -294,12 +294,7 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
         rows.append(_row("reference: parallel copies, 1 lane per GPU", "reference", par1))
     factors: dict[str, float] = {}
     if settings.contention:
-        factors = contention_factors(prof, problem, par)
-        problem.apply_contention(factors)
-        problem.lane_busy_scale.update(busy_lane_scales(problem, par, par_lanes))
-        log("contention factors: " + ", ".join(f"{k} {v:.2f}" for k, v in factors.items())
-            + "".join(f"; {e} beside busy copies x{v:.2f}"
-                      for e, v in problem.lane_busy_scale.items()))
+        factors = apply_parallel_baseline(prof, problem, par, par_lanes, log)
     # what the predictions rest on, kept with the results (prediction errors are read here)
     basis = {"contention_factors": factors,
              "lane_slowdown": {e: {str(k): v for k, v in c.items()}
@@ -552,6 +547,20 @@ def probe(graph, element) -> tuple[float, float]:
     finally:
         release([runner])
     return build_s, sorted(times)[1]
+
+
+def apply_parallel_baseline(prof, problem, parallel_report, lanes: dict[str, int],
+                            log: Callable[[str], None]) -> dict[str, float]:
+    """What the parallel baseline measured, into `problem` before anything is predicted: the
+    cores' contention factors and the GPUs' busy-curve scales (said in `log`). Returns the
+    contention factors."""
+    factors = contention_factors(prof, problem, parallel_report)
+    problem.apply_contention(factors)
+    problem.lane_busy_scale.update(busy_lane_scales(problem, parallel_report, lanes))
+    log("contention factors: " + ", ".join(f"{k} {v:.2f}" for k, v in factors.items())
+        + "".join(f"; {e} beside busy copies x{v:.2f}"
+                  for e, v in problem.lane_busy_scale.items()))
+    return factors
 
 
 def busy_lane_scales(problem, parallel_report, lanes: dict[str, int]) -> dict[str, float]:

@@ -137,7 +137,7 @@ def measure_round_trips(model: str, every: int, seconds: float,
     from hetflow.runtime.baselines import measure_parallel
     from hetflow.runtime.inputs import random_source
 
-    from .core import busy_lane_scales, contention_factors, get_profile
+    from .core import apply_parallel_baseline, get_profile
 
     def log(msg: str) -> None:
         print(f"{model}: {msg}", file=sys.stderr, flush=True)
@@ -160,10 +160,7 @@ def measure_round_trips(model: str, every: int, seconds: float,
     # the model (the parallel baseline), applied to the profile's times
     par = measure_parallel(graph, [problem.element(first), problem.element(second)],
                            random_source(graph), warmup=5, seconds=min(seconds, 4.0))
-    factors = contention_factors(prof, problem, par)
-    problem.apply_contention(factors)
-    problem.lane_busy_scale.update(busy_lane_scales(problem, par, {}))
-    log("contention factors: " + ", ".join(f"{k} {v:.2f}" for k, v in factors.items()))
+    factors = apply_parallel_baseline(prof, problem, par, {}, log)
     layers = [l.name for l in graph.layers]
     mapping = Mapping({l: second if i % every == every - 1 else first
                        for i, l in enumerate(layers)})
@@ -226,7 +223,7 @@ def time_per_frame(trace: dict, frames: range) -> dict:
 
     names = {ev["tid"]: ev["args"]["name"] for ev in trace["traceEvents"] if ev["ph"] == "M"}
     busy: dict[str, float] = defaultdict(float)
-    spans: dict[int, list[float]] = {}
+    spans: dict[int, tuple[float, float, float]] = {}  # frame -> (first start, last end, fired)
     for ev in trace["traceEvents"]:
         if ev["ph"] != "X" or ev["args"]["frame"] not in frames:
             continue

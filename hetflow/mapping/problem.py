@@ -315,7 +315,8 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
         k = lanes.get(e, 1)
         if k > 1 or e in problem.lane_slowdown_busy:
             t *= problem.slowdown(e, k, busy, problem.stage_key(layers))
-        if (e in problem.border_cost and len(layers) < len(problem.graph.layers)
+        whole = len(layers) == len(problem.graph.layers)  # timed with its borders and host work
+        if (e in problem.border_cost and not whole
                 and not (problem.loaded_times
                          and (e, subnet_key(layers)) in problem.loaded_times)):
             a, b = problem.border_cost[e]
@@ -324,7 +325,7 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
         if k > 1 and host:  # the lanes' host work shares the driving cores
             cores = max(1, len(problem.element(e).cores))
             return max(t + problem.call_overhead, k * (host + problem.call_overhead) / cores)
-        if k == 1 and e in problem.host_time_one and len(layers) < len(problem.graph.layers):
+        if k == 1 and e in problem.host_time_one and not whole:
             # one lane: the host stages the inputs, launches, waits and copies the outputs out
             # before and after the device work, not beside it (a whole-model firing was timed
             # with all of that in it). Phases of googlenet and densenet121 fired frame by frame

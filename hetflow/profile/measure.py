@@ -96,18 +96,23 @@ def time_runner(runner, feeds: Mapping[str, np.ndarray], repeats: int, warmup: i
     return times
 
 
-def call_overhead_s(backend, element: ProcessingElement, repeats: int, warmup: int) -> float:
-    """Median time of running a one-element ReLU: the fixed cost of one call on `element`
-    (launch and synchronisation on a GPU)."""
+def relu_subnet(name: str, n: int) -> Subnet:
+    """A one-layer sub-network: ReLU over n floats, x -> y (what the calibrations time)."""
     from onnx import TensorProto, helper
 
     model = helper.make_model(
-        helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "overhead",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])]),
+        helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], name,
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])]),
         opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    runner = backend.prepare(Subnet("call-overhead", ("relu",), model, ["x"], ["y"]), element)
+    return Subnet(name, ("relu",), model, ["x"], ["y"])
+
+
+def call_overhead_s(backend, element: ProcessingElement, repeats: int, warmup: int) -> float:
+    """Median time of running a one-element ReLU: the fixed cost of one call on `element`
+    (launch and synchronisation on a GPU)."""
+    runner = backend.prepare(relu_subnet("call-overhead", 1), element)
     try:
         return float(np.median(time_runner(runner, {"x": np.zeros((1, 1), np.float32)},
                                            max(repeats, 20), warmup)))
@@ -130,20 +135,12 @@ def border_cost(backend, element: ProcessingElement, writer_core: int | None,
     import queue
     import threading
 
-    from onnx import TensorProto, helper
-
     from hetflow.backends.affinity import pin_current_thread
 
     points: list[tuple[float, float]] = []
     for nbytes in sizes:
         n = max(1, nbytes // 4)
-        model = helper.make_model(helper.make_graph(
-            [helper.make_node("Relu", ["x"], ["y"], name="relu")], "border",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])]),
-            opset_imports=[helper.make_opsetid("", 17)])
-        model.ir_version = 8
-        runner = backend.prepare(Subnet("border", ("relu",), model, ["x"], ["y"]), element)
+        runner = backend.prepare(relu_subnet("border", n), element)
         pool = [np.zeros((1, n), np.float32) for _ in range(4)]
         handoff: queue.Queue = queue.Queue(maxsize=2)
 
