@@ -62,10 +62,9 @@ def copies_design(problem: Problem, latency_cap: float | None = None
     count), with its analysis; None where that configuration has one element, a member cannot
     run the whole model, or the design is predicted beyond the latency cap."""
     from .problem import evaluate
-    from .strategies.base import configurations
     from .strategies.single import weighted_group
 
-    config = configurations(problem)[0]  # the most elements first
+    config = _finest_configuration(problem)
     if len(config) < 2:
         return None
     m = weighted_group(problem, config)
@@ -79,10 +78,18 @@ def copies_design(problem: Problem, latency_cap: float | None = None
 
 def is_copies_design(problem: Problem, mapping: Mapping) -> bool:
     """Whether `mapping` is `copies_design`'s (whatever its lane counts)."""
-    from .strategies.base import configurations, group_name
+    from .strategies.base import group_name
 
-    config = configurations(problem)[0]
+    config = _finest_configuration(problem)
     return len(config) > 1 and mapping.actors == [group_name(config)]
+
+
+def _finest_configuration(problem: Problem) -> list[str]:
+    """The configuration with the most elements (the first such): a platform's own list comes
+    in its order, not by size (the 2-core VM lists its two-core group first)."""
+    from .strategies.base import configurations
+
+    return max(configurations(problem), key=len)
 
 
 def against_whole_model(problem: Problem, result: SearchResult,

@@ -141,3 +141,16 @@ def test_the_parallel_copies_design_is_always_a_candidate():
     alone = replace(problem, configurations=[["gpu0"]])
     assert copies_design(alone) is None and not is_copies_design(alone, mapping)
 
+
+
+def test_the_copies_design_is_on_the_configuration_with_most_elements_in_any_order():
+    """A platform's own configurations come in its order (the 2-core VM lists the two-core
+    group first): the copies' design is still the one over the most elements."""
+    from dataclasses import replace
+
+    from hetflow.mapping.planner import copies_design, is_copies_design
+
+    problem = replace(_problem(), configurations=[["gpu0"], ["cpu0", "cpu1", "cpu2", "gpu0"],
+                                                  ["cpu0", "gpu0"]])
+    mapping, _ = copies_design(problem)
+    assert mapping.actors == ["cpu0|cpu1|cpu2|gpu0"] and is_copies_design(problem, mapping)
