@@ -168,7 +168,7 @@ def costs(k: Mapping[str, float], f: Facts) -> list[tuple[str, float, int | None
                     None, 0))
     baseline = k["baseline_seconds"] + 5 * f.frame_s + RUN_OVERHEAD_S
     if f.baselines:
-        out.append(("baselines", 2 * baseline, None, 0))
+        out.append(("baselines", 3 * baseline, None, 0))  # peak single, parallel twice
         if f.references:
             out.append(("reference rows (one lane)", f.references * baseline, 0, 0))
     for pos, kind in enumerate(f.kinds):

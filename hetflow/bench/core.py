@@ -100,8 +100,12 @@ def cached_profile(graph, platform, log: Callable[[str], None], partial: bool = 
             cpus = [e.name for e in platform.all_elements() if e.kind == "cpu"
                     and e.backend != "none" and e.name in prof.layer_times]
             borders = prof.calibration.get("border_s", {})
-            # else made before lanes, or the firings' border costs, were measured
-            if all(g in prof.gpu_lanes for g in gpus) and all(c in borders for c in cpus):
+            handoffs = all("handoff" in prof.comm.get(link, {}) for link in prof.comm_raw
+                           if "gpu" in link)
+            # else made before lanes, the firings' border costs or the GPU links' hand-offs
+            # were measured
+            if (all(g in prof.gpu_lanes for g in gpus) and all(c in borders for c in cpus)
+                    and handoffs):
                 log(f"reusing profile {path}")
                 return prof
         except HetflowError:
@@ -283,8 +287,15 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
              for r in reference]
     log(f"baseline: parallel copies on {', '.join(e.name for e in parallel)}"
         + "".join(f", {e} x{k} lanes" for e, k in par_lanes.items() if k > 1))
-    par = measure_parallel(graph, parallel, source, warmup=5, seconds=baseline_s,
-                           lanes=par_lanes)
+    # the better of two passes: every prediction rests on this run's contention (a pass of
+    # tiny_yolo_v2 on the H100 machine read the copies 1.9x and the GPU 2.1x slower than the
+    # same copies a minute later), and a baseline read low flatters every plan against it
+    passes = [measure_parallel(graph, parallel, source, warmup=5, seconds=baseline_s,
+                               lanes=par_lanes) for _ in range(2)]
+    par = max(passes, key=lambda r: r.throughput)
+    par.notes["passes_fps"] = [r.throughput for r in passes]
+    log("parallel copies: " + ", ".join(f"{r.throughput:.1f}" for r in passes)
+        + " frames/s in two passes; the better one is the baseline")
     rows.append(_row("parallel copies" + "".join(f" ({e} x{k} lanes)" for e, k in
                                                  par_lanes.items() if k > 1), "baseline", par))
     if references and any(k > 1 for k in par_lanes.values()):
@@ -450,7 +461,10 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
     if settings.head_to_head > 0 and ran_plans:
         from .head_to_head import head_to_head
 
-        best = max(ran_plans, key=lambda r: r["throughput"])
+        # the throughput plans' best: the balanced plan is chosen for its latency, and where
+        # its design differs it wins the bench's one sample only by the machine's noise
+        best = max([r for r in ran_plans if r["name"] != "hetflow balanced"] or ran_plans,
+                   key=lambda r: r["throughput"])
         label = best["name"].removeprefix("hetflow ")
         notes["head_to_head"] = {"plan": label, **head_to_head(
             plans[label], graph, parallel, par_lanes, source, settings.head_to_head,

@@ -5,7 +5,9 @@ thread pinned to one core to a thread pinned to another through a `queue.Queue` 
 reference moves), and the consumer then reads it once (copies it into its own buffer). The
 measured time is the queue latency plus that first read from the other core's cache or DRAM, an
 upper bound of what the next stage pays before it computes. Host<->GPU links use pinned host
-memory and asynchronous copies (torch, only where CUDA is there).
+memory and asynchronous copies (torch, only where CUDA is there); the runtime pays, on top of
+those copies, a hand-off between the two elements' threads (`bench_engine_handoff`), which the
+cpu->cpu benchmark has in it already.
 """
 from __future__ import annotations
 
@@ -72,6 +74,44 @@ def bench_cpu_handoff(src_core: int, dst_core: int, sizes: Iterable[int] = DEFAU
         handoff.put(None)
         worker.join()
     return results
+
+
+def bench_engine_handoff(src_core: int, dst_core: int, repeats: int = 200) -> float:
+    """Median seconds for the engine to hand a tensor from a thread on `src_core` to one waiting
+    on `dst_core`: half a round trip through two of the runtime's own frame channels, each
+    consumer blocked on its frame's event as a stage waiting for its input is. A GPU stage's
+    runner copies its borders itself, so this wake-up is what a channel to or from a GPU adds
+    (an engine trace on the H200 host read 30-55 us a crossing beyond the copies)."""
+    from hetflow.runtime.engine import FrameChannel
+    from hetflow.runtime.harness import Control, Stopped
+
+    n, skip = repeats + 10, 10
+    control = Control()
+    there, back = FrameChannel("hand-off there", n), FrameChannel("hand-off back", n)
+    token = np.zeros(1, np.float32)
+
+    def echo() -> None:
+        pin_current_thread([dst_core])
+        try:
+            for f in range(n):
+                back.put(f, there.get(f, control, "echo", "hand-off"), control, "echo", "back")
+        except Stopped:
+            return
+
+    worker = threading.Thread(target=echo, name="hetflow-handoff-echo", daemon=True)
+    worker.start()
+    trips: list[float] = []
+    try:
+        with pinned([src_core]):
+            for f in range(n):
+                t0 = time.perf_counter()
+                there.put(f, token, control, "sender", "there")
+                back.get(f, control, "sender", "back")
+                trips.append(time.perf_counter() - t0)
+    finally:
+        control.stop.set()
+        worker.join()
+    return float(np.median(trips[skip:])) / 2
 
 
 def bench_cuda(driver_core: int, device_index: int = 0, sizes: Iterable[int] = DEFAULT_SIZES,

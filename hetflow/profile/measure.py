@@ -506,6 +506,7 @@ def _measure_comm(prof: Profile, elements: list[ProcessingElement], sizes: Seque
     cpu_cores = sorted({c for e in elements if e.kind == "cpu" for c in e.cores})
     gpus = [e for e in elements if e.kind == "gpu"]
     raw: dict[str, list[list[float]]] = {}
+    handoff: float | None = None
     if len(cpu_cores) >= 2:
         task = bar.task("comm cpu->cpu")
         raw["cpu->cpu"] = commbench.bench_cpu_handoff(cpu_cores[0], cpu_cores[-1], sizes, repeats)
@@ -519,12 +520,22 @@ def _measure_comm(prof: Profile, elements: list[ProcessingElement], sizes: Seque
             if len({g.device_index for g in gpus}) >= 2:
                 raw["gpu->gpu"] = commbench.bench_cuda_peer(gpus[0].device_index,
                                                             gpus[1].device_index, sizes, repeats)
+            driver = g0.cores[0] if g0.cores else None
+            other = next((c for c in cpu_cores if c != driver), None)
+            if driver is not None and other is not None:
+                handoff = commbench.bench_engine_handoff(driver, other)
             task.advance()
     prof.comm_raw.update(raw)
     for link, pts in raw.items():
         prof.comm[link] = commbench.fit_linear([p[0] for p in pts], [p[1] for p in pts])
+        if "gpu" in link and handoff is not None:  # the copies alone: add the threads' hand-off
+            prof.comm[link]["a"] += handoff
+            prof.comm[link]["handoff"] = handoff
     prof.meta["comm"] = {"sizes": list(map(int, sizes)), "repeats": repeats,
                          "cpu->cpu": "queue hand-off between pinned threads + first read"}
+    if handoff is not None:
+        prof.meta["comm"]["gpu links"] = ("pinned asynchronous copies + the engine's hand-off "
+                                          "between the GPU's driving core and a CPU core")
 
 
 def _calibrate_dvfs(prof: Profile, platform: "Platform", elements: list[ProcessingElement]) -> None:

@@ -99,7 +99,8 @@ def test_cost_estimates_follow_the_settings():
     at = {name: s for name, s, _, _ in costs(FULL, f)}
     longer = {name: s for name, s, _, _ in costs({**FULL, "baseline_seconds": 3.0,
                                                    "pilot_seconds": 2.0}, f)}
-    assert longer["baselines"] == pytest.approx(at["baselines"] + 2 * 1.0)  # two runs
+    # peak single and the parallel copies' two passes
+    assert longer["baselines"] == pytest.approx(at["baselines"] + 3 * 1.0)
     # the first kind's three pilots of 200 frames instead of their least, 60; a later one's one
     assert longer["pilots of pipeline"] == pytest.approx(at["pilots of pipeline"] + 3 * 1.4)
     assert longer["pilots of single"] == pytest.approx(at["pilots of single"] + 1.4)
@@ -174,7 +175,7 @@ def test_a_budget_that_cannot_hold_the_required_parts_says_so():
     got = b.decide("the baselines", plan_facts(baselines=True))
     assert not got.ok and got.least_s > 1.5
     assert said[-1] == ("budget: 1.5 s left before the baselines, the required parts need about "
-                        "1.8 s at the least")
+                        "2.7 s at the least")  # three runs of 0.9 s
 
 
 def test_the_shortest_settings_used_are_the_ones_noted():

@@ -91,3 +91,31 @@ def test_plan_kinds_that_chose_one_design_share_its_run(tmp_path, monkeypatch):
             first = plans[f"hetflow {r['run_of']}"]
             assert r["stages"] == first["stages"] and r["throughput"] == first["throughput"]
     assert len(checked) == len({tuple(r["stages"]) for r in plans.values()})
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+def test_the_parallel_baseline_is_the_better_of_two_passes(tmp_path, monkeypatch):
+    """A pass read low (the machine busy elsewhere for a moment) must neither flatter the plans
+    against it nor set the contention every prediction rests on: the first pass here is made to
+    read half the rate of the second, and the second is the baseline."""
+    import hetflow.runtime.baselines as baselines
+
+    real, passes = baselines.measure_parallel, []
+
+    def measure_parallel(*args, **kwargs):
+        r = real(*args, **kwargs)
+        if kwargs.get("name", "parallel") == "parallel":
+            if not passes:
+                r.throughput /= 2
+                r.notes["per_element_fps"] = {e: v / 2 for e, v in
+                                              r.notes["per_element_fps"].items()}
+            passes.append(r.throughput)
+        return r
+
+    monkeypatch.setattr(baselines, "measure_parallel", measure_parallel)
+    mb = bench_small(tmp_path, monkeypatch, 6, 3, BenchSettings(**QUICK))
+    row = next(r for r in mb.rows if r["name"] == "parallel copies")
+    assert len(passes) == 2 and row["throughput"] == pytest.approx(max(passes))
+    assert row["throughput"] == pytest.approx(passes[1])
+    basis = mb.notes["prediction_basis"]["parallel_per_element_fps"]  # the contention's source
+    assert sum(basis.values()) == pytest.approx(passes[1])

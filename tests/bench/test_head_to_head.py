@@ -52,7 +52,9 @@ def test_a_bench_runs_its_best_plan_head_to_head(tmp_path, monkeypatch):
     h = mb.notes["head_to_head"]
     plans = {r["name"].removeprefix("hetflow "): r["throughput"] for r in mb.rows
              if r["kind"] == "plan" and not r.get("infeasible")}
-    assert plans[h["plan"]] == max(plans.values())
+    # the best of the throughput plans (the balanced one is chosen for its latency)
+    throughput = {k: v for k, v in plans.items() if k != "balanced"}
+    assert h["plan"] != "balanced" and plans[h["plan"]] == max(throughput.values())
     assert h["repeats"] == 2 and len(h["plan_runs"]) == len(h["copies_runs"]) == 2
     assert all(x > 0 for x in h["plan_runs"] + h["copies_runs"])
     assert h["ratio"] == pytest.approx(statistics.median(h["plan_runs"])

@@ -35,3 +35,38 @@ def test_handoff_between_two_cores_is_measured():
     assert [p[0] for p in pts] == [1024, 1 << 20]
     assert all(0 < p[1] < 1.0 for p in pts)
     assert os.sched_getaffinity(0) == set(cores)  # the caller's affinity is restored
+
+
+def test_engine_handoff_is_half_a_round_trip_through_the_runtime_channels():
+    import threading
+
+    from hetflow.profile.comm import bench_engine_handoff
+
+    cores = sorted(os.sched_getaffinity(0))
+    h = bench_engine_handoff(cores[0], cores[-1], repeats=50)
+    assert 0 < h < 0.05  # a thread wake-up: microseconds to a few ms on a loaded machine
+    assert not [t for t in threading.enumerate() if t.name == "hetflow-handoff-echo"]
+    assert os.sched_getaffinity(0) == set(cores)
+
+
+def test_engine_handoff_counts_a_slow_consumer_wake(monkeypatch):
+    """An oracle outside the channel: a consumer whose wake takes 5 ms more reads 5 ms more a
+    hand-off (each round trip has one such wake)."""
+    import time
+
+    from hetflow.profile.comm import bench_engine_handoff
+    from hetflow.runtime import engine
+
+    cores = sorted(os.sched_getaffinity(0))
+    base = bench_engine_handoff(cores[0], cores[-1], repeats=20)
+    wait_for = engine.FrameChannel.wait_for
+
+    def slow_wait(self, f, timeout):
+        got = wait_for(self, f, timeout)
+        if self.name == "hand-off there":
+            time.sleep(0.005)
+        return got
+
+    monkeypatch.setattr(engine.FrameChannel, "wait_for", slow_wait)
+    slow = bench_engine_handoff(cores[0], cores[-1], repeats=20)
+    assert slow - base == pytest.approx(0.0025, abs=0.0015)  # half a round trip

@@ -245,3 +245,50 @@ def test_border_cost_grows_with_the_bytes_a_firing_moves():
     fit = border_cost(backend_for(e), e, CORES[-1] if len(CORES) > 1 else None,
                       sizes=(64 << 10, 4 << 20), repeats=10)
     assert fit["b"] > 0
+
+
+def test_gpu_links_carry_the_engines_hand_off(monkeypatch, tmp_path, graph):
+    """The cuda benchmark times copies alone; a channel to or from a GPU also wakes the other
+    element's thread: its fit's intercept gains the measured hand-off, the cpu->cpu fit (whose
+    benchmark hands off already) does not. A cached profile without it is measured again."""
+    from hetflow.bench.core import _profile_path, cached_profile
+    from hetflow.platform.spec import CpuCluster, Gpu, Platform, ProcessingElement
+    from hetflow.profile import comm as commbench
+    from hetflow.profile.measure import _measure_comm, _Progress
+    from hetflow.profile.profile import Profile
+
+    sizes = [1024, 1 << 20]
+    copies = {"cpu->gpu": [[1024.0, 1e-5], [float(1 << 20), 1e-5 + 1e-10 * (1 << 20)]],
+              "gpu->cpu": [[1024.0, 2e-5], [float(1 << 20), 2e-5 + 1e-10 * (1 << 20)]]}
+    monkeypatch.setattr("hetflow.profile.measure._cuda_available", lambda: True)
+    monkeypatch.setattr(commbench, "bench_cuda", lambda *a, **k: copies)
+    monkeypatch.setattr(commbench, "bench_cpu_handoff", lambda *a, **k: [[1024.0, 3e-5],
+                                                                         [float(1 << 20), 4e-5]])
+    calls = []
+    monkeypatch.setattr(commbench, "bench_engine_handoff",
+                        lambda src, dst, *a: calls.append((src, dst)) or 4e-5)
+    cpus = [ProcessingElement("cpu0", "cpu", (0,)), ProcessingElement("cpu1", "cpu", (1,))]
+    gpu = ProcessingElement("gpu0", "gpu", (1,), device_index=0)
+    prof = Profile("m", "h", "p", "ph")
+    with _Progress(False) as bar:
+        _measure_comm(prof, [*cpus, gpu], sizes, 2, bar)
+    assert calls == [(1, 0)]  # from the GPU's driving core to another core
+    for link, pts in copies.items():
+        fit = commbench.fit_linear([p[0] for p in pts], [p[1] for p in pts])
+        assert prof.comm[link]["a"] == pytest.approx(fit["a"] + 4e-5)
+        assert prof.comm[link]["b"] == pytest.approx(fit["b"]) and prof.comm[link]["handoff"] == 4e-5
+    assert "handoff" not in prof.comm["cpu->cpu"]
+    assert prof.transfer_time(1024, cpus[0], gpu) == pytest.approx(prof.comm["cpu->gpu"]["a"]
+                                                                 + prof.comm["cpu->gpu"]["b"] * 1024)
+    # a cached profile whose GPU links lack the hand-off is not reused
+    plat = Platform("p", (CpuCluster("cpu", (0,)),))
+    monkeypatch.setenv("HETFLOW_CACHE", str(tmp_path))
+    old = profile_model(graph, plat, elements=["cpu0"], comm=False,
+                        **{k: v for k, v in FAST.items() if not k.startswith("comm")})
+    old.comm_raw["cpu->gpu"] = copies["cpu->gpu"]
+    old.comm["cpu->gpu"] = commbench.fit_linear([1024, 1 << 20], [p[1] for p in copies["cpu->gpu"]])
+    old.save(_profile_path(graph, plat))
+    assert cached_profile(graph, plat, lambda m: None) is None
+    old.comm["cpu->gpu"]["handoff"] = 4e-5
+    old.save(_profile_path(graph, plat))
+    assert cached_profile(graph, plat, lambda m: None) is not None
