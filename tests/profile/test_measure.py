@@ -252,7 +252,7 @@ def test_gpu_links_carry_the_engines_hand_off(monkeypatch, tmp_path, graph):
     element's thread: its fit's intercept gains the measured hand-off, the cpu->cpu fit (whose
     benchmark hands off already) does not. A cached profile without it is measured again."""
     from hetflow.bench.core import _profile_path, cached_profile
-    from hetflow.platform.spec import CpuCluster, Gpu, Platform, ProcessingElement
+    from hetflow.platform.spec import CpuCluster, Platform, ProcessingElement
     from hetflow.profile import comm as commbench
     from hetflow.profile.measure import _measure_comm, _Progress
     from hetflow.profile.profile import Profile
