@@ -10,9 +10,10 @@ as the runtime calls them (`runner.run`, host arrays in and out):
   waited - the same, each firing after the thread waited WAIT ms on an event (as a stage
            waits for its input from the other element).
 Per element: the three sums of the phases' medians per frame, and per firing what `turn` and
-`waited` add to `loop`.
+`waited` add to `loop`. `--relu`: as many one-ReLU sub-networks (4,096 floats) instead of the
+phases, each its own session: what a switch of session costs without the layers' weights.
 
-    python scripts/wake_probe.py [--every 4] [--wait 0.3] [--elements gpu0,cpu0] MODEL ...
+    python scripts/wake_probe.py [--every 4] [--wait 0.3] [--relu] [--elements gpu0,cpu0] MODEL ...
 """
 from __future__ import annotations
 
@@ -47,11 +48,20 @@ def phases(layers: list[str], every: int) -> tuple[list[list[str]], list[list[st
     return first, second
 
 
-def probe(graph, element, groups: list[list[str]], rounds: int, wait_s: float) -> dict:
-    runners = [runners_for(graph, g, element)[0] for g in groups]
+def probe(graph, element, groups: list[list[str]], rounds: int, wait_s: float,
+          relu: bool = False) -> dict:
+    if relu:
+        from hetflow.backends import backend_for
+        from hetflow.profile.measure import relu_subnet
+
+        runners = [backend_for(element).prepare(relu_subnet(f"relu{i}", 4096), element)
+                   for i in range(len(groups))]
+    else:
+        runners = [runners_for(graph, g, element)[0] for g in groups]
     try:
         pin_current_thread(runners[0].caller_cores or element.cores)
-        feeds = [random_feeds(graph, r.inputs) for r in runners]
+        feeds = [{"x": np.zeros((1, 4096), np.float32)} if relu else
+                 random_feeds(graph, r.inputs) for r in runners]
         loop = []
         for r, x in zip(runners, feeds):
             for _ in range(3):
@@ -91,6 +101,7 @@ def main() -> None:
     ap.add_argument("--wait", type=float, default=0.3, help="ms a firing waits before it")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--elements", default="gpu0,cpu0")
+    ap.add_argument("--relu", action="store_true", help="one-ReLU sessions, not the phases")
     ap.add_argument("--json")
     a = ap.parse_args()
     plat = resolve_platform("auto", check_devices=True)
@@ -101,7 +112,8 @@ def main() -> None:
         graph = resolve_model(model, fuse=True)
         on_first, on_second = phases([l.name for l in graph.layers], a.every)
         for element, groups in ((first, on_first), (second, on_second)):
-            row = {"model": graph.name, **probe(graph, element, groups, a.rounds, a.wait / 1e3)}
+            row = {"model": graph.name + (" (ReLUs)" if a.relu else ""),
+                   **probe(graph, element, groups, a.rounds, a.wait / 1e3, a.relu)}
             rows.append(row)
             print(f"{row['model']:14} {row['element']:6} {row['phases']:3} phases: per frame "
                   f"loop {row['loop_ms_per_frame']:.2f} ms, in turn {row['turn_ms_per_frame']:.2f}"
