@@ -3,7 +3,10 @@
 A chain of `stages` one-layer stages, each on its own element (cores taken in turn from this
 machine), each stage's runner replaced by one that returns its precomputed output at once: what
 is left is the engine (dispatch, channels, in-order release, the GIL). Outputs are still checked
-against the reference. Usage: python -m hetflow.bench.engine_ceiling [--stages N] [--frames F]
+against the reference. `--copies N` instead replicates the whole model on N members fed by
+dynamic dispatch (the parallel copies' design): each frame is one firing, so what is measured is
+a worker's own cost per frame. Usage: python -m hetflow.bench.engine_ceiling [--stages N |
+--copies N] [--frames F]
 """
 from __future__ import annotations
 
@@ -33,17 +36,21 @@ class _Instant:
         pass
 
 
-def ceiling(stages: int = 3, frames: int = 20_000, repeats: int = 3) -> dict:
-    """{"fps": best of `repeats` runs, "runs": [...], "stages": n} of a no-op chain."""
+def ceiling(stages: int = 3, frames: int = 20_000, repeats: int = 3, copies: int = 0) -> dict:
+    """{"fps": best of `repeats` runs, "runs": [...], "stages": n} of a no-op chain (of the
+    whole model on `copies` members, where given)."""
     from hetflow.runtime.check import check_outputs
     from hetflow.runtime.engine import prepare, run_prepared
     from hetflow.runtime.inputs import random_source
 
+    from hetflow.mapping.mapping import group_members, group_name
+
     graph = random_cnn_graph(stages, 0, channels=1, size=1)
     layers = [l.name for l in graph.layers]
     cores = sorted(os.sched_getaffinity(0))
-    names = [f"pe{i}" for i in range(stages)]
-    assignment = {l: names[i * stages // len(layers)] for i, l in enumerate(layers)}
+    names = [f"pe{i}" for i in range(copies or stages)]
+    assignment = ({l: group_name(names) for l in layers} if copies else
+                  {l: names[i * stages // len(layers)] for i, l in enumerate(layers)})
     app = cnn_to_csdf(graph, assignment, "maximal")
     elements = {n: ProcessingElement(n, "cpu", (cores[i % len(cores)],)) for i, n in enumerate(names)}
     plan = Plan(graph.name, graph.model_hash, "", "engine ceiling", Mapping(assignment, "maximal"),
@@ -53,10 +60,12 @@ def ceiling(stages: int = 3, frames: int = 20_000, repeats: int = 3) -> dict:
     env = dict(source(0))
     for actor, phases in app.phases.items():  # one real pass: every stage's outputs for frame 0
         for ph in phases:
-            r = pp.runners[(actor, ph.index)]
+            members = group_members(actor)
+            r = pp.runners[(members[0], ph.index)]
             out = r.run({t: env[t] for t in r.inputs})
             env.update(out)
-            pp.runners[(actor, ph.index)] = _Instant(r, out)
+            for m in members:
+                pp.runners[(m, ph.index)] = _Instant(pp.runners[(m, ph.index)], out)
     runs = []
     try:
         for _ in range(repeats):
@@ -68,7 +77,8 @@ def ceiling(stages: int = 3, frames: int = 20_000, repeats: int = 3) -> dict:
             runs.append(report.throughput)
     finally:
         pp.close()
-    return {"stages": stages, "frames": frames, "fps": max(runs), "runs": runs}
+    return {"stages": 1 if copies else stages, "copies": copies, "frames": frames,
+            "fps": max(runs), "us_per_frame": 1e6 / max(runs), "runs": runs}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -76,9 +86,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--stages", type=int, default=3)
     ap.add_argument("--frames", type=int, default=20_000)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--copies", type=int, default=0, help="the whole model on N members instead")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
-    r = ceiling(a.stages, a.frames, a.repeats)
+    r = ceiling(a.stages, a.frames, a.repeats, a.copies)
     r["seconds"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(r))
 

@@ -101,6 +101,12 @@ def phase_sequence(frames: Iterable[int], offsets: Sequence[int], round_frames: 
     one frame a round: each frame's phases, frame by frame. Frames are taken from `frames`
     only when a round needs them (a dynamic dispatcher hands a frame to a member ready to
     start it)."""
+    if round_frames == 1 and not any(offsets):  # frame by frame: no rounds to keep
+        phases = range(len(offsets))
+        for f in frames:
+            for p in phases:
+                yield f, p
+        return
     it = iter(frames)
     got: list[int] = []  # the worker's frames so far, in order
     k = round_frames
@@ -254,7 +260,13 @@ class Dispatch:
         return f if f < self.frames else None
 
     def frames_of(self, j: int):
-        while (f := self.take(j)) is not None:
+        if self.pattern:
+            while (f := self.take(j)) is not None:
+                yield f
+            return
+        for f in self._next:  # each step is one C call on the shared counter, as in take
+            if f >= self.frames:
+                return
             yield f
 
 

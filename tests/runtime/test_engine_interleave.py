@@ -72,6 +72,23 @@ def test_phase_sequence_fires_every_phase_of_every_frame_once_in_phase_order(fra
         assert mine == sorted(mine)
 
 
+@given(frames=st.integers(0, 12), phases=st.integers(1, 5))
+def test_frame_by_frame_takes_a_frame_only_when_the_previous_one_is_fired(frames, phases):
+    """A dynamic dispatcher hands a frame to a member ready to start it: a worker firing frame by
+    frame must not take frame f + 1 before it fired the last phase of frame f."""
+    pulled, fired = [], []
+
+    def source():
+        for f in range(frames):
+            pulled.append((f, len(fired)))
+            yield f
+
+    for f, p in phase_sequence(source(), [0] * phases):
+        fired.append((f, p))
+    assert fired == [(f, p) for f in range(frames) for p in range(phases)]
+    assert pulled == [(f, f * phases) for f in range(frames)]
+
+
 def test_an_edited_plan_with_bad_offsets_is_refused(plan_for):
     from hetflow.errors import InputError
 
