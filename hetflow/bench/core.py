@@ -476,9 +476,11 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
 
 def head_to_head_line(h: dict) -> str:
     """One line of a bench's head to head (`head_to_head.head_to_head` plus the plan kind)."""
+    rounds = h.get("round_ratios") or []
+    spread = (f"; rounds {min(rounds):.3f}-{max(rounds):.3f}" if len(rounds) > 1 else "")
     return (f"head to head, {h['repeats']} rounds alternately: hetflow {h['plan']} "
             f"{h['plan_fps']:.1f} frames/s, parallel copies {h['copies_fps']:.1f}: "
-            f"{h['ratio']:.3f}x (medians)")
+            f"{h['ratio']:.3f}x (medians{spread})")
 
 
 def time_gpu_stages(graph, prof, problem, candidates: list, platform_name: str, seconds: float,

@@ -20,7 +20,7 @@ def head_to_head(plan: Plan, graph: CnnGraph, parallel: list, lanes: dict[str, i
                  log: Callable[[str], None] = lambda msg: None) -> dict:
     """`plan` run by the engine and the whole model copied on every element of `parallel` (the
     GPUs at `lanes`), alternately, `repeats` times each, about `seconds` a run: each side's
-    runs, their medians and `ratio` = plan / copies. `check`: the plan's reference check, as in
+    runs, their medians, `ratio` = plan / copies and each round's ratio. `check`: the plan's reference check, as in
     `run_plan` (a failed check raises)."""
     from hetflow.runtime.api import run_plan
     from hetflow.runtime.baselines import measure_parallel
@@ -37,6 +37,8 @@ def head_to_head(plan: Plan, graph: CnnGraph, parallel: list, lanes: dict[str, i
         r = run_plan(plan, graph, frames, max(5, frames // 10), check=check)
         plan_fps.append(r.throughput)
     out = {"repeats": repeats, "plan_runs": plan_fps, "copies_runs": copies_fps,
-           "plan_fps": statistics.median(plan_fps), "copies_fps": statistics.median(copies_fps)}
+           "plan_fps": statistics.median(plan_fps), "copies_fps": statistics.median(copies_fps),
+           # each round's plan / copies: how far one side's lead holds from round to round
+           "round_ratios": [p / c for p, c in zip(plan_fps, copies_fps)]}
     out["ratio"] = out["plan_fps"] / out["copies_fps"]
     return out

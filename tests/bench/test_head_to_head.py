@@ -38,7 +38,8 @@ def test_the_sides_alternate_and_the_ratio_is_of_the_medians(monkeypatch):
     assert [c[1] for c in calls if c[0] == "plan"] == [500] * 3  # the predicted rate x seconds
     assert h["plan_runs"] == [150.0, 90.0, 210.0] and h["copies_runs"] == [100.0, 300.0, 200.0]
     assert h["ratio"] == pytest.approx(150.0 / 200.0) and len(said) == 3
-    assert "0.750x" in head_to_head_line({"plan": "single", **h})
+    assert h["round_ratios"] == pytest.approx([1.5, 0.3, 1.05])
+    assert "0.750x (medians; rounds 0.300-1.500)" in head_to_head_line({"plan": "single", **h})
     # a plan without a prediction runs as long at the copies' rate just measured
     calls.clear()
     copies, plans = iter([400.0]), iter([1.0])
