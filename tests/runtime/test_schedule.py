@@ -77,18 +77,23 @@ def test_readiness_in_any_completion_order_runs_every_frame_and_keeps_the_csdf_r
     assert len(ended) == frames * len(sched)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(pattern=st.one_of(st.none(), st.lists(st.integers(0, 3), min_size=1, max_size=8)),
-       frames=st.integers(0, 40), seed=st.integers(0, 1000))
-def test_dispatch_gives_every_frame_once(pattern, frames, seed):
+       frames=st.integers(0, 40), seed=st.integers(0, 1000),
+       iterate=st.booleans())
+def test_dispatch_gives_every_frame_once(pattern, frames, seed, iterate):
+    """Members asking in any interleaving, one frame at a time (`take`) or as the engine's
+    workers do (each iterating `frames_of(j)`), get every frame once, a static pattern's
+    member the frames the pattern gives it."""
     members = 4 if pattern is None else max(pattern) + 1
     d = Dispatch(pattern, frames)
     rng = random.Random(seed)
+    its = {j: d.frames_of(j) for j in range(members)} if iterate else {}
     got: dict[int, int] = {}
     live = list(range(members))
     while live:
         j = rng.choice(live)
-        f = d.take(j)
+        f = next(its[j], None) if iterate else d.take(j)
         if f is None:
             live.remove(j)
             continue
@@ -111,24 +116,3 @@ def test_in_order_release_is_in_order_at_the_latest_completion_so_far(ends, seed
         out += order.release(len(ends))
     assert [f for f, _ in out] == list(range(len(ends)))
     assert [t for _, t in out] == [max(ends[:f + 1]) for f in range(len(ends))]
-
-
-@settings(max_examples=60, deadline=None)
-@given(pattern=st.one_of(st.none(), st.lists(st.integers(0, 3), min_size=1, max_size=8)),
-       frames=st.integers(0, 40), seed=st.integers(0, 1000))
-def test_members_iterating_their_frames_get_every_frame_once(pattern, frames, seed):
-    """What the engine's workers do: each iterates `frames_of(j)`, in any interleaving."""
-    members = 4 if pattern is None else max(pattern) + 1
-    d = Dispatch(pattern, frames)
-    rng = random.Random(seed)
-    its = {j: d.frames_of(j) for j in range(members)}
-    got: dict[int, int] = {}
-    while its:
-        j = rng.choice(sorted(its))
-        f = next(its[j], None)
-        if f is None:
-            del its[j]
-            continue
-        assert f not in got and (not pattern or pattern[f % len(pattern)] == j)
-        got[f] = j
-    assert sorted(got) == list(range(frames))
