@@ -39,11 +39,10 @@ class _Instant:
 def ceiling(stages: int = 3, frames: int = 20_000, repeats: int = 3, copies: int = 0) -> dict:
     """{"fps": best of `repeats` runs, "runs": [...], "stages": n} of a no-op chain (of the
     whole model on `copies` members, where given)."""
+    from hetflow.mapping.mapping import group_members, group_name
     from hetflow.runtime.check import check_outputs
     from hetflow.runtime.engine import prepare, run_prepared
     from hetflow.runtime.inputs import random_source
-
-    from hetflow.mapping.mapping import group_members, group_name
 
     graph = random_cnn_graph(stages, 0, channels=1, size=1)
     layers = [l.name for l in graph.layers]

@@ -20,8 +20,8 @@ def head_to_head(plan: Plan, graph: CnnGraph, parallel: list, lanes: dict[str, i
                  log: Callable[[str], None] = lambda msg: None) -> dict:
     """`plan` run by the engine and the whole model copied on every element of `parallel` (the
     GPUs at `lanes`), alternately, `repeats` times each, about `seconds` a run: each side's
-    runs, their medians, `ratio` = plan / copies and each round's ratio. `check`: the plan's reference check, as in
-    `run_plan` (a failed check raises)."""
+    runs, their medians, `ratio` = plan / copies and each round's ratio. `check`: the plan's
+    reference check, as in `run_plan` (a failed check raises)."""
     from hetflow.runtime.api import run_plan
     from hetflow.runtime.baselines import measure_parallel
     from hetflow.runtime.pilot import frames_for

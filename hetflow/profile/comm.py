@@ -81,7 +81,8 @@ def bench_engine_handoff(src_core: int, dst_core: int, repeats: int = 200) -> fl
     on `dst_core`: half a round trip through two of the runtime's own frame channels, each
     consumer blocked on its frame's event as a stage waiting for its input is. A GPU stage's
     runner copies its borders itself, so this wake-up is what a channel to or from a GPU adds
-    (an engine trace on the H200 host read 30-55 us a crossing beyond the copies)."""
+    (17 us on the H100 host; an engine trace on the H200 host had read 30-55 us a crossing
+    beyond the copies the model then knew)."""
     from hetflow.runtime.engine import FrameChannel
     from hetflow.runtime.harness import Control, Stopped
 
