@@ -570,47 +570,13 @@ def apply_parallel_baseline(prof, problem, parallel_report, lanes: dict[str, int
     """What the parallel baseline measured, into `problem` before anything is predicted: the
     cores' contention factors and the GPUs' busy-curve scales (said in `log`). Returns the
     contention factors."""
-    factors = contention_factors(prof, problem, parallel_report)
+    from hetflow.mapping.from_profile import busy_lane_scales, contention_factors
+
+    rates = parallel_report.notes.get("per_element_fps", {})
+    factors = contention_factors(prof, problem, rates)
     problem.apply_contention(factors)
-    problem.lane_busy_scale.update(busy_lane_scales(problem, parallel_report, lanes))
+    problem.lane_busy_scale.update(busy_lane_scales(problem, rates, lanes))
     log("contention factors: " + ", ".join(f"{k} {v:.2f}" for k, v in factors.items())
         + "".join(f"; {e} beside busy copies x{v:.2f}"
                   for e, v in problem.lane_busy_scale.items()))
     return factors
-
-
-def busy_lane_scales(problem, parallel_report, lanes: dict[str, int]) -> dict[str, float]:
-    """Per GPU element with a busy lane curve that the parallel baseline ran at k lanes: its
-    firing time there (k / its measured rate) over the curve's. The lane table took the
-    better of two half-second passes beside the busy copies; the baseline runs the same load
-    longer, minutes later. On the H200 machine its GPU rates were 0.72-1.16x the curves',
-    lowest where the copies fire often (mobilenet_v2, squeezenet1_0, alexnet)."""
-    whole = [l.name for l in problem.graph.layers]
-    out = {}
-    for el, fps in parallel_report.notes.get("per_element_fps", {}).items():
-        k = lanes.get(el, 1)
-        if el not in problem.lane_slowdown_busy or fps <= 0:
-            continue
-        curve_s = (problem.actor_time(whole, el) * problem.slowdown(el, k, busy=True)
-                   / problem.lane_busy_scale.get(el, 1.0))
-        out[el] = (k / fps) / curve_s
-    return out
-
-
-def contention_factors(prof, problem, parallel_report) -> dict[str, float]:
-    """Per element of the problem: (time per frame while every element ran a copy) / (time
-    alone, from the profile), taken per element kind and core count from the parallel
-    baseline's single-core copies and GPU copies; 1.0 where nothing was measured."""
-    import statistics
-
-    per_kind: dict[str, list[float]] = {}
-    for el, fps in parallel_report.notes.get("per_element_fps", {}).items():
-        if el in problem.lane_slowdown_busy:
-            continue  # its lane curve measured beside busy copies carries its slowdown
-        alone = prof.whole_model.get(el, {}).get("median")
-        if fps > 0 and alone:
-            kind = prof.elements.get(el, {}).get("kind", "cpu")
-            per_kind.setdefault(kind, []).append((1.0 / fps) / alone)
-    factor = {k: max(1.0, statistics.median(v)) for k, v in per_kind.items()}
-    return {e.name: 1.0 if e.name in problem.lane_slowdown_busy else factor.get(e.kind, 1.0)
-            for e in problem.elements}

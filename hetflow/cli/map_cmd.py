@@ -21,7 +21,8 @@ def load_problem(model: str, profile_path: Path, platform_arg: Optional[str],
     fuse = bool(prof.meta.get("fused", False))
     graph = resolve_model(model, parse_input_shapes(input_shape), fuse)
     platform = resolve_platform(platform_arg or "auto")
-    return graph, platform, problem_from_profile(graph, prof, platform, capacity), fuse
+    return graph, platform, problem_from_profile(graph, prof, platform, capacity,
+                                                 contention=True), fuse
 
 
 def parse_options(items: Optional[list[str]]) -> dict:

@@ -49,10 +49,54 @@ def searched_elements(platform) -> list:
     return list(seen.values())
 
 
+def contention_factors(profile, problem: Problem, busy_fps: dict[str, float]) -> dict[str, float]:
+    """Per element of `problem`: (time per frame while every element ran a whole-model copy,
+    from `busy_fps` {element: frames/s}) / (time alone, the profile's whole model), taken per
+    element kind from the copies measured; 1.0 where nothing was measured, and for a GPU whose
+    lane curve measured beside busy copies carries its slowdown already."""
+    import statistics
+
+    per_kind: dict[str, list[float]] = {}
+    for el, fps in busy_fps.items():
+        if el in problem.lane_slowdown_busy:
+            continue
+        alone = profile.whole_model.get(el, {}).get("median")
+        if fps > 0 and alone:
+            kind = profile.elements.get(el, {}).get("kind", "cpu")
+            per_kind.setdefault(kind, []).append((1.0 / fps) / alone)
+    factor = {k: max(1.0, statistics.median(v)) for k, v in per_kind.items()}
+    return {e.name: 1.0 if e.name in problem.lane_slowdown_busy else factor.get(e.kind, 1.0)
+            for e in problem.elements}
+
+
+def busy_lane_scales(problem: Problem, busy_fps: dict[str, float],
+                     lanes: dict[str, int]) -> dict[str, float]:
+    """Per GPU element with a busy lane curve that ran at k lanes beside busy copies at
+    `busy_fps` {element: frames/s}: its firing time there (k / its rate) over the curve's. The
+    lane table took the better of two half-second passes beside the busy copies; a longer run
+    of the same load minutes later read the GPU at 0.72-1.16x the curve on the H200 machine,
+    lowest where the copies fire often (mobilenet_v2, squeezenet1_0, alexnet)."""
+    whole = [l.name for l in problem.graph.layers]
+    out = {}
+    for el, fps in busy_fps.items():
+        k = lanes.get(el, 1)
+        if el not in problem.lane_slowdown_busy or fps <= 0:
+            continue
+        curve_s = (problem.actor_time(whole, el) * problem.slowdown(el, k, busy=True)
+                   / problem.lane_busy_scale.get(el, 1.0))
+        out[el] = (k / fps) / curve_s
+    return out
+
+
 def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: int = 2,
-                         call_overhead: float | None = None, lanes: bool = True) -> Problem:
+                         call_overhead: float | None = None, lanes: bool = True,
+                         contention: bool = False) -> Problem:
     """`lanes`: give GPU elements the lane curves the profile measured (False: one frame at a
-    time on every GPU, as the multi-CNN runtimes run them)."""
+    time on every GPU, as the multi-CNN runtimes run them). `contention`: scale the elements'
+    times, and the GPUs' busy lane curves, by what the profile measured with a copy on every
+    single core and the GPUs at their busy lane counts at once (`calibration["busy_fps"]`), so
+    that a mapping on several elements is predicted as they run together; a bench measures its
+    own (the parallel baseline) and leaves this off."""
     profile.check_matches(graph, platform)
     configs = select_configurations(platform)
     elements, seen = [], set()
@@ -105,6 +149,11 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
                     problem.lane_limit[e.name] = int(table["memory"]["max_lanes"])
                 for key, stage in profile.stage_lanes.get(e.name, {}).items():
                     problem.stage_slowdown[(e.name, key)] = slowdown_curves(stage)[0]
+    busy = profile.calibration.get("busy_fps")
+    if contention and busy:
+        problem.apply_contention(contention_factors(profile, problem, busy))
+        problem.lane_busy_scale.update(busy_lane_scales(
+            problem, busy, profile.calibration.get("busy_lanes", {})))
     return problem
 
 

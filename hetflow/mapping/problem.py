@@ -141,11 +141,11 @@ class Problem:
     def best_lanes(self, element: str, busy: bool = True) -> int:
         """The measured lane count with the highest throughput (k / slowdown); the fewest on a
         tie within 1% (fewer frames in flight, shorter latency)."""
+        from hetflow.profile.lanes import best_count
+
         ks = [k for k in self.lane_counts(element)
               if k <= self.lane_limit.get(element, 1 << 30)] or [1]
-        rate = {k: k / self.slowdown(element, k, busy) for k in ks}
-        top = max(rate.values())
-        return min(k for k in ks if rate[k] >= 0.99 * top)
+        return best_count({k: k / self.slowdown(element, k, busy) for k in ks})
 
     def lanes_in(self, mapping: Mapping, element: str) -> int:
         """Lanes of `element` in `mapping`: as the mapping says, else the best measured count

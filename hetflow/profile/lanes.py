@@ -268,6 +268,22 @@ def host_seconds(table: dict[str, dict[str, Any]], busy: bool = False,
     return float(hosts[-1]["median"]) if hosts else None
 
 
+def best_count(rates: dict[int, float]) -> int:
+    """The lane count of the highest rate {k: frames/s or k / slowdown}; the fewest within 1%
+    of it (fewer frames in flight, shorter latency)."""
+    top = max(rates.values())
+    return min(k for k, r in rates.items() if r >= 0.99 * top)
+
+
+def best_busy_lanes(table: dict[str, dict[str, Any]]) -> int:
+    """The lane count a GPU runs at beside busy CPU copies (the parallel baseline's), from its
+    lane table: the busy curve's best within the lanes its memory holds."""
+    _, busy = slowdown_curves(table)
+    limit = int(table.get("memory", {}).get("max_lanes", 1 << 30))
+    rates = {k: k / t for k, t in busy.items() if k <= limit}
+    return best_count(rates) if rates else 1
+
+
 def slowdown_curves(table: dict[str, dict[str, Any]]) -> tuple[dict[int, float], dict[int, float]]:
     """({k: alone firing / alone firing at 1}, {k: busy firing / alone firing at 1}) of one
     element's lane table (medians)."""

@@ -361,7 +361,7 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
                   backend_opts: Mapping[str, Any] | None = None,
                   skip_unavailable: bool = False, lanes: bool = True,
                   lane_seconds: float = 1.0, time_limit_s: float | None = None,
-                  required: Iterable[str] = ()) -> Profile:
+                  required: Iterable[str] = (), contention: bool = True) -> Profile:
     """Measure every layer of `graph` on `elements` (default: every element of every
     configuration of `platform`), the whole model on each, and the communication links.
     `lanes`: time the whole model on each GPU element at several lane counts (profile/lanes.py),
@@ -376,7 +376,10 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
     when `elements` is None (or `skip_unavailable`), and an error when named.
     `dvfs_calibration`: scale each element's times by (its observed frequency / the frequency
     with all cores busy), as Kang et al. do for phones whose governor slows down when every
-    core works.
+    core works. `contention`: the whole model's rate on each single core while every single
+    core runs a copy and each GPU runs it at its busy lane count (`calibration["busy_fps"]`,
+    `["busy_lanes"]`, about half `lane_seconds`): how much slower an element is while the
+    others are busy, which `hetflow map` predicts with.
     """
     if method not in METHODS:
         raise InputError(f"profile method {method!r}: choose one of {', '.join(METHODS)}")
@@ -442,7 +445,12 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
         t1 = time.perf_counter()
         if comm:
             _measure_comm(prof, measurable, comm_sizes, comm_repeats, bar)
-        phase_s.update(lanes=round(t1 - t0, 2), comm=round(time.perf_counter() - t1, 2))
+        t2 = time.perf_counter()
+        busy_fps, busy_lanes = (_busy_rates(prof, graph, measurable, 0.5 * lane_seconds, bar)
+                                if contention else ({}, {}))
+        phase_s.update(lanes=round(t1 - t0, 2), comm=round(t2 - t1, 2))
+        if busy_fps:
+            phase_s["contention"] = round(time.perf_counter() - t2, 2)
         for rep, members in later.items():  # only with a time limit
             took = [phase_s[f"layers@{r.name}"] for r in first if r.kind == rep.kind
                     and len(r.cores) > 1] or [phase_s[f"layers@{r.name}"] for r in first]
@@ -464,6 +472,9 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
         prof.calibration["call_overhead_s"] = overheads
     if borders:
         prof.calibration["border_s"] = borders
+    if busy_fps:
+        prof.calibration["busy_fps"] = busy_fps
+        prof.calibration["busy_lanes"] = busy_lanes
     if skipped:
         prof.meta.setdefault("skipped", {}).update(skipped)
     prof.meta["seconds"] = round(time.perf_counter() - started, 2)
@@ -489,6 +500,29 @@ def _measure_lanes(prof: Profile, graph: "CnnGraph", platform: "Platform",
         task = bar.task(f"{g.name} lanes")
         prof.gpu_lanes[g.name] = measure_lanes(graph, g, busy, seconds=seconds)
         task.advance()
+
+
+def _busy_rates(prof: Profile, graph: "CnnGraph", elements: list[ProcessingElement],
+                seconds: float, bar: _Progress) -> tuple[dict[str, float], dict[str, int]]:
+    """({element: whole-model frames/s}, {GPU: lanes}) while every single-core CPU element runs
+    a copy and every GPU with a lane table runs the whole model at the lanes it has beside busy
+    copies: the parallel baseline, shorter. ({}, {}) with fewer than two elements."""
+    from hetflow.runtime.baselines import measure_parallel
+    from hetflow.runtime.inputs import random_source
+
+    from .lanes import best_busy_lanes
+
+    singles = [e for e in elements if e.kind == "cpu" and len(e.cores) == 1
+               and e.backend != "none"]
+    gpus = [e for e in elements if e.kind == "gpu" and e.name in prof.gpu_lanes]
+    if len(singles) + len(gpus) < 2 or not singles:
+        return {}, {}
+    lanes = {g.name: best_busy_lanes(prof.gpu_lanes[g.name]) for g in gpus}
+    task = bar.task("contention: a copy on every core" + (" and GPU" if gpus else ""))
+    report = measure_parallel(graph, singles + gpus, random_source(graph), warmup=1,
+                              seconds=max(seconds, 0.1), name="busy copies", lanes=lanes)
+    task.advance()
+    return {e: float(v) for e, v in report.notes["per_element_fps"].items()}, lanes
 
 
 def _cuda_available() -> bool:

@@ -181,3 +181,32 @@ def test_border_costs_never_make_a_mapping_faster(factory, seed, a, b):
     before = evaluate(p, mapping, with_latency=False).throughput
     p.border_cost.update({e.name: (a, b) for e in p.elements if e.kind == "cpu"})
     assert evaluate(p, mapping, with_latency=False).throughput <= before * (1 + 1e-9)
+
+
+def test_map_predicts_with_the_contention_the_profile_measured(factory, tmp_path):
+    """Single-core copies that ran at half their rate alone while every core ran one: with
+    `contention` the two cores' times double, so the copies on both are predicted at half the
+    rate (hand-worked: 2 frames per 2 x 4 ms + the call overhead), while a mapping on one core
+    (the machine to itself) is predicted as without; without the flag nothing is scaled."""
+    from hetflow.mapping.from_profile import problem_from_profile
+    from hetflow.platform import CpuCluster, Platform
+    from hetflow.profile.profile import Profile
+
+    graph = factory.problem(4, factory.elements(2, 0)).graph
+    plat = Platform("t", (CpuCluster("c", (0, 1)),))
+    prof = Profile(graph.name, graph.model_hash, plat.name, plat.platform_hash)
+    for e in ("cpu0", "cpu1", "cpu0-1"):
+        prof.layer_times[e] = {l.name: {"median": 1e-3} for l in graph.layers}
+        prof.elements[e] = {"kind": "cpu"}
+        prof.whole_model[e] = {"median": 4e-3}
+    prof.calibration["busy_fps"] = {"cpu0": 125.0, "cpu1": 125.0}  # 8 ms a frame, busy
+    prof = Profile.load(prof.save(tmp_path / "p.json"))
+    plain = problem_from_profile(graph, prof, plat)
+    busy = problem_from_profile(graph, prof, plat, contention=True)
+    assert not plain.contention and busy.contention == {"cpu0": 2.0, "cpu1": 2.0, "cpu0-1": 2.0}
+    layers = [l.name for l in graph.layers]
+    copies = Mapping({l: "cpu0|cpu1" for l in layers})
+    assert evaluate(plain, copies).throughput == pytest.approx(2 / (4e-3 + plain.call_overhead))
+    assert evaluate(busy, copies).throughput == pytest.approx(2 / (8e-3 + busy.call_overhead))
+    one = Mapping({l: "cpu0" for l in layers})
+    assert evaluate(busy, one).throughput == pytest.approx(evaluate(plain, one).throughput)

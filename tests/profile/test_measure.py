@@ -292,3 +292,16 @@ def test_gpu_links_carry_the_engines_hand_off(monkeypatch, tmp_path, graph):
     old.comm["cpu->gpu"]["handoff"] = 4e-5
     old.save(_profile_path(graph, plat))
     assert cached_profile(graph, plat, lambda m: None) is not None
+
+
+@pytest.mark.skipif(len(CORES) < 2, reason="needs 2 cores")
+def test_the_profile_measures_each_single_core_busy_beside_the_others(measured, graph, platform):
+    """A copy of the whole model on every single core at once: each one's rate is kept (the
+    slowdown `hetflow map` predicts with), the core groups' are not (they are not copies)."""
+    busy = measured.calibration["busy_fps"]
+    singles = {e.name for e in platform.all_elements() if len(e.cores) == 1}
+    assert set(busy) == singles and all(v > 0 for v in busy.values())
+    assert "contention" in measured.meta["phase_seconds"]
+    off = profile_model(graph, platform, elements=["cpu0", "cpu1"], contention=False, comm=False,
+                        **{k: v for k, v in FAST.items() if not k.startswith("comm")})
+    assert "busy_fps" not in off.calibration

@@ -1,0 +1,84 @@
+"""A run with busy copies beside the GPU recalibrates its busy lane curve (the bench's parallel
+baseline, or the profile's busy run for `hetflow map`)."""
+
+import pytest
+
+from hetflow.mapping.from_profile import busy_lane_scales
+from hetflow.mapping.mapping import Mapping, group_name
+from hetflow.mapping.problem import evaluate
+from tests.mapping.conftest import make_elements, make_problem
+
+CURVE = {1: 1.0, 2: 1.2, 4: 1.6, 8: 2.4}
+
+
+def laned_problem():
+    p = make_problem(6, make_elements(2, 1), call_overhead=0.0)
+    p.lane_slowdown["gpu0"] = dict(CURVE)
+    p.lane_slowdown_busy["gpu0"] = {k: 1.1 * v for k, v in CURVE.items()}
+    return p
+
+
+def test_the_scale_makes_the_curve_say_what_the_baseline_measured():
+    p = laned_problem()
+    layers = [l.name for l in p.graph.layers]
+    t1 = p.actor_time(layers, "gpu0")
+    curve_rate = 8 / (t1 * 1.1 * 2.4)
+    rates = {"gpu0": 0.8 * curve_rate, "cpu0": 50.0, "cpu1": 50.0}
+    scale = busy_lane_scales(p, rates, {"gpu0": 8})
+    assert set(scale) == {"gpu0"} and scale["gpu0"] == pytest.approx(1 / 0.8)
+    # the GPU beside the copies now fires at the measured rate; alone it keeps its own curve
+    g = group_name(["cpu0", "gpu0"])
+    beside = Mapping({l: g for l in layers}, lanes={"gpu0": 8})
+    alone = Mapping({l: "gpu0" for l in layers}, lanes={"gpu0": 8})
+    before = (evaluate(p, beside).throughput, evaluate(p, alone).throughput)
+    p.lane_busy_scale.update(scale)
+    cpu_rate = 1 / p.actor_time(layers, "cpu0")
+    assert evaluate(p, beside).throughput == pytest.approx(cpu_rate + 0.8 * curve_rate, rel=1e-6)
+    assert evaluate(p, beside).throughput < before[0]
+    assert evaluate(p, alone).throughput == pytest.approx(before[1])
+    # asking again with the scale in place gives the same scale, not its square
+    assert busy_lane_scales(p, rates, {"gpu0": 8})["gpu0"] == pytest.approx(scale["gpu0"])
+
+
+def test_the_busy_lane_count_is_the_busy_curves_best_within_memory():
+    from hetflow.profile.lanes import best_busy_lanes, best_count
+
+    def table(busy, limit=None):
+        t = {str(k): {"alone": {"median": 1e-3 * k}, "busy": {"median": 1e-3 * v}}
+             for k, v in busy.items()}
+        return {**t, **({"memory": {"max_lanes": limit}} if limit else {})}
+
+    curve = {1: 1.0, 2: 1.2, 4: 1.6, 8: 2.4}  # rates 1, 1.67, 2.5, 3.33: eight lanes
+    assert best_busy_lanes(table(curve)) == 8
+    assert best_busy_lanes(table(curve, limit=4)) == 4  # what the device's memory holds
+    assert best_count({1: 1.0, 2: 1.995, 4: 2.0}) == 2  # the fewest within 1% of the best
+
+
+def test_map_rescales_the_busy_curve_by_the_profiles_busy_run(factory, tmp_path):
+    """The profile's busy run read the GPU at half the rate its busy curve promises at 8 lanes:
+    `problem_from_profile(contention=True)` scales the curve as the bench does with its
+    baseline, and leaves it alone without the flag."""
+    from hetflow.mapping.from_profile import problem_from_profile
+    from hetflow.platform import CpuCluster, Platform
+    from hetflow.platform.spec import Gpu
+    from hetflow.profile.profile import Profile
+
+    graph = factory.problem(4, factory.elements(1, 1)).graph
+    plat = Platform("t", (CpuCluster("c", (0, 1)),), (Gpu(0, "gpu", 1),))
+    prof = Profile(graph.name, graph.model_hash, plat.name, plat.platform_hash)
+    for e, kind in (("cpu0", "cpu"), ("gpu0", "gpu")):
+        prof.layer_times[e] = {l.name: {"median": 1e-3} for l in graph.layers}
+        prof.elements[e] = {"kind": kind}
+    prof.whole_model["cpu0"] = {"median": 4e-3}
+    prof.gpu_lanes["gpu0"] = {str(k): {"alone": {"median": 1e-3 * v},
+                                       "busy": {"median": 1.1e-3 * v}} for k, v in CURVE.items()}
+    whole = [l.name for l in graph.layers]
+    plain = problem_from_profile(graph, prof, plat)
+    promised = 8 / (plain.actor_time(whole, "gpu0") * plain.slowdown("gpu0", 8, busy=True))
+    prof.calibration.update(busy_fps={"cpu0": 250.0, "gpu0": 0.5 * promised},
+                            busy_lanes={"gpu0": 8})
+    prof = Profile.load(prof.save(tmp_path / "p.json"))
+    assert problem_from_profile(graph, prof, plat).lane_busy_scale == {}
+    busy = problem_from_profile(graph, prof, plat, contention=True)
+    assert busy.lane_busy_scale["gpu0"] == pytest.approx(2.0)
+    assert busy.contention["gpu0"] == 1.0  # its curve carries its slowdown, not a factor
