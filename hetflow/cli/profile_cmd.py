@@ -24,6 +24,13 @@ def profile_summary(prof, graph) -> dict:
                          **prof.layer_sum_vs_whole().get(e, {})}
                      for e, times in prof.layer_times.items()},
         "comm": prof.comm, "skipped": prof.meta.get("skipped", {}),
+        # each element's rate with every single core and GPU running the model at once, and
+        # its time per frame then over its time alone (what `hetflow map` predicts with)
+        "busy": {e: {"fps": fps, "lanes": prof.calibration.get("busy_lanes", {}).get(e, 1),
+                     **({"slowdown": (1.0 / fps) / prof.whole_model[e]["median"]}
+                        if fps > 0 and e in prof.whole_model
+                        and not prof.calibration.get("busy_lanes", {}).get(e) else {})}
+                 for e, fps in prof.calibration.get("busy_fps", {}).items()},
         "cpu_freq_mhz": prof.cpu_freq_mhz, "source": prof.source,
     }
 
@@ -118,6 +125,10 @@ def register(app: typer.Typer) -> None:
         fuse: bool = typer.Option(True, "--fuse/--no-fuse",
                                   help="profile fused Conv+BN+activation layers (as ORT runs them)"),
         comm: bool = typer.Option(True, "--comm/--no-comm", help="measure communication links"),
+        contention: bool = typer.Option(True, "--contention/--no-contention",
+                                        help="measure each element's slowdown while every "
+                                             "single core and GPU runs the model (hetflow map "
+                                             "predicts with it)"),
         dvfs: bool = typer.Option(False, "--dvfs-calibration",
                                   help="scale times to the all-cores-busy frequency (Kang et al.)"),
         input_shape: Optional[list[str]] = typer.Option(None, "--input-shape",
@@ -147,7 +158,8 @@ def register(app: typer.Typer) -> None:
             prof = estimate_profile(graph, plat, elements=elements)
         else:
             prof = profile_model(graph, plat, elements=elements, repeats=repeats, warmup=warmup,
-                                 method=method, comm=comm, dvfs_calibration=dvfs,
+                                 method=method, comm=comm, contention=contention,
+                                 dvfs_calibration=dvfs,
                                  skip_unavailable=searched,
                                  progress=not json_out and err_console.is_terminal)
         prof.save(out)
@@ -178,6 +190,14 @@ def register(app: typer.Typer) -> None:
         for link, m in prof.comm.items():
             bw = f", {1 / m['b'] / 1e9:.1f} GB/s" if m["b"] > 0 else ""
             console.print(f"{link}: {m['a'] * 1e6:.1f} us + {m['b'] * 1e9:.3f} ns/byte{bw}")
+        busy = summary["busy"]
+        if busy:
+            slow = sorted(v["slowdown"] for v in busy.values() if "slowdown" in v)
+            console.print("all busy at once: " + "; ".join(
+                ([f"single cores {slow[len(slow) // 2]:.2f}x their time alone (median of "
+                  f"{len(slow)})"] if slow else [])
+                + [f"{e} x{v['lanes']} lanes {v['fps']:.1f} frames/s" for e, v in busy.items()
+                   if v["lanes"] > 1]))
         for e, why in summary["skipped"].items():
             console.print(f"skipped {e}: {why}")
         console.print(f"wrote {out}")

@@ -27,9 +27,18 @@ def test_measured_profile(tmp_path, model_path):
     assert summary["model"] == "tiny" and not summary["estimated"]
     prof = Profile.load(out)
     assert set(summary["elements"]) == set(prof.layer_times)
+    singles = {e for e in prof.layer_times if "-" not in e}  # cpu0, cpu1, ...
+    if len(singles) >= 2:  # a copy on each at once: each one's slowdown against alone
+        assert set(summary["busy"]) == singles
+        for e, v in summary["busy"].items():
+            assert v["slowdown"] == pytest.approx(1 / v["fps"] / prof.whole_model[e]["median"])
     table = runner.invoke(app, ["profile", str(model_path), "-o", str(out), "--repeats", "2",
-                                "--no-comm", "--element", "cpu0"])
+                                "--no-comm", "--element", "cpu0", "--element", "cpu1"])
     assert table.exit_code == 0 and "sum/whole" in table.output and "wrote" in table.output
+    assert ("all busy at once: single cores" in table.output) == (len(singles) >= 2)
+    quiet = runner.invoke(app, ["profile", str(model_path), "-o", str(out), "--repeats", "2",
+                                "--no-comm", "--no-contention", "--json"])
+    assert quiet.exit_code == 0 and json.loads(quiet.output)["busy"] == {}
 
 
 def test_estimated_profile(tmp_path, model_path):
