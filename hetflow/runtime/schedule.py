@@ -260,13 +260,7 @@ class Dispatch:
         return f if f < self.frames else None
 
     def frames_of(self, j: int):
-        if self.pattern:
-            while (f := self.take(j)) is not None:
-                yield f
-            return
-        for f in self._next:  # each step is one C call on the shared counter, as in take
-            if f >= self.frames:
-                return
+        while (f := self.take(j)) is not None:
             yield f
 
 
