@@ -1,6 +1,6 @@
 """What `hetflow map` predicts, from the profile alone, against a run of the plan it makes.
 
-For each MODEL: the profile (the bench's cache, measured here if missing), each STRATEGY's plan
+For each MODEL: the profile as `hetflow profile` makes it (measured here), each STRATEGY's plan
 searched with the profile's contention (the slowdown it measured with a copy on every single
 core at once, `calibration["busy_fps"]`: what `hetflow map` uses), run through the engine once
 (outputs checked), and its prediction over the measured rate, beside the same plan predicted
@@ -16,13 +16,14 @@ import json
 import os
 import sys
 
-from hetflow.bench.core import get_profile
+from hetflow.bench.core import profiled_elements
 from hetflow.mapping.from_profile import problem_from_profile
 from hetflow.mapping.mapping import describe_design
 from hetflow.mapping.planner import search_plan
 from hetflow.mapping.problem import evaluate
 from hetflow.model import resolve_model
 from hetflow.platform.detect import detect_platform
+from hetflow.profile import profile_model
 from hetflow.runtime.api import run_plan
 from hetflow.runtime.pilot import frames_for
 
@@ -38,8 +39,9 @@ def main() -> None:
     rows = []
     for model in a.models:
         graph = resolve_model(model, fuse=True)
-        prof, _ = get_profile(graph, platform, 10, lambda m: print(f"{model}: {m}",
-                                                                   file=sys.stderr))
+        print(f"{model}: profiling", file=sys.stderr, flush=True)
+        prof = profile_model(graph, platform, elements=profiled_elements(platform), repeats=10,
+                             progress=False)
         for strategy in a.strategies.split(","):
             plan = search_plan(problem_from_profile(graph, prof, platform, 2, contention=True),
                                strategy, platform.name, fuse=True)[0]

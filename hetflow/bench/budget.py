@@ -164,9 +164,8 @@ def costs(k: Mapping[str, float], f: Facts) -> list[tuple[str, float, int | None
     if f.profile:
         per_element = 2 * f.build_s + (1 + 2 * (PROFILE_WARMUP + k["profile_repeats"])) * f.frame_s
         lanes = f.gpus * (LANE_RUNS * k["lane_seconds"] + 2 * f.frame_s + LANES_BUILD_S)
-        busy = 0.5 * k["lane_seconds"] + 2 * f.frame_s  # a copy on every core (contention)
-        out.append(("profile", f.elements * per_element + COMM_S + lanes + busy
-                    + f.copies * f.build_s, None, 0))
+        out.append(("profile", f.elements * per_element + COMM_S + lanes + f.copies * f.build_s,
+                    None, 0))
     baseline = k["baseline_seconds"] + 5 * f.frame_s + RUN_OVERHEAD_S
     if f.baselines:
         out.append(("baselines", 3 * baseline, None, 0))  # peak single, parallel twice

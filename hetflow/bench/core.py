@@ -132,7 +132,9 @@ def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
         f"{len(needed)} elements)")
     t0 = time.perf_counter()
     singles, parallel = baseline_elements(platform)
+    # no busy-copies run of its own: the bench's parallel baseline measures that load, longer
     prof = profile_model(graph, platform, elements=needed, repeats=repeats, progress=False,
+                         contention=False,
                          lane_seconds=lane_seconds, time_limit_s=time_limit_s,
                          required=[e.name for e in (*singles, *parallel)])
     prof.save(path)

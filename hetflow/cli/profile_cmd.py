@@ -14,6 +14,7 @@ from .common import check_writable, console, err_console, print_json
 
 def profile_summary(prof, graph) -> dict:
     """What the command reports: per element the sum of layer times against the whole model."""
+    lanes = prof.calibration.get("busy_lanes", {})
     return {
         "model": prof.model_name, "platform": prof.platform_name, "estimated": prof.estimated,
         "layers": len(graph.layers), "fused": prof.meta.get("fused"),
@@ -26,10 +27,9 @@ def profile_summary(prof, graph) -> dict:
         "comm": prof.comm, "skipped": prof.meta.get("skipped", {}),
         # each element's rate with every single core and GPU running the model at once, and
         # its time per frame then over its time alone (what `hetflow map` predicts with)
-        "busy": {e: {"fps": fps, "lanes": prof.calibration.get("busy_lanes", {}).get(e, 1),
+        "busy": {e: {"fps": fps, "lanes": lanes.get(e, 1),
                      **({"slowdown": (1.0 / fps) / prof.whole_model[e]["median"]}
-                        if fps > 0 and e in prof.whole_model
-                        and not prof.calibration.get("busy_lanes", {}).get(e) else {})}
+                        if fps > 0 and e in prof.whole_model and e not in lanes else {})}
                  for e, fps in prof.calibration.get("busy_fps", {}).items()},
         "cpu_freq_mhz": prof.cpu_freq_mhz, "source": prof.source,
     }

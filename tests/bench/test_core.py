@@ -41,6 +41,11 @@ def test_bench_of_a_small_model_end_to_end(tmp_path, monkeypatch):
     assert (tmp_path / "rep" / f"{mb.model}.single.plan.json").exists()
     basis = mb.notes["prediction_basis"]
     assert set(basis["plan_stage_s"]) >= {"pipeline", "single"}
+    # the bench's profile leaves the busy-copies run out: its parallel baseline measures that
+    from hetflow.profile.profile import Profile
+
+    (cached,) = (tmp_path / "cache" / "profiles").glob("*.json")
+    assert "busy_fps" not in Profile.load(cached).calibration
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
