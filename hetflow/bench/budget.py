@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from hetflow.errors import HetflowError
+from hetflow.profile.lanes import LANE_COUNTS, MORE_COUNTS
 
 # the least each setting is shortened to (a setting already below it is kept as given)
 MINIMUMS: dict[str, float] = {"profile_repeats": 3, "lane_seconds": 0.3, "baseline_seconds": 0.5,
@@ -30,10 +31,10 @@ INTEGER = {"profile_repeats", "frames", "warmup"}
 
 RUN_OVERHEAD_S = 0.3  # a measured run's set-up, start and end beside its measured window
 COMM_S = 0.7  # the profile's hand-off benchmark (0.6-0.7 s on every machine measured)
-# the profile's lane table of one GPU: 4 lane counts timed alone and beside busy CPU copies
-# (profile/lanes.py), `lane_seconds` each; plus its conversion and captures, and the busy copies'
-# first and last frames (they run through all the busy counts)
-LANE_RUNS, LANES_BUILD_S = 8, 4.0
+# the profile's lane table of one GPU: up to 6 lane counts timed alone and beside busy CPU
+# copies (profile/lanes.py), `lane_seconds` each; plus its conversion and captures, and the busy
+# copies' first and last frames (they run through all the busy counts)
+LANE_RUNS, LANES_BUILD_S = 2 * (len(LANE_COUNTS) + len(MORE_COUNTS)), 4.0
 PROFILE_WARMUP = 3  # profile_model's default warm-up runs
 PILOT_FRAMES, PILOT_WARMUP = 60, 10  # runtime/pilot.py: a pilot runs at least 60 frames
 MAX_FRAMES = 20000  # runtime/pilot.py frames_for: a run's frames at most

@@ -86,6 +86,7 @@ def _profile_path(graph, platform) -> Path:
 def cached_profile(graph, platform, log: Callable[[str], None], partial: bool = False):
     """The cached profile made for this model and platform, or None; one that a time limit cut
     short (some element shapes not measured) only where `partial`."""
+    from hetflow.profile.lanes import lanes_complete
     from hetflow.profile.profile import Profile
 
     path = _profile_path(graph, platform)
@@ -102,10 +103,10 @@ def cached_profile(graph, platform, log: Callable[[str], None], partial: bool = 
             borders = prof.calibration.get("border_s", {})
             handoffs = all("handoff" in prof.comm.get(link, {}) for link in prof.comm_raw
                            if "gpu" in link)
-            # else made before lanes, the firings' border costs or the GPU links' hand-offs
-            # were measured
-            if (all(g in prof.gpu_lanes for g in gpus) and all(c in borders for c in cpus)
-                    and handoffs):
+            # else made before lanes, the firings' border costs, the GPU links' hand-offs or
+            # lane counts past 8 were measured
+            if (all(g in prof.gpu_lanes and lanes_complete(prof.gpu_lanes[g]) for g in gpus)
+                    and all(c in borders for c in cpus) and handoffs):
                 log(f"reusing profile {path}")
                 return prof
         except HetflowError:

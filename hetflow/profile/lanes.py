@@ -29,7 +29,27 @@ if TYPE_CHECKING:
     from hetflow.model.graph import CnnGraph
     from hetflow.platform.spec import ProcessingElement
 
-LANE_COUNTS = (1, 2, 4, 8)
+LANE_COUNTS = (1, 2, 4, 8)  # always timed
+# Timed in turn after those while the last count still raised the rate by MORE_GAIN: an H100
+# ran batch-1 resnet18, mobilenet_v2, googlenet and densenet121 1.25-1.65x faster at 16 lanes
+# than at 8 (tiny_yolo_v2 and squeezenet1_0 no faster), googlenet faster again at 24
+# (docs/results/lanes_h100, "More lanes").
+MORE_COUNTS = (16, 24)
+MORE_GAIN = 1.10
+
+
+def next_count(rates: dict[int, float], limit: int | None = None,
+               more: Sequence[int] = MORE_COUNTS) -> int | None:
+    """The lane count to time after those in `rates` ({k: frames/s}): the next of `more`
+    when the largest count measured still ran MORE_GAIN faster than the one before it and the
+    device memory holds it (`limit`: the most lanes it holds); else None."""
+    ks = sorted(rates)
+    if len(ks) < 2:
+        return None
+    nxt = next((c for c in more if c > ks[-1]), None)
+    if nxt is None or (limit is not None and nxt > limit):
+        return None
+    return nxt if rates[ks[-1]] >= MORE_GAIN * rates[ks[-2]] else None
 
 
 def _device_memory(element: "ProcessingElement") -> tuple[int, int] | None:
@@ -149,35 +169,54 @@ def measure_staging(element: "ProcessingElement", lanes: int, nbytes: int = 8 <<
     return {"per_byte": float(np.median(cpu)) / nbytes, "lanes": lanes, "nbytes": nbytes}
 
 
-def _two_passes(counts: Sequence[int], run, seconds: float) -> dict[int, dict[str, Any]]:
+def lanes_complete(table: dict[str, Any]) -> bool:
+    """Whether a lane table timed every count that `next_count` asks for (one made when the
+    counts stopped at 8 may not have)."""
+    rates = {int(k): v["alone_fps"] for k, v in table.items() if k.isdigit()}
+    return next_count(rates, table.get("memory", {}).get("max_lanes")) is None
+
+
+def _two_passes(counts: Sequence[int], run, seconds: float,
+                more: Callable[[dict[int, float]], int | None] | None = None
+                ) -> dict[int, dict[str, Any]]:
     """{k: run(k, seconds / 2)} over two passes, the lane counts up then down, keeping per k the
     run with the shorter median firing: on a shared machine a second's run of one lane count
     was at times slowed by something else (mobilenet_v2's 8 lanes once measured 2.33x the
     one-lane firing where runs before measured 1.57-1.97x), and a slowdown, not a speed-up, is
-    what another process causes. Going up then down also spreads any drift over the counts."""
+    what another process causes. Going up then down also spreads any drift over the counts.
+    `more(rates so far)`: a further count to time on the way up, or None (next_count)."""
     best: dict[int, dict[str, Any]] = {}
-    for k in [*counts, *reversed(counts)]:
+    up = list(counts)
+    for k in up:
+        best[k] = run(k, seconds / 2)
+        if more is not None and k == up[-1]:
+            nxt = more({c: best[c]["fps"] for c in up})
+            if nxt is not None and nxt not in best:
+                up.append(nxt)
+    for k in reversed(up):
         r = run(k, seconds / 2)
-        if k not in best or r["firing"]["median"] < best[k]["firing"]["median"]:
+        if r["firing"]["median"] < best[k]["firing"]["median"]:
             best[k] = r
-    return {k: best[k] for k in counts}
+    return {k: best[k] for k in up}
 
 
 def measure_lanes(graph: "CnnGraph", element: "ProcessingElement",
                   busy_elements: Sequence["ProcessingElement"] = (),
                   counts: Sequence[int] = LANE_COUNTS, seconds: float = 1.0,
-                  warmup: int = 3) -> dict[str, dict[str, Any]]:
+                  warmup: int = 3, more: Sequence[int] = MORE_COUNTS
+                  ) -> dict[str, dict[str, Any]]:
     """{str(k): {"alone": firing stats, "alone_fps", "host": CPU time of the driving thread per
     firing, "busy": firing stats, "busy_fps"}} of the whole model on `element` at each lane
-    count, plus {"memory": {"per_lane_bytes", "free_bytes", "max_lanes"}} where the device
+    count (`counts`, then those of `more` in turn while `next_count` says so), plus {"memory": {"per_lane_bytes", "free_bytes", "max_lanes"}} where the device
     reports its memory, {"staging": measure_staging's} and {"seconds": {part: seconds}}, where
     the table's own time went (building the lanes, timing them alone, building the busy copies,
     their first frames, timing beside them, their last frames)."""
     with reusing_runners() as scope:  # the bench's scope where there is one: it keeps the lanes
-        return _measure_lanes(graph, element, busy_elements, counts, seconds, warmup, scope)
+        return _measure_lanes(graph, element, busy_elements, counts, seconds, warmup, more,
+                              scope)
 
 
-def _measure_lanes(graph, element, busy_elements, counts, seconds, warmup, scope):
+def _measure_lanes(graph, element, busy_elements, counts, seconds, warmup, more, scope):
     whole = [l.name for l in graph.layers]
     spent: dict[str, float] = {}  # where the table's time went, for the bench's log
     clock = [time.perf_counter()]
@@ -193,11 +232,12 @@ def _measure_lanes(graph, element, busy_elements, counts, seconds, warmup, scope
     before, built = _device_memory(element), scope.built
     # one lane, then the others over its weights (one pool of the reuse scope)
     first = runners_for(graph, whole, element, 1)
-    lanes: list = []
+    taken: list[list] = []  # the lanes taken from the pool: the counts first, then more
     busy: list = []
     try:
         one = _device_memory(element)
         lanes = runners_for(graph, whole, element, max(counts))
+        taken.append(lanes)
         after = _device_memory(element)
         fresh = scope.built == built + max(counts)  # all built here, none taken from the scope
         if before and one and after and max(counts) > 1 and fresh:
@@ -207,8 +247,17 @@ def _measure_lanes(graph, element, busy_elements, counts, seconds, warmup, scope
                              "max_lanes": max(counts) + int(0.9 * after[1] // per_lane)}
         took("lanes built")
         out["staging"] = measure_staging(element, max(counts))
-        alone = _two_passes(counts, lambda k, sec: _time_lanes(
-            f"{element.name} with {k} lanes", lanes[:k], element, feeds, sec, warmup), seconds)
+        limit = out.get("memory", {}).get("max_lanes")
+
+        def alone_at(k: int, sec: float) -> dict[str, Any]:
+            if k > len(taken[-1]):  # the pool's first k: those built so far and new ones
+                taken.append(runners_for(graph, whole, element, k))
+            return _time_lanes(f"{element.name} with {k} lanes", taken[-1][:k], element, feeds,
+                               sec, warmup)
+
+        alone = _two_passes(counts, alone_at, seconds,
+                            lambda rates: next_count(rates, limit, more))
+        lanes = taken[-1]  # the busy runs time the same counts
         for k, r in alone.items():
             out[str(k)] = {"alone": r["firing"], "alone_fps": r["fps"], "host": r["host"]}
         took("timed alone")
@@ -218,7 +267,7 @@ def _measure_lanes(graph, element, busy_elements, counts, seconds, warmup, scope
             took("busy copies built")
             with running_beside(busy, feeds):
                 took("busy copies' first frames")
-                beside = _two_passes(counts, lambda k, sec: _time_lanes(
+                beside = _two_passes(list(alone), lambda k, sec: _time_lanes(
                     f"{element.name} with {k} lanes beside busy copies", lanes[:k], element,
                     feeds, sec, 1), seconds)
                 took("timed beside busy copies")
@@ -226,7 +275,7 @@ def _measure_lanes(graph, element, busy_elements, counts, seconds, warmup, scope
             for k, r in beside.items():
                 out[str(k)].update(busy=r["firing"], busy_fps=r["fps"], busy_host=r["host"])
     finally:
-        release([*first, *lanes, *busy])
+        release([*first, *(r for t in taken for r in t), *busy])
     out["seconds"] = spent
     return out
 

@@ -4,6 +4,8 @@ import os
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import fake_gpu
 from hetflow.model.synthetic import random_cnn_graph
@@ -18,7 +20,8 @@ def test_lane_table_has_every_count_alone_and_busy_and_curves_follow():
     busy = [ProcessingElement("cpu1", "cpu", (cores[-1],))]
     fake_gpu.reset(slow=0.004)
     try:
-        table = measure_lanes(graph, gpu, busy, counts=(1, 2, 4), seconds=0.3, warmup=1)
+        table = measure_lanes(graph, gpu, busy, counts=(1, 2, 4), seconds=0.3, warmup=1,
+                              more=())
     finally:
         fake_gpu.reset()
     assert set(table) == {"1", "2", "4", "staging", "seconds"}  # no device memory here
@@ -38,6 +41,55 @@ def test_lane_table_has_every_count_alone_and_busy_and_curves_follow():
     alone, busy_curve = slowdown_curves(table)
     assert alone[1] == 1.0 and set(alone) == set(busy_curve) == {1, 2, 4}
     assert alone[4] == pytest.approx(table["4"]["alone"]["median"] / table["1"]["alone"]["median"])
+
+
+def test_lane_counts_go_on_while_more_lanes_still_pay():
+    # sleeping lanes overlap: each doubling about doubles the rate, so 4 and then 8 are timed,
+    # alone and beside the busy copy; 8 is the last that `more` offers
+    cores = sorted(os.sched_getaffinity(0))
+    graph = random_cnn_graph(6, 5)
+    fake_gpu.reset(slow=0.004)
+    try:
+        table = measure_lanes(graph, fake_gpu.gpu("gpu0", cores[0]),
+                              [ProcessingElement("cpu1", "cpu", (cores[-1],))], counts=(1, 2),
+                              seconds=0.2, warmup=1, more=(4, 8))
+    finally:
+        fake_gpu.reset()
+    assert {k for k in table if k.isdigit()} == {"1", "2", "4", "8"}
+    assert all("busy" in table[k] for k in ("1", "2", "4", "8"))
+    assert table["8"]["alone_fps"] > 2 * table["2"]["alone_fps"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from([1, 2, 4, 8, 16, 24]), st.floats(1.0, 1e4),
+                       min_size=1, max_size=6), st.none() | st.integers(1, 64))
+def test_next_count_only_where_the_last_doubling_paid_and_memory_holds(rates, limit):
+    from hetflow.profile.lanes import MORE_COUNTS, MORE_GAIN, next_count
+
+    got = next_count(rates, limit)
+    ks = sorted(rates)
+    if got is None:
+        # nothing further: too few counts, none left, too little memory, or no gain
+        assert (len(ks) < 2 or ks[-1] >= MORE_COUNTS[-1]
+                or (limit is not None and min(c for c in MORE_COUNTS if c > ks[-1]) > limit)
+                or rates[ks[-1]] < MORE_GAIN * rates[ks[-2]])
+    else:
+        assert got == min(c for c in MORE_COUNTS if c > ks[-1])
+        assert limit is None or got <= limit
+        assert rates[ks[-1]] >= MORE_GAIN * rates[ks[-2]]
+
+
+def test_two_passes_time_the_counts_more_adds_on_the_way_up():
+    from hetflow.profile.lanes import _two_passes
+
+    calls = []
+
+    def run(k, seconds):
+        calls.append(k)
+        return {"firing": {"median": 1e-3}, "fps": k * 1e3, "host": {}}
+
+    got = _two_passes((1, 2), run, 1.0, lambda rates: {2: 4, 4: 8}.get(max(rates)))
+    assert calls == [1, 2, 4, 8, 8, 4, 2, 1] and list(got) == [1, 2, 4, 8]
 
 
 def test_two_passes_keep_each_counts_faster_run_and_go_up_then_down():
