@@ -39,8 +39,11 @@ class BenchSettings:
     under_load: bool = True
     under_load_seconds: float = 2.0
     # also search a *balanced* plan: best throughput with predicted latency at most this share
-    # of the parallel baseline's measured p99 (None: skip)
+    # of the parallel baseline's measured p99 (None: skip) ...
     balanced_latency_share: float | None = 0.5
+    # ... and among the pilots that ran at least this share of the parallel baseline's rate,
+    # the one with the lowest p99 (runtime/pilot.py `_pick`)
+    balanced_rate_share: float | None = 0.9
     # scale profiled times by the slowdown each kind of element showed in the parallel baseline
     contention: bool = True
     # measure, then choose: run the best `pilot_candidates` designs by prediction for about
@@ -323,6 +326,8 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
     if settings.balanced_latency_share is not None:
         cap = settings.balanced_latency_share * par.latency["p99"]
         jobs.append(("balanced", None, {"latency_cap": cap}))
+    floor = (settings.balanced_rate_share * par.throughput
+             if settings.balanced_rate_share is not None else None)
     whole = subnet_key(l.name for l in graph.layers)
     # mapping key -> pilot run, or the error it ended with (shared by the plan kinds)
     pilots: dict[tuple, RunReport | HetflowError] = {}
@@ -379,7 +384,8 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
                                    for (e, key), c in problem.stage_slowdown.items()}
         plan, result, tried = choose_by_pilot(
             candidates, graph, pilot_s, options.get("latency_cap"), pilots, log,
-            incumbent=lambda p: is_copies_design(problem, p.mapping))
+            incumbent=lambda p: is_copies_design(problem, p.mapping),
+            rate_floor=floor if "latency_cap" in options else None)
         # (element, its phases) of every member of every actor of the plan
         placed = [(e, ps) for a, ps in plan.app.phases.items() for e in group_members(a)]
         a_priori = dict(plan.predicted)  # from the profile, before this plan's stages ran

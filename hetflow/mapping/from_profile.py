@@ -136,11 +136,14 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
                     problem.lane_slowdown_busy[e.name] = busy
                 per_byte = staging_per_byte(table) or host_copy_per_byte(profile)
                 borders = sum(graph.tensors[t].nbytes for t in (*graph.inputs, *graph.outputs))
+                counts = sorted(int(k) for k in table if k.isdigit())
                 for busy_load, into in ((False, problem.host_time),
                                         (True, problem.host_time_busy)):
-                    if host_seconds(table, busy_load):  # the whole model's, less its copies
-                        into[e.name] = max(0.0, host_seconds(table, busy_load)
-                                           - per_byte * borders)
+                    # the whole model's at each lane count, less its copies
+                    at = {k: host_seconds(table, busy_load, lanes=k) for k in counts}
+                    curve = {k: max(0.0, h - per_byte * borders) for k, h in at.items() if h}
+                    if curve:
+                        into[e.name] = curve
                 one = host_seconds(table, lanes=1)
                 if one:
                     problem.host_time_one[e.name] = max(0.0, one - per_byte * borders)

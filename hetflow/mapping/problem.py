@@ -40,6 +40,21 @@ def _on_curve(curve: dict[int, float], lanes: int) -> float:
     return curve[lo] + (curve[hi] - curve[lo]) * (lanes - lo) / (hi - lo)
 
 
+def _between(curve: dict[int, float], lanes: int) -> float:
+    """A per-lane-count figure at `lanes`: linear between measured counts; below or above
+    them, the nearest measured."""
+    if lanes in curve:
+        return curve[lanes]
+    ks = sorted(curve)
+    if lanes <= ks[0]:
+        return curve[ks[0]]
+    if lanes >= ks[-1]:
+        return curve[ks[-1]]
+    lo = max(k for k in ks if k < lanes)
+    hi = min(k for k in ks if k > lanes)
+    return curve[lo] + (curve[hi] - curve[lo]) * (lanes - lo) / (hi - lo)
+
+
 @dataclass
 class Problem:
     graph: CnnGraph
@@ -79,11 +94,14 @@ class Problem:
     # where the whole model's curve times their summed one-lane time promised 1.6x it). Beside busy
     # copies the stage is slowed as the whole model is (its busy / alone ratio at k)
     stage_slowdown: dict[tuple[str, str], dict[int, float]] = field(default_factory=dict)
-    # CPU time a GPU's driving thread spends per firing (copies, launch, wait): its lanes share
-    # its driving cores, so k lanes fire no faster than k * (this + call_overhead) / cores
-    # (the part that does not depend on the firing's borders; see host_seconds)
-    host_time: dict[str, float] = field(default_factory=dict)
-    host_time_busy: dict[str, float] = field(default_factory=dict)  # ... beside busy copies
+    # {k: CPU time a GPU's driving thread spends per firing (copies, launch, wait) with k
+    # lanes}: its lanes share its driving cores, so k lanes fire no faster than
+    # k * (this + call_overhead) / cores (the part that does not depend on the firing's borders;
+    # see host_seconds). Per lane count: a thread among 16 or 24 on one core spends more per
+    # firing than among 8 (squeezenet1_0 on the H100: the 16-lane figure bounded an 8-lane
+    # plan at 4,900 frames/s, which ran 6,000)
+    host_time: dict[str, dict[int, float]] = field(default_factory=dict)
+    host_time_busy: dict[str, dict[int, float]] = field(default_factory=dict)  # beside copies
     host_time_one: dict[str, float] = field(default_factory=dict)  # ... with one lane
     # seconds per border byte the driving thread spends copying a firing's inputs into pinned
     # memory (data another core wrote) and its outputs out of it: a stage fed a large activation
@@ -97,15 +115,17 @@ class Problem:
     border_cost: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     # ---- lanes ----
-    def host_seconds(self, element: str, border_bytes: int, busy: bool) -> float | None:
+    def host_seconds(self, element: str, border_bytes: int, busy: bool,
+                     lanes: int = 1) -> float | None:
         """CPU time of `element`'s driving thread per firing of a phase whose inputs and
-        outputs hold `border_bytes`: the measured fixed part plus the host copies of its borders
-        (inputs staged into pinned memory, outputs copied out of it)."""
-        fixed = (self.host_time_busy if busy else {}).get(element) or \
+        outputs hold `border_bytes`, with `lanes` lanes on it: the fixed part measured at that
+        lane count (linear between measured counts, the nearest beyond them) plus the host
+        copies of its borders (inputs staged into pinned memory, outputs copied out of it)."""
+        curve = (self.host_time_busy if busy else {}).get(element) or \
             self.host_time.get(element)
-        if fixed is None:
+        if not curve:
             return None
-        return fixed + self.host_per_byte.get(element, 0.0) * border_bytes
+        return _between(curve, lanes) + self.host_per_byte.get(element, 0.0) * border_bytes
 
     def lane_counts(self, element: str) -> list[int]:
         """The lane counts measured on `element` ([1] for an element without lanes)."""
@@ -321,7 +341,7 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
                          and (e, subnet_key(layers)) in problem.loaded_times)):
             a, b = problem.border_cost[e]
             t += (a + b * border_bytes) * problem.contention.get(e, 1.0)
-        host = problem.host_seconds(e, border_bytes, busy)
+        host = problem.host_seconds(e, border_bytes, busy, k)
         if k > 1 and host:  # the lanes' host work shares the driving cores
             cores = max(1, len(problem.element(e).cores))
             return max(t + problem.call_overhead, k * (host + problem.call_overhead) / cores)

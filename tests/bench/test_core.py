@@ -124,3 +124,29 @@ def test_the_parallel_baseline_is_the_better_of_two_passes(tmp_path, monkeypatch
     assert row["throughput"] == pytest.approx(passes[1])
     basis = mb.notes["prediction_basis"]["parallel_per_element_fps"]  # the contention's source
     assert sum(basis.values()) == pytest.approx(passes[1])
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+def test_the_balanced_plan_is_chosen_above_a_share_of_the_parallel_rate(tmp_path, monkeypatch):
+    """The balanced kind's pilots are chosen under its latency cap and above its rate floor,
+    both shares of the parallel baseline as measured; the throughput kinds have neither."""
+    import hetflow.runtime.pilot as pilot
+
+    seen = {}
+    real = pilot.choose_by_pilot
+
+    def spy(candidates, graph, seconds, latency_cap, *args, rate_floor=None, **kwargs):
+        seen[latency_cap is not None] = (latency_cap, rate_floor)
+        return real(candidates, graph, seconds, latency_cap, *args, rate_floor=rate_floor,
+                    **kwargs)
+
+    monkeypatch.setattr(pilot, "choose_by_pilot", spy)
+    # a cap every design keeps: the balanced kind has candidates to choose from
+    settings = BenchSettings(**QUICK, refine=False, balanced_latency_share=10.0,
+                             balanced_rate_share=0.8)
+    mb = bench_small(tmp_path, monkeypatch, 6, 5, settings)
+    par = next(r for r in mb.rows if r["name"].startswith("parallel copies"))
+    cap, floor = seen[True]
+    assert cap == pytest.approx(10.0 * par["latency_p99"])
+    assert floor == pytest.approx(0.8 * par["throughput"])
+    assert seen[False] == (None, None)

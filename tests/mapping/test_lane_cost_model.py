@@ -150,12 +150,33 @@ def test_lanes_share_the_driving_core_so_host_time_bounds_the_rate(factory):
     p = gpu_problem(factory)
     layers = [l.name for l in p.graph.layers]
     t1 = p.actor_time(layers, "gpu0")
-    p.host_time["gpu0"] = t1 / 2  # each firing keeps the one driving core busy half its time
+    p.host_time["gpu0"] = {1: t1 / 2}  # each firing keeps the one driving core busy half its time
     rates = {k: evaluate(p, Mapping({l: "gpu0" for l in layers}, lanes={"gpu0": k})).throughput
              for k in CURVE}
     assert rates[1] == pytest.approx(1 / t1)  # one lane: the device time bounds it
     assert rates[8] == pytest.approx(2 / t1)  # eight: the driving core, 1 / (t1 / 2)
     assert max(rates.values()) <= 2 / t1 * (1 + 1e-9)
+
+
+def test_the_host_bound_is_the_one_measured_at_the_plans_lane_count(factory):
+    # the driving thread measured 0.1 t1 a firing among 8 lanes and 0.5 t1 among 16: an
+    # 8-lane plan is bounded by the first (8 / (8 * 0.1 t1) is no bound below its device rate),
+    # a 16-lane plan by the second (1 / 0.5 t1), a 12-lane plan between them
+    p = gpu_problem(factory)
+    layers = [l.name for l in p.graph.layers]
+    t1 = p.actor_time(layers, "gpu0")
+    p.host_time["gpu0"] = {8: 0.1 * t1, 16: 0.5 * t1}
+    p.call_overhead = 0.0
+
+    def rate(k):
+        return evaluate(p, Mapping({l: "gpu0" for l in layers}, lanes={"gpu0": k})).throughput
+
+    device = {k: k / (t1 * p.slowdown("gpu0", k, False)) for k in (8, 12, 16)}
+    assert rate(8) == pytest.approx(min(device[8], 1 / (0.1 * t1)))
+    assert rate(16) == pytest.approx(min(device[16], 1 / (0.5 * t1)))
+    assert rate(12) == pytest.approx(min(device[12], 1 / (0.3 * t1)))
+    assert p.host_seconds("gpu0", 0, False, 4) == pytest.approx(0.1 * t1)  # below: nearest
+    assert p.host_seconds("gpu0", 0, False, 24) == pytest.approx(0.5 * t1)  # above: nearest
 
 
 def test_a_stage_fed_a_large_input_pays_its_staging_copy_on_the_driving_core(factory):
@@ -167,7 +188,7 @@ def test_a_stage_fed_a_large_input_pays_its_staging_copy_on_the_driving_core(fac
     (phase,) = build_app(p, m).phases["gpu0"]
     nbytes = sum(p.graph.tensors[t].nbytes for t in phase.inputs)
     host = 4 * max(p.actor_time(layers[:2], "cpu0"), p.actor_time(phase.layers, "gpu0"))
-    p.host_time["gpu0"] = 0.0
+    p.host_time["gpu0"] = {1: 0.0}
     p.host_per_byte["gpu0"] = host / nbytes  # staging its input outlasts any stage's firing
     staged = evaluate(p, m).throughput
     # 8 lanes share one driving core that spends `host` per firing: at most 1 / host

@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hetflow.mapping.mapping import Mapping
 from hetflow.runtime.pilot import choose_by_pilot, frames_for, pilot_summary
@@ -63,6 +65,39 @@ def test_under_a_cap_room_wins_at_nearly_the_same_rate(monkeypatch):
     # a cap all of them keep with room: the fastest
     plan, _, _ = choose_by_pilot(cands, None, latency_cap=1.0)
     assert next(iter(plan.app.phases)) == "over"
+
+
+def test_with_a_rate_floor_the_lowest_p99_above_it_wins(monkeypatch):
+    """The bench's balanced plan: of the pilots within the cap, the fastest piloted near the
+    cap; the GPU-only design above the floor, at a fifth of its p99, is the one chosen."""
+    _fake_runs(monkeypatch, {"groups": (10648.0, 0.0083), "gpu": (10265.0, 0.0019),
+                             "pipe": (2957.0, 0.0010)})
+    cands = [(_Plan(n, 1000.0), None) for n in ("groups", "gpu", "pipe")]
+    plan, _, _ = choose_by_pilot(cands, None, latency_cap=0.0114)
+    assert next(iter(plan.app.phases)) == "groups"
+    plan, _, _ = choose_by_pilot(cands, None, latency_cap=0.0114, rate_floor=8048.0)
+    assert next(iter(plan.app.phases)) == "gpu"
+    # none above the floor: as without one
+    plan, _, _ = choose_by_pilot(cands, None, latency_cap=0.0114, rate_floor=20000.0)
+    assert next(iter(plan.app.phases)) == "groups"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.floats(1.0, 1e4), st.floats(1e-4, 1.0)), min_size=1, max_size=6),
+       st.floats(1e-4, 1.0), st.floats(1.0, 1e4))
+def test_a_rate_floor_choice_keeps_cap_and_floor_where_a_pilot_did(pilots, cap, floor):
+    from hetflow.runtime.pilot import FLOOR_ROOM, _pick
+
+    tried = [{"pilot_throughput": r, "pilot_latency_p99": l} for r, l in pilots]
+    i = _pick(tried, list(range(len(tried))), cap, None, floor)
+    keep = [j for j, (r, l) in enumerate(pilots) if l <= cap and r >= floor]
+    roomy = [j for j in keep if pilots[j][0] >= FLOOR_ROOM * floor]
+    if keep:
+        assert i in keep
+        tier = roomy or keep
+        assert i in tier and pilots[i][1] == min(pilots[j][1] for j in tier)
+    else:  # as without the floor
+        assert i == _pick(tried, list(range(len(tried))), cap)
 
 
 def test_the_copies_design_stays_unless_beaten_by_more_than_the_noise(monkeypatch):
