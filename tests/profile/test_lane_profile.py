@@ -40,7 +40,21 @@ def test_lane_table_has_every_count_alone_and_busy_and_curves_follow():
     assert table["4"]["alone_fps"] > 2 * table["1"]["alone_fps"]
     alone, busy_curve = slowdown_curves(table)
     assert alone[1] == 1.0 and set(alone) == set(busy_curve) == {1, 2, 4}
-    assert alone[4] == pytest.approx(table["4"]["alone"]["median"] / table["1"]["alone"]["median"])
+    # a firing at k lanes is k over their rate: the mean firing, stalls included
+    assert alone[4] == pytest.approx(4 * table["1"]["alone_fps"] / table["4"]["alone_fps"])
+    assert busy_curve[2] == pytest.approx(2 * table["1"]["alone_fps"] / table["2"]["busy_fps"])
+
+
+def test_a_curve_reads_the_rate_where_a_few_firings_stalled():
+    """24 lanes whose median firing is 3x one lane's but a few of whose firings waited for the
+    driving core: their rate, not their median, says how much slower a firing is; a table
+    without rates falls back on the medians."""
+    table = {"1": {"alone": {"median": 1e-3}, "alone_fps": 1000.0},
+             "24": {"alone": {"median": 3e-3}, "alone_fps": 6000.0}}
+    alone, _ = slowdown_curves(table)
+    assert alone == {1: 1.0, 24: pytest.approx(4.0)}  # 24 / 6000 s over 1 / 1000 s
+    bare = {k: {"alone": v["alone"]} for k, v in table.items()}
+    assert slowdown_curves(bare)[0] == {1: 1.0, 24: pytest.approx(3.0)}
 
 
 def test_lane_counts_go_on_while_more_lanes_still_pay():
