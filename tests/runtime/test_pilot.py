@@ -80,6 +80,9 @@ def test_with_a_rate_floor_the_lowest_p99_above_it_wins(monkeypatch):
     # none above the floor: as without one
     plan, _, _ = choose_by_pilot(cands, None, latency_cap=0.0114, rate_floor=20000.0)
     assert next(iter(plan.app.phases)) == "groups"
+    # only the slow design kept the cap: the floor wins over it, the lowest p99 above it
+    plan, _, _ = choose_by_pilot(cands, None, latency_cap=0.0015, rate_floor=8048.0)
+    assert next(iter(plan.app.phases)) == "gpu"
 
 
 @settings(max_examples=300, deadline=None)
@@ -92,11 +95,11 @@ def test_a_rate_floor_choice_keeps_cap_and_floor_where_a_pilot_did(pilots, cap, 
     i = _pick(tried, list(range(len(tried))), cap, None, floor)
     keep = [j for j, (r, l) in enumerate(pilots) if l <= cap and r >= floor]
     roomy = [j for j in keep if pilots[j][0] >= FLOOR_ROOM * floor]
-    if keep:
-        assert i in keep
-        tier = roomy or keep
+    fast = [j for j, (r, _) in enumerate(pilots) if r >= floor]
+    if fast:  # the floor first: within the cap if any kept both, the lowest p99
+        tier = roomy or keep or fast
         assert i in tier and pilots[i][1] == min(pilots[j][1] for j in tier)
-    else:  # as without the floor
+    else:  # none reached the floor: as without it
         assert i == _pick(tried, list(range(len(tried))), cap)
 
 
