@@ -8,11 +8,13 @@ from hetflow.runtime.report import RunReport
 
 
 class _Plan:
-    def __init__(self, name, predicted):
+    def __init__(self, name, predicted, cores=None):
         self.mapping = Mapping({"l0": name})
         self.app = type("App", (), {"phases": {name: []}})()
         self.strategy = "single"
         self.predicted = {"throughput": predicted, "latency": 1e-3}
+        if cores is not None:  # the plan's one element holds this many cores
+            self.elements = {name: type("El", (), {"cores": tuple(range(cores))})()}
 
 
 def _fake_runs(monkeypatch, measured):
@@ -122,6 +124,39 @@ def test_the_copies_design_stays_unless_beaten_by_more_than_the_noise(monkeypatc
     assert pick({"groups": (near, 0.01), "gpu": (1000.0, 0.05)}) == "groups"
     # under a latency cap the cap decides, not the incumbent
     assert pick({"groups": (near, 0.01), "copies": (1000.0, 0.05)}, latency_cap=1.0) == "groups"
+
+
+def test_a_design_on_fewer_cores_within_the_noise_takes_the_place(monkeypatch):
+    """The GPU alone (its one driving core) piloted 0.3% below the GPU beside fifteen CPU
+    copies: it frees fifteen cores, so it is chosen; 4% below, it is not."""
+    from hetflow.runtime.pilot import FEWER_CORES_RATE
+
+    def pick(gpu_rate):
+        _fake_runs(monkeypatch, {"copies": (4747.0, 0.047), "gpu": (gpu_rate, 0.006),
+                                 "groups": (4700.0, 0.013)})
+        cands = [(_Plan("copies", 1.0, 16), None), (_Plan("gpu", 1.0, 1), None),
+                 (_Plan("groups", 1.0, 16), None)]
+        plan, _, _ = choose_by_pilot(cands, None, incumbent=lambda p: "copies" in p.app.phases)
+        return next(iter(plan.app.phases))
+
+    assert pick(4733.0) == "gpu"
+    assert pick(0.96 * 4747.0) == "copies"
+    assert pick(FEWER_CORES_RATE * 4747.0 * 1.001) == "gpu"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.floats(1.0, 1e4), st.integers(1, 16)), min_size=1, max_size=6),
+       st.none() | st.integers(0, 5))
+def test_fewer_cores_never_cost_more_than_their_allowance(pilots, held):
+    from hetflow.runtime.pilot import FEWER_CORES_RATE, _pick
+
+    tried = [{"pilot_throughput": r, "pilot_latency_p99": 0.01, "cores": c} for r, c in pilots]
+    ran = list(range(len(tried)))
+    held = held if held is not None and held < len(tried) else None
+    plain = _pick([{k: v for k, v in t.items() if k != "cores"} for t in tried], ran, None, held)
+    i = _pick(tried, ran, None, held)
+    assert i == plain or (pilots[i][1] < pilots[plain][1]
+                          and pilots[i][0] >= FEWER_CORES_RATE * pilots[plain][0])
 
 
 def test_each_mapping_is_piloted_once_per_model(monkeypatch):
