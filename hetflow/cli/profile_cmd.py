@@ -14,7 +14,11 @@ from .common import check_writable, console, err_console, print_json
 
 def profile_summary(prof, graph) -> dict:
     """What the command reports: per element the sum of layer times against the whole model."""
+    from hetflow.mapping.from_profile import busy_slowdowns
+
     lanes = prof.calibration.get("busy_lanes", {})
+    busy_fps = prof.calibration.get("busy_fps", {})
+    slow = busy_slowdowns(prof, busy_fps, lanes)
     return {
         "model": prof.model_name, "platform": prof.platform_name, "estimated": prof.estimated,
         "layers": len(graph.layers), "fused": prof.meta.get("fused"),
@@ -28,9 +32,8 @@ def profile_summary(prof, graph) -> dict:
         # each element's rate with every single core and GPU running the model at once, and
         # its time per frame then over its time alone (what `hetflow map` predicts with)
         "busy": {e: {"fps": fps, "lanes": lanes.get(e, 1),
-                     **({"slowdown": (1.0 / fps) / prof.whole_model[e]["median"]}
-                        if fps > 0 and e in prof.whole_model and e not in lanes else {})}
-                 for e, fps in prof.calibration.get("busy_fps", {}).items()},
+                     **({"slowdown": slow[e]} if e in slow else {})}
+                 for e, fps in busy_fps.items()},
         "cpu_freq_mhz": prof.cpu_freq_mhz, "source": prof.source,
     }
 

@@ -49,21 +49,27 @@ def searched_elements(platform) -> list:
     return list(seen.values())
 
 
+def busy_slowdowns(profile, busy_fps: dict[str, float], skip=()) -> dict[str, float]:
+    """{element: its time per frame while every element ran a whole-model copy (1 / its rate in
+    `busy_fps`) over its time alone (the profile's whole model)}, for the elements with both,
+    less those in `skip`."""
+    out = {}
+    for el, fps in busy_fps.items():
+        alone = profile.whole_model.get(el, {}).get("median")
+        if el not in skip and fps > 0 and alone:
+            out[el] = (1.0 / fps) / alone
+    return out
+
+
 def contention_factors(profile, problem: Problem, busy_fps: dict[str, float]) -> dict[str, float]:
-    """Per element of `problem`: (time per frame while every element ran a whole-model copy,
-    from `busy_fps` {element: frames/s}) / (time alone, the profile's whole model), taken per
-    element kind from the copies measured; 1.0 where nothing was measured, and for a GPU whose
-    lane curve measured beside busy copies carries its slowdown already."""
+    """Per element of `problem`: its `busy_slowdowns`, taken per element kind (the median) from
+    the copies measured; 1.0 where nothing was measured, and for a GPU whose lane curve
+    measured beside busy copies carries its slowdown already."""
     import statistics
 
     per_kind: dict[str, list[float]] = {}
-    for el, fps in busy_fps.items():
-        if el in problem.lane_slowdown_busy:
-            continue
-        alone = profile.whole_model.get(el, {}).get("median")
-        if fps > 0 and alone:
-            kind = profile.elements.get(el, {}).get("kind", "cpu")
-            per_kind.setdefault(kind, []).append((1.0 / fps) / alone)
+    for el, slow in busy_slowdowns(profile, busy_fps, problem.lane_slowdown_busy).items():
+        per_kind.setdefault(profile.elements.get(el, {}).get("kind", "cpu"), []).append(slow)
     factor = {k: max(1.0, statistics.median(v)) for k, v in per_kind.items()}
     return {e.name: 1.0 if e.name in problem.lane_slowdown_busy else factor.get(e.kind, 1.0)
             for e in problem.elements}
@@ -144,9 +150,6 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
                     curve = {k: max(0.0, h - per_byte * borders) for k, h in at.items() if h}
                     if curve:
                         into[e.name] = curve
-                one = host_seconds(table, lanes=1)
-                if one:
-                    problem.host_time_one[e.name] = max(0.0, one - per_byte * borders)
                 problem.host_per_byte[e.name] = per_byte
                 if "memory" in table:
                     problem.lane_limit[e.name] = int(table["memory"]["max_lanes"])

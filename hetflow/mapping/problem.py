@@ -23,23 +23,6 @@ from .mapping import Mapping, group_members
 TransferFn = Callable[[int, str, str], float]
 
 
-def _on_curve(curve: dict[int, float], lanes: int) -> float:
-    """A slowdown curve at `lanes`: linear between measured counts; past the largest, no more
-    throughput than there."""
-    if lanes <= 1 and 1 in curve:
-        return curve[1]
-    if lanes in curve:
-        return curve[lanes]
-    ks = sorted(curve)
-    if lanes > ks[-1]:
-        return curve[ks[-1]] * lanes / ks[-1]
-    if lanes < ks[0]:
-        return curve[ks[0]]
-    lo = max(k for k in ks if k < lanes)
-    hi = min(k for k in ks if k > lanes)
-    return curve[lo] + (curve[hi] - curve[lo]) * (lanes - lo) / (hi - lo)
-
-
 def _between(curve: dict[int, float], lanes: int) -> float:
     """A per-lane-count figure at `lanes`: linear between measured counts; below or above
     them, the nearest measured."""
@@ -53,6 +36,13 @@ def _between(curve: dict[int, float], lanes: int) -> float:
     lo = max(k for k in ks if k < lanes)
     hi = min(k for k in ks if k > lanes)
     return curve[lo] + (curve[hi] - curve[lo]) * (lanes - lo) / (hi - lo)
+
+
+def _on_curve(curve: dict[int, float], lanes: int) -> float:
+    """A slowdown curve at `lanes`: linear between measured counts; past the largest, no more
+    throughput than there."""
+    top = max(curve)
+    return curve[top] * lanes / top if lanes > top else _between(curve, lanes)
 
 
 @dataclass
@@ -102,7 +92,6 @@ class Problem:
     # plan at 4,900 frames/s, which ran 6,000)
     host_time: dict[str, dict[int, float]] = field(default_factory=dict)
     host_time_busy: dict[str, dict[int, float]] = field(default_factory=dict)  # beside copies
-    host_time_one: dict[str, float] = field(default_factory=dict)  # ... with one lane
     # seconds per border byte the driving thread spends copying a firing's inputs into pinned
     # memory (data another core wrote) and its outputs out of it: a stage fed a large activation
     # is host-bound long before the device is (a 11 MB input: 1.4 ms of copying per firing on
@@ -345,12 +334,13 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
         if k > 1 and host:  # the lanes' host work shares the driving cores
             cores = max(1, len(problem.element(e).cores))
             return max(t + problem.call_overhead, k * (host + problem.call_overhead) / cores)
-        if k == 1 and e in problem.host_time_one and not whole:
+        one = problem.host_time.get(e, {}).get(1)
+        if k == 1 and one is not None and not whole:
             # one lane: the host stages the inputs, launches, waits and copies the outputs out
             # before and after the device work, not beside it (a whole-model firing was timed
             # with all of that in it). Phases of googlenet and densenet121 fired frame by frame
             # on one lane took 0.33-0.35 ms each above their device time on the H200 machine
-            t += problem.host_time_one[e] + problem.host_per_byte.get(e, 0.0) * border_bytes
+            t += one + problem.host_per_byte.get(e, 0.0) * border_bytes
         return t + problem.call_overhead
 
     def phase_time(p):

@@ -207,8 +207,9 @@ def measure_lanes(graph: "CnnGraph", element: "ProcessingElement",
                   ) -> dict[str, dict[str, Any]]:
     """{str(k): {"alone": firing stats, "alone_fps", "host": CPU time of the driving thread per
     firing, "busy": firing stats, "busy_fps"}} of the whole model on `element` at each lane
-    count (`counts`, then those of `more` in turn while `next_count` says so), plus {"memory": {"per_lane_bytes", "free_bytes", "max_lanes"}} where the device
-    reports its memory, {"staging": measure_staging's} and {"seconds": {part: seconds}}, where
+    count (`counts`, then those of `more` in turn while `next_count` says so), plus
+    {"memory": {"per_lane_bytes", "free_bytes", "max_lanes"}} where the device reports its
+    memory, {"staging": measure_staging's} and {"seconds": {part: seconds}}, where
     the table's own time went (building the lanes, timing them alone, building the busy copies,
     their first frames, timing beside them, their last frames)."""
     with reusing_runners() as scope:  # the bench's scope where there is one: it keeps the lanes
@@ -305,16 +306,11 @@ def staging_per_byte(table: dict[str, Any]) -> float | None:
     return float(st["per_byte"]) if st else None
 
 
-def host_seconds(table: dict[str, dict[str, Any]], busy: bool = False,
-                 lanes: int | None = None) -> float | None:
-    """CPU time the driving thread spends per firing: the median over the runs with the most
-    lanes (alone, or beside busy copies), where the driving core is busiest; `lanes`: over the
-    runs with that many lanes."""
-    runs = [table[k] for k in sorted((k for k in table if k.isdigit()), key=int)
-            if lanes is None or int(k) == lanes]
-    hosts = [r.get("busy_host" if busy else "host") for r in runs]
-    hosts = [h for h in hosts if h]
-    return float(hosts[-1]["median"]) if hosts else None
+def host_seconds(table: dict[str, dict[str, Any]], busy: bool, lanes: int) -> float | None:
+    """CPU time the driving thread spends per firing with `lanes` lanes (alone, or beside busy
+    copies): the median of that run, if measured."""
+    h = table.get(str(lanes), {}).get("busy_host" if busy else "host")
+    return float(h["median"]) if h else None
 
 
 def best_count(rates: dict[int, float]) -> int:

@@ -123,15 +123,16 @@ def cores_used(plan) -> int | None:
 
 def _pick(tried: list[dict], ran: list[int], latency_cap: float | None,
           incumbent: int | None = None, rate_floor: float | None = None) -> int:
-    """The index chosen among the pilots that ran: the highest throughput (within the cap if
-    any pilot kept it, preferring one with room under it at nearly the same rate), else the
-    lowest p99; without a cap, a design on fewer cores piloted within FEWER_CORES_RATE of
-    that choice takes its place. Under a cap with a `rate_floor`, the lowest p99 among the pilots within the
-    cap that ran above FLOOR_ROOM times the floor, else above the floor, else among all above
-    the floor (a pilot's p99 just over the cap beats a design at half the rate that kept it:
-    squeezenet1_0's GPU at 16 lanes against a GPU/CPU pipeline piloted at 0.48x the parallel
-    copies, run 57), else as without it.
-    Without a cap the `incumbent` stays unless beaten by `CHALLENGE`."""
+    """The index chosen among the pilots that ran.
+    Without a cap: the highest throughput, the `incumbent` staying unless beaten by
+    `CHALLENGE`; then a design on fewer cores piloted within FEWER_CORES_RATE of that choice
+    takes its place.
+    Under a cap: the highest throughput within it (preferring one with room under it at nearly
+    the same rate), else the lowest p99. With a `rate_floor` too, first the lowest p99 among
+    the pilots within the cap that ran above FLOOR_ROOM times the floor, else above the floor,
+    else among all above the floor (a pilot's p99 just over the cap beats a design at half the
+    rate that kept it: squeezenet1_0's GPU at 16 lanes against a GPU/CPU pipeline piloted at
+    0.48x the parallel copies, run 57)."""
     def rate(i: int) -> float:
         return tried[i]["pilot_throughput"]
 

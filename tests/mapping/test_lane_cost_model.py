@@ -210,7 +210,7 @@ def test_one_lane_adds_the_hosts_work_to_each_phase_but_not_to_the_whole_model(f
     (phase,) = build_app(p, m).phases["gpu0"]
     border = sum(p.graph.tensors[t].nbytes for t in (*phase.inputs, *phase.outputs))
     before, alone = evaluate(p, m), evaluate(p, whole(p, "gpu0")).throughput
-    p.host_time_one["gpu0"], p.host_per_byte["gpu0"] = 3e-4, 1e-10
+    p.host_time["gpu0"], p.host_per_byte["gpu0"] = {1: 3e-4}, 1e-10
     after = evaluate(p, m)
     assert after.latency_isolated == pytest.approx(before.latency_isolated + 3e-4
                                                    + 1e-10 * border, rel=1e-9)
