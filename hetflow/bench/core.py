@@ -370,7 +370,8 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
             candidates = search_candidates(problem, [strategy] if strategy else
                                            settings.strategies, platform.name,
                                            n_pilots, settings.seed, True,
-                                           options, log, skip_unfit=strategy is None)
+                                           options, log, skip_unfit=strategy is None,
+                                           rate_floor=floor if "latency_cap" in options else None)
         except InfeasibleError as e:
             log(f"{label}: {e}")
             candidates = []

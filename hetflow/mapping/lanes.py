@@ -38,11 +38,14 @@ def check_lanes(problem: Problem, mapping: Mapping) -> None:
 
 
 def fit_lanes(problem: Problem, mapping: Mapping, latency_cap: float | None = None,
-              tolerance: float = 0.01) -> tuple[Mapping, Metrics | None]:
+              tolerance: float = 0.01, rate_floor: float | None = None
+              ) -> tuple[Mapping, Metrics | None]:
     """`mapping` with a lane count for each GPU element that has a measured lane curve and none
     set: the fewest lanes predicted within `tolerance` of the best throughput (with a
-    `latency_cap`, the highest throughput among the counts predicted within the cap). Returns
-    the mapping and its metrics (None when nothing was chosen)."""
+    `latency_cap`, the highest throughput among the counts predicted within the cap). With a
+    `rate_floor`, the fewest lanes predicted at least that many frames/s (within the cap) where
+    some count is: every lane past those adds a frame in flight, hence latency, for a rate the
+    plan does not need. Returns the mapping and its metrics (None when nothing was chosen)."""
     free = [e for e in dict.fromkeys(mapping.elements)
             if e in problem.lane_slowdown and e not in mapping.lanes]
     if not free:
@@ -60,7 +63,10 @@ def fit_lanes(problem: Problem, mapping: Mapping, latency_cap: float | None = No
             scored.append((k, evaluate(problem, m)))
         top = max(r.throughput for _, r in scored)
         fits = [(k, r) for k, r in scored if latency_cap is None or r.latency <= latency_cap]
-        if latency_cap is not None and fits:
+        enough = [(k, r) for k, r in fits if rate_floor is not None and r.throughput >= rate_floor]
+        if enough:
+            k, metrics = min(enough, key=lambda x: x[0])
+        elif latency_cap is not None and fits:
             best = max(r.throughput for _, r in fits)
             k, metrics = min(((k, r) for k, r in fits if r.throughput >= (1 - tolerance) * best),
                              key=lambda x: x[0])

@@ -154,3 +154,35 @@ def test_the_copies_design_is_on_the_configuration_with_most_elements_in_any_ord
                                                   ["cpu0", "gpu0"]])
     mapping, _ = copies_design(problem)
     assert mapping.actors == ["cpu0|cpu1|cpu2|gpu0"] and is_copies_design(problem, mapping)
+
+
+def test_under_a_rate_floor_a_laned_candidate_is_offered_at_the_fewest_lanes_above_it():
+    """A latency-capped plan that must keep a rate: the GPU alone at its best lane count and at
+    the fewest lanes predicted LEAN_MARGIN above the floor, each a candidate; without a floor
+    only the first."""
+    from hetflow.mapping.planner import LEAN_MARGIN
+    from hetflow.mapping.problem import evaluate
+    from hetflow.mapping.mapping import Mapping
+
+    problem = _problem()
+    problem.lane_slowdown["gpu0"] = {1: 1.0, 2: 1.1, 4: 1.5, 8: 2.4, 16: 4.4}
+    whole = {l.name: "gpu0" for l in problem.graph.layers}
+    rates = {k: evaluate(problem, Mapping(whole, lanes={"gpu0": k})).throughput
+             for k in problem.lane_counts("gpu0")}
+    floor = rates[4] / LEAN_MARGIN * 0.99  # 4 lanes are the fewest above LEAN_MARGIN x floor
+    assert rates[2] < LEAN_MARGIN * floor <= rates[4] < rates[16]
+    cap = 1.0
+
+    def gpu_alone(cands):
+        return sorted(p.mapping.lanes["gpu0"] for p, _ in cands if p.mapping.actors == ["gpu0"])
+
+    plain = search_candidates(problem, ["single", "pipeline"], "p", 2,
+                              options={"latency_cap": cap})
+    assert gpu_alone(plain) == [16]
+    lean = search_candidates(problem, ["single", "pipeline"], "p", 2,
+                             options={"latency_cap": cap}, rate_floor=floor)
+    assert gpu_alone(lean) == [4, 16]
+    keys = [p.mapping.key() for p, _ in lean]
+    assert len(keys) == len(set(keys))
+    for plan, _ in lean:
+        assert plan.predicted["latency"] <= cap

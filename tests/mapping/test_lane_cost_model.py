@@ -113,6 +113,31 @@ def test_fit_lanes_with_a_latency_cap_keeps_within_it(factory):
     assert fitted.lanes["gpu0"] == 2 and metrics.latency <= cap
 
 
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 500), a=st.floats(1.0, 2.0), b=st.floats(1.0, 2.0),
+       c=st.floats(1.0, 2.5), share=st.floats(0.1, 1.3), capped=st.booleans())
+def test_fit_lanes_with_a_rate_floor_takes_the_fewest_lanes_above_it(factory, seed, a, b, c,
+                                                                     share, capped):
+    """Oracle: every count evaluated on its own. The fewest lanes predicted at least at the
+    floor (within the cap), where some count is; else what fitting without a floor gives."""
+    curve = {1: 1.0, 2: a, 4: a * b, 8: a * b * c}
+    p = factory.problem(5, factory.elements(1, 1), seed=seed)
+    p.lane_slowdown["gpu0"] = curve
+    m = whole(p, "gpu0")
+    scored = {k: evaluate(p, Mapping(m.assignment, lanes={"gpu0": k})) for k in curve}
+    floor = share * max(r.throughput for r in scored.values())
+    cap = sorted(r.latency for r in scored.values())[2] if capped else None
+    fitted, metrics = fit_lanes(p, m, cap, rate_floor=floor)
+    k = fitted.lanes["gpu0"]
+    enough = [j for j, r in scored.items() if r.throughput >= floor
+              and (cap is None or r.latency <= cap)]
+    if enough:
+        assert k == min(enough)
+    else:
+        assert fitted.lanes == fit_lanes(p, m, cap)[0].lanes
+    assert metrics.throughput == pytest.approx(scored[k].throughput)
+
+
 def test_every_searched_plan_states_its_lanes(factory):
     p = gpu_problem(factory)
     for strategy in ("single", "pipeline", "greedy"):
