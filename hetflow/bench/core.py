@@ -106,10 +106,11 @@ def cached_profile(graph, platform, log: Callable[[str], None], partial: bool = 
             borders = prof.calibration.get("border_s", {})
             handoffs = all("handoff" in prof.comm.get(link, {}) for link in prof.comm_raw
                            if "gpu" in link)
-            # else made before lanes, the firings' border costs, the GPU links' hand-offs or
-            # lane counts past 8 were measured
+            # else made before lanes, the firings' border costs, the GPU links' hand-offs,
+            # lane counts past 8 or the engine's cost per firing were measured
             if (all(g in prof.gpu_lanes and lanes_complete(prof.gpu_lanes[g]) for g in gpus)
-                    and all(c in borders for c in cpus) and handoffs):
+                    and all(c in borders for c in cpus) and handoffs
+                    and "engine_firing_s" in prof.calibration):
                 log(f"reusing profile {path}")
                 return prof
         except HetflowError:

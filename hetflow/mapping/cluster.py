@@ -89,6 +89,6 @@ def cluster_problem(graph: "CnnGraph", cluster: Cluster, profiles: Mapping[str, 
         for i, layer in enumerate(graph.layers):
             times[i, j] = prof.layer_time(layer.name, local)
     overhead = call_overhead if call_overhead is not None else max(
-        float(p.meta.get("call_overhead_s", 30e-6)) for p in profiles.values())
+        p.engine_firing() for p in profiles.values())
     return ClusterProblem(graph, elements, times, ClusterTransfer(cluster, profiles, ray_local),
                           overhead, capacity_frames, configurations=[[e.name for e in elements]])

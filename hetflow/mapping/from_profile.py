@@ -123,8 +123,8 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
                          f"platform {platform.name!r}; profile on this platform first")
     usable = [list(c) for c in dict.fromkeys(tuple(c) for c in usable)]
     times = np.array([[profile.layer_time(l.name, e.name) for e in elements] for l in graph.layers])
-    # runtime dispatch per phase firing (queue hand-offs, Python): measured ~20-40 us here
-    overhead = 30e-6 if call_overhead is None else call_overhead
+    # the engine's own cost per phase firing, as the profile measured it
+    overhead = profile.engine_firing() if call_overhead is None else call_overhead
     problem = Problem(graph, elements, times, profile.transfer_time, overhead, capacity_frames,
                       configurations=usable,
                       subnet_times=measured_subnets(graph, profile, elements),

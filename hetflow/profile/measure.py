@@ -446,6 +446,9 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
         if comm:
             _measure_comm(prof, measurable, comm_sizes, comm_repeats, bar)
         t2 = time.perf_counter()
+        firing_s = _measure_engine_firing(all_cores, bar) if comm and all_cores else None
+        phase_s["engine"] = round(time.perf_counter() - t2, 2)
+        t2 = time.perf_counter()
         busy_fps, busy_lanes = (_busy_rates(prof, graph, measurable, 0.5 * lane_seconds, bar)
                                 if contention else ({}, {}))
         phase_s.update(lanes=round(t1 - t0, 2), comm=round(t2 - t1, 2))
@@ -472,6 +475,8 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
         prof.calibration["call_overhead_s"] = overheads
     if borders:
         prof.calibration["border_s"] = borders
+    if firing_s is not None:
+        prof.calibration["engine_firing_s"] = firing_s
     if busy_fps:
         prof.calibration["busy_fps"] = busy_fps
         prof.calibration["busy_lanes"] = busy_lanes
@@ -570,6 +575,17 @@ def _measure_comm(prof: Profile, elements: list[ProcessingElement], sizes: Seque
     if handoff is not None:
         prof.meta["comm"]["gpu links"] = ("pinned asynchronous copies + the engine's hand-off "
                                           "between the GPU's driving core and a CPU core")
+
+
+def _measure_engine_firing(cores: list[int], bar: _Progress) -> float:
+    """What one firing costs the engine beyond its runner (`runtime.ceiling.firing_seconds`),
+    on the first core the profile measured."""
+    from hetflow.runtime.ceiling import firing_seconds
+
+    task = bar.task("engine: cost of a firing")
+    firing = firing_seconds(cores[0])
+    task.advance()
+    return firing
 
 
 def _calibrate_dvfs(prof: Profile, platform: "Platform", elements: list[ProcessingElement]) -> None:

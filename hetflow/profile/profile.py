@@ -89,6 +89,12 @@ class Profile:
         (a stage pays it once per run); `default` where none was measured."""
         return float(self.calibration.get("call_overhead_s", {}).get(_name(element), default))
 
+    def engine_firing(self, default: float = 30e-6) -> float:
+        """Seconds the runtime spends on one firing beyond its runner's work (dispatch, frame
+        channels, in-order release), measured on this machine; `default` where it was not
+        (a roofline profile, or one made before it was measured)."""
+        return float(self.calibration.get("engine_firing_s", default))
+
     def border_cost(self, element: "str | ProcessingElement") -> tuple[float, float]:
         """(a, b): a firing on `element` pays a + b * (its input + output bytes) beyond its
         layers' profiled time (measure.border_cost); (0, 0) where none was measured."""

@@ -291,6 +291,9 @@ def test_gpu_links_carry_the_engines_hand_off(monkeypatch, tmp_path, graph):
     assert cached_profile(graph, plat, lambda m: None) is None
     old.comm["cpu->gpu"]["handoff"] = 4e-5
     old.save(_profile_path(graph, plat))
+    assert cached_profile(graph, plat, lambda m: None) is None  # nor the engine's firing cost
+    old.calibration["engine_firing_s"] = 6e-6
+    old.save(_profile_path(graph, plat))
     assert cached_profile(graph, plat, lambda m: None) is not None
 
 
@@ -305,3 +308,18 @@ def test_the_profile_measures_each_single_core_busy_beside_the_others(measured, 
     off = profile_model(graph, platform, elements=["cpu0", "cpu1"], contention=False, comm=False,
                         **{k: v for k, v in FAST.items() if not k.startswith("comm")})
     assert "busy_fps" not in off.calibration
+
+
+def test_the_profile_measures_the_engines_cost_per_firing(measured, graph, platform):
+    """The engine's own cost per firing (a no-op model through the runtime) is measured with the
+    links, and is the cost model's per-firing overhead; a profile without it (estimated, or made
+    before it was measured) keeps the former constant."""
+    from hetflow.mapping.from_profile import problem_from_profile
+
+    firing = measured.calibration["engine_firing_s"]
+    assert 1e-7 < firing < 1e-3  # microseconds: Python dispatch, not a model's work
+    assert measured.engine_firing() == firing
+    assert problem_from_profile(graph, measured, platform).call_overhead == firing
+    older = Profile.from_dict(measured.to_dict())
+    del older.calibration["engine_firing_s"]
+    assert problem_from_profile(graph, older, platform).call_overhead == 30e-6
