@@ -144,7 +144,8 @@ def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
                          required=[e.name for e in (*singles, *parallel)])
     prof.save(path)
     log("profiled: " + ", ".join(f"{k} {v:.1f} s" for k, v in
-                                 prof.meta.get("phase_seconds", {}).items()))
+                                 prof.meta.get("phase_seconds", {}).items())
+        + f"; the engine's cost per firing {prof.engine_firing() * 1e6:.1f} us")
     for g, table in prof.gpu_lanes.items():
         if table.get("seconds"):
             log(f"lane table of {g}: " + ", ".join(f"{k} {v:.1f} s"
