@@ -7,6 +7,7 @@ the best few designs by prediction for a moment each and keep the one that measu
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable
 
 from hetflow.errors import HetflowError
@@ -66,6 +67,7 @@ def choose_by_pilot(candidates: list[tuple[Plan, Any]], graph: CnnGraph | None,
         r = pilots[key]
         t = {"stages": list(plan.app.phases), "strategy": plan.strategy,
              "design": describe_design(plan.app.phases, plan.mapping.lanes),
+             "lanes": {e: k for e, k in plan.mapping.lanes.items() if k > 1},
              "cores": cores_used(plan),
              "predicted_throughput": plan.predicted["throughput"],
              "predicted_latency": plan.predicted["latency"]}
@@ -78,7 +80,8 @@ def choose_by_pilot(candidates: list[tuple[Plan, Any]], graph: CnnGraph | None,
     if not ran:
         raise pilots[candidates[0][0].mapping.key()]
     held = next((i for i in ran if incumbent is not None and incumbent(candidates[i][0])), None)
-    pick = _pick(tried, ran, latency_cap, held, rate_floor)
+    layouts = [replace(plan.mapping, lanes={}).key() for plan, _ in candidates]
+    pick = _pick(tried, ran, latency_cap, held, rate_floor, layouts)
     tried[pick]["chosen"] = True
     return (*candidates[pick], tried)
 
@@ -122,7 +125,8 @@ def cores_used(plan) -> int | None:
 
 
 def _pick(tried: list[dict], ran: list[int], latency_cap: float | None,
-          incumbent: int | None = None, rate_floor: float | None = None) -> int:
+          incumbent: int | None = None, rate_floor: float | None = None,
+          layouts: list | None = None) -> int:
     """The index chosen among the pilots that ran.
     Without a cap: the highest throughput, the `incumbent` staying unless beaten by
     `CHALLENGE`; then a design on fewer cores piloted within FEWER_CORES_RATE of that choice
@@ -132,7 +136,9 @@ def _pick(tried: list[dict], ran: list[int], latency_cap: float | None,
     the pilots within the cap that ran above FLOOR_ROOM times the floor, else above the floor,
     else among all above the floor (a pilot's p99 just over the cap beats a design at half the
     rate that kept it: squeezenet1_0's GPU at 16 lanes against a GPU/CPU pipeline piloted at
-    0.48x the parallel copies, run 57)."""
+    0.48x the parallel copies, run 57); and of that tier, the same design (`layouts`: mappings
+    alike but for their lanes) at fewer lanes where it piloted with room under the cap
+    (`_leaner`)."""
     def rate(i: int) -> float:
         return tried[i]["pilot_throughput"]
 
@@ -152,12 +158,31 @@ def _pick(tried: list[dict], ran: list[int], latency_cap: float | None,
         for pool, floor in ((ok, FLOOR_ROOM * rate_floor), (ok, rate_floor), (ran, rate_floor)):
             above = [i for i in pool if rate(i) >= floor]
             if above:
-                return min(above, key=p99)
+                return _leaner(tried, above, min(above, key=p99), latency_cap, layouts)
     if not ok:
         return min(ran, key=p99)
     best = max(ok, key=rate)
     roomy = [i for i in ok if p99(i) <= ROOM * latency_cap and rate(i) >= SAME_RATE * rate(best)]
     return max(roomy, key=rate) if roomy else best
+
+
+def _leaner(tried: list[dict], pool: list[int], pick: int, latency_cap: float,
+            layouts: list | None) -> int:
+    """`pick`, or the pilot of `pool` with the same layout at the fewest lanes below its own
+    whose p99 kept ROOM of the cap. Pilot p99s of 16-24 lanes on one driving core are no
+    guide to a full run's: mobilenet_v2's GPU at 24 lanes piloted at 3.6 ms, below 16 lanes'
+    5.0, then ran its full run at 10.8 ms against a 7.0 ms cap (run 63, H100 machine); each
+    lane past those the rate needs is one more frame in flight and one more thread on that
+    core."""
+    if layouts is None:
+        return pick
+
+    def lanes(i: int) -> int:
+        return sum(tried[i].get("lanes", {}).values())
+
+    leaner = [i for i in pool if layouts[i] == layouts[pick] and lanes(i) < lanes(pick)
+              and tried[i]["pilot_latency_p99"] <= ROOM * latency_cap]
+    return min(leaner, key=lambda i: (lanes(i), tried[i]["pilot_latency_p99"])) if leaner else pick
 
 
 def pilot_summary(tried: list[dict]) -> str:

@@ -105,6 +105,58 @@ def test_a_rate_floor_choice_keeps_cap_and_floor_where_a_pilot_did(pilots, cap, 
         assert i == _pick(tried, list(range(len(tried))), cap)
 
 
+def test_with_a_rate_floor_the_same_design_at_fewer_lanes_wins_where_it_had_room(monkeypatch):
+    """Run 63 (H100 machine), mobilenet_v2's balanced pilots: the GPU alone at 24 lanes piloted
+    the lowest p99 (then ran at 10.8 ms against a 7.0 ms cap); at 16 lanes it kept the floor
+    with room under the cap: the 16 lanes are chosen. Not where the fewer lanes lacked room,
+    nor for another design at fewer lanes."""
+    from hetflow.runtime.pilot import ROOM
+
+    def plan(name, actor, lanes):
+        p = _Plan(actor, 1000.0)
+        p.mapping = Mapping({"l0": actor}, lanes=lanes)
+        p.app = type("App", (), {"phases": {actor: []}})()
+        p.name = name
+        return p
+
+    measured = {"x24": (8286.0, 0.0036), "x16": (6904.0, 0.0050), "pipe": (2190.0, 0.0124)}
+    monkeypatch.setattr("hetflow.runtime.api.run_plan", lambda p, *a, **k: RunReport(
+        "plan", 100, 10, measured[p.name][0], {"p50": 1e-3, "p99": measured[p.name][1]}))
+    cands = [(plan("x24", "gpu0", {"gpu0": 24}), None), (plan("x16", "gpu0", {"gpu0": 16}), None),
+             (plan("pipe", "gpu0x", {"gpu0": 8}), None)]
+    chosen, _, tried = choose_by_pilot(cands, None, latency_cap=0.00702, rate_floor=5848.0)
+    assert chosen.name == "x16" and tried[1]["lanes"] == {"gpu0": 16}
+    # 16 lanes' p99 without room under the cap: the lowest p99 stays
+    measured["x16"] = (6904.0, ROOM * 0.00702 * 1.01)
+    chosen, _, _ = choose_by_pilot(cands, None, latency_cap=0.00702, rate_floor=5848.0)
+    assert chosen.name == "x24"
+    # another design (here the pipeline, at 8 lanes) is no leaner twin, whatever its p99
+    measured.update(x16=(5000.0, 0.0050), pipe=(8000.0, 0.004))
+    chosen, _, _ = choose_by_pilot(cands, None, latency_cap=0.00702, rate_floor=5848.0)
+    assert chosen.name == "x24"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.floats(1.0, 1e4), st.floats(1e-4, 1.0), st.sampled_from([0, 1]),
+                          st.sampled_from([1, 4, 8, 16, 24])), min_size=1, max_size=6),
+       st.floats(1e-4, 1.0), st.floats(1.0, 1e4))
+def test_a_leaner_twin_only_replaces_the_choice_within_its_tier(pilots, cap, floor):
+    """Oracle: the rule without layouts. With them the choice is that one, or the same layout
+    at fewer lanes, in the same tier (rate), with its p99 within ROOM of the cap."""
+    from hetflow.runtime.pilot import FLOOR_ROOM, ROOM, _pick
+
+    tried = [{"pilot_throughput": r, "pilot_latency_p99": l, "lanes": {"g": k}}
+             for r, l, _, k in pilots]
+    ran, layouts = list(range(len(tried))), [lay for _, _, lay, _ in pilots]
+    plain = _pick(tried, ran, cap, None, floor)
+    i = _pick(tried, ran, cap, None, floor, layouts)
+    if i != plain:
+        assert layouts[i] == layouts[plain] and pilots[i][3] < pilots[plain][3]
+        assert pilots[i][1] <= ROOM * cap and pilots[i][0] >= floor
+        if pilots[plain][1] <= cap and pilots[plain][0] >= FLOOR_ROOM * floor:  # no tier below
+            assert pilots[i][0] >= FLOOR_ROOM * floor
+
+
 def test_the_copies_design_stays_unless_beaten_by_more_than_the_noise(monkeypatch):
     from hetflow.runtime.pilot import CHALLENGE
 
