@@ -106,6 +106,10 @@ CHALLENGE = 1.05
 # pilots above the floor keeps both, with room; above FLOOR_ROOM times the floor first, as a
 # pilot's rate is no closer than that to its full run's.
 FLOOR_ROOM = 1.05
+# ... and pilots whose p99s are this close are not told apart by a pilot: of those, the fastest
+# (tiny_yolo_v2, run 65: a GPU/CPU pipeline piloted at 7.4 ms and 2,362 frames/s, the GPU alone
+# at 7.9 ms and 2,801; the pipeline then ran its full run at 1,835, below the floor)
+SAME_P99 = 1.25
 
 
 # A design on fewer cores that piloted this close to the chosen one takes its place: it frees
@@ -134,7 +138,7 @@ def _pick(tried: list[dict], ran: list[int], latency_cap: float | None,
     Under a cap: the highest throughput within it (preferring one with room under it at nearly
     the same rate), else the lowest p99. With a `rate_floor` too, first the lowest p99 among
     the pilots within the cap that ran above FLOOR_ROOM times the floor, else above the floor,
-    else among all above the floor (a pilot's p99 just over the cap beats a design at half the
+    else among all above the floor (the fastest of those within SAME_P99 of that p99) (a pilot's p99 just over the cap beats a design at half the
     rate that kept it: squeezenet1_0's GPU at 16 lanes against a GPU/CPU pipeline piloted at
     0.48x the parallel copies, run 57); and of that tier, the same design (`layouts`: mappings
     alike but for their lanes) at fewer lanes where it piloted with room under the cap
@@ -158,7 +162,9 @@ def _pick(tried: list[dict], ran: list[int], latency_cap: float | None,
         for pool, floor in ((ok, FLOOR_ROOM * rate_floor), (ok, rate_floor), (ran, rate_floor)):
             above = [i for i in pool if rate(i) >= floor]
             if above:
-                return _leaner(tried, above, min(above, key=p99), latency_cap, layouts)
+                low = min(p99(i) for i in above)
+                near = [i for i in above if p99(i) <= SAME_P99 * low]
+                return _leaner(tried, above, max(near, key=rate), latency_cap, layouts)
     if not ok:
         return min(ran, key=p99)
     best = max(ok, key=rate)
