@@ -447,11 +447,11 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
             _measure_comm(prof, measurable, comm_sizes, comm_repeats, bar)
         t2 = time.perf_counter()
         firing_s = _measure_engine_firing(all_cores, bar) if comm and all_cores else None
-        phase_s["engine"] = round(time.perf_counter() - t2, 2)
+        phase_s.update(lanes=round(t1 - t0, 2), comm=round(t2 - t1, 2),
+                       engine=round(time.perf_counter() - t2, 2))
         t2 = time.perf_counter()
         busy_fps, busy_lanes = (_busy_rates(prof, graph, measurable, 0.5 * lane_seconds, bar)
                                 if contention else ({}, {}))
-        phase_s.update(lanes=round(t1 - t0, 2), comm=round(t2 - t1, 2))
         if busy_fps:
             phase_s["contention"] = round(time.perf_counter() - t2, 2)
         for rep, members in later.items():  # only with a time limit
