@@ -289,6 +289,7 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
             log(f"baseline: whole model on {e.name}" + (f", {k} lanes" if k > 1 else ""))
             r = measure_single(graph, e, source, warmup=5, seconds=baseline_s, lanes=k)
             (single_reports if k == best else reference).append(r)
+    apply_single_baselines(problem, singles, solo_lanes, single_reports, log)
     best_single = max(single_reports, key=lambda r: r.throughput)
     rows.append(_row(f"peak single ({best_single.name.split(':', 1)[1]})", "baseline", best_single))
     rows += [_row(f"reference: single {r.name.split(':', 1)[1]}, 1 lane", "reference", r)
@@ -320,6 +321,8 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
                                for e, c in problem.lane_slowdown.items()},
              "lane_slowdown_busy": {e: {str(k): v for k, v in c.items()}
                                     for e, c in problem.lane_slowdown_busy.items()},
+             "lane_alone_runs": {e: {str(k): v for k, v in c.items()}
+                                 for e, c in problem.lane_alone_runs.items()},
              "whole_model_alone_s": alone,
              "parallel_per_element_fps": par.notes.get("per_element_fps", {})}
 
@@ -575,6 +578,24 @@ def probe(graph, element) -> tuple[float, float]:
     finally:
         release([runner])
     return build_s, sorted(times)[1]
+
+
+def apply_single_baselines(problem, singles, lanes: dict[str, int], reports,
+                           log: Callable[[str], None]) -> None:
+    """What the peak-single baselines measured of a GPU alone at several lanes, into `problem`
+    (`lane_alone_runs`, `alone_lane_slowdown`) before anything is predicted; said in `log`."""
+    from hetflow.mapping.from_profile import alone_lane_slowdown
+
+    for e, r in zip(singles, reports):
+        k = lanes.get(e.name, 1)
+        if k <= 1 or e.name not in problem.lane_slowdown or r.throughput <= 0:
+            continue
+        whole = [l.name for l in problem.graph.layers]
+        was = k / (problem.actor_time(whole, e.name) * problem.slowdown(e.name, k, busy=False))
+        problem.lane_alone_runs.setdefault(e.name, {})[k] = alone_lane_slowdown(
+            problem, e.name, k, r.throughput)
+        log(f"{e.name} alone at {k} lanes: the baseline ran {r.throughput:.0f} frames/s, the "
+            f"lane table read {was:.0f}; the curve takes the baseline's")
 
 
 def apply_parallel_baseline(prof, problem, parallel_report, lanes: dict[str, int],

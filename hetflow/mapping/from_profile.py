@@ -94,6 +94,17 @@ def busy_lane_scales(problem: Problem, busy_fps: dict[str, float],
     return out
 
 
+def alone_lane_slowdown(problem: Problem, element: str, lanes: int, fps: float) -> float:
+    """The lane curve's point at `lanes` that a run of the whole model alone on `element` at
+    `fps` frames/s gives: its firing time there (lanes / fps) over the one-lane time. The lane
+    table took the better of two half-second passes; the bench's peak-single baseline, a longer
+    run of the same design, read alexnet's GPU at 24 lanes at 0.59x the table and squeezenet1_0's
+    at 16 lanes at 0.82x on the H100 machine (threads of 16-24 lanes stalling on one driving
+    core), and the plans predicted from the table ran 1.30-1.48x below it."""
+    whole = [l.name for l in problem.graph.layers]
+    return (lanes / fps) / problem.actor_time(whole, element)
+
+
 def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: int = 2,
                          call_overhead: float | None = None, lanes: bool = True,
                          contention: bool = False) -> Problem:

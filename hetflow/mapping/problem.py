@@ -78,6 +78,10 @@ class Problem:
     # GPU element -> scale of its busy curve: its firing time beside busy copies as a longer,
     # later run measured it (the bench's parallel baseline) over what the curve says
     lane_busy_scale: dict[str, float] = field(default_factory=dict)
+    # GPU element -> {k: slowdown} of the whole model alone at k lanes as a longer, later run
+    # measured it (the bench's peak-single baseline): it takes the lane table's place there
+    # (from_profile.alone_lane_slowdown); a stage's busy / alone ratio stays the table's own
+    lane_alone_runs: dict[str, dict[int, float]] = field(default_factory=dict)
     # {(element, subnet_key(layers)): {k: firing at k lanes / at one}} of a stage timed alone at
     # its own lane counts: a stage's lanes share the device by its work, not by its one-lane
     # time (densenet121's first 173 of 309 layers on 8 lanes ran at about the whole model's rate,
@@ -136,7 +140,10 @@ class Problem:
         if busy_curve:
             return _on_curve(busy_curve, lanes) * scale
         curve = self.lane_slowdown.get(element)
-        return _on_curve(curve, lanes) if curve else 1.0
+        if not curve:
+            return 1.0
+        runs = self.lane_alone_runs.get(element)
+        return _on_curve({**curve, **runs} if runs else curve, lanes)
 
     def stage_key(self, layers: list[str]) -> str | None:
         """The subnet key `slowdown` looks stage curves up by (None while there are none: the
