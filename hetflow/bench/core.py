@@ -321,7 +321,8 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
                                for e, c in problem.lane_slowdown.items()},
              "lane_slowdown_busy": {e: {str(k): v for k, v in c.items()}
                                     for e, c in problem.lane_slowdown_busy.items()},
-             "lane_alone_scale": dict(problem.lane_alone_scale),
+             "lane_alone_runs": {e: {str(k): v for k, v in c.items()}
+                                 for e, c in problem.lane_alone_runs.items()},
              "whole_model_alone_s": alone,
              "parallel_per_element_fps": par.notes.get("per_element_fps", {})}
 
@@ -582,19 +583,19 @@ def probe(graph, element) -> tuple[float, float]:
 def apply_single_baselines(problem, singles, lanes: dict[str, int], reports,
                            log: Callable[[str], None]) -> None:
     """What the peak-single baselines measured of a GPU alone at several lanes, into `problem`
-    (`lane_alone_scale`, `alone_lane_scale`) before anything is predicted; said in `log`."""
-    from hetflow.mapping.from_profile import alone_lane_scale
+    (`lane_alone_runs`, `alone_lane_slowdown`) before anything is predicted; said in `log`."""
+    from hetflow.mapping.from_profile import alone_lane_slowdown
 
-    whole = [l.name for l in problem.graph.layers]
     for e, r in zip(singles, reports):
         k = lanes.get(e.name, 1)
         if k <= 1 or e.name not in problem.lane_slowdown or r.throughput <= 0:
             continue
+        whole = [l.name for l in problem.graph.layers]
         was = k / (problem.actor_time(whole, e.name) * problem.slowdown(e.name, k, busy=False))
-        problem.lane_alone_scale[e.name] = alone_lane_scale(problem, e.name, k, r.throughput)
+        problem.lane_alone_runs.setdefault(e.name, {})[k] = alone_lane_slowdown(
+            problem, e.name, k, r.throughput)
         log(f"{e.name} alone at {k} lanes: the baseline ran {r.throughput:.0f} frames/s, the "
-            f"lane table read {was:.0f}; its curve alone is scaled by "
-            f"{problem.lane_alone_scale[e.name]:.2f}")
+            f"lane table read {was:.0f}; the curve takes the baseline's")
 
 
 def apply_parallel_baseline(prof, problem, parallel_report, lanes: dict[str, int],

@@ -94,19 +94,15 @@ def busy_lane_scales(problem: Problem, busy_fps: dict[str, float],
     return out
 
 
-def alone_lane_scale(problem: Problem, element: str, lanes: int, fps: float) -> float:
-    """The scale of `element`'s lane curve alone that a run of the whole model alone on it at
-    `lanes` lanes and `fps` frames/s gives: its firing time there (lanes / fps) over the
-    curve's. The lane table took the better of two half-second passes; the bench's peak-single
-    baseline, a longer run of the same design, read alexnet's GPU at 24 lanes at 0.59x the
-    table and squeezenet1_0's at 16 lanes at 0.82x on the H100 machine (runs 66 and 69), and
-    the plans predicted from the table ran 1.30-1.48x below it. One scale for every count, as
-    for the busy curve: a point replaced alone made a neighbouring count, still read by the
-    table, look best (alexnet's 16 lanes, predicted 8,796, ran 6,156; run 70)."""
+def alone_lane_slowdown(problem: Problem, element: str, lanes: int, fps: float) -> float:
+    """The lane curve's point at `lanes` that a run of the whole model alone on `element` at
+    `fps` frames/s gives: its firing time there (lanes / fps) over the one-lane time. The lane
+    table took the better of two half-second passes; the bench's peak-single baseline, a longer
+    run of the same design, read alexnet's GPU at 24 lanes at 0.59x the table and squeezenet1_0's
+    at 16 lanes at 0.82x on the H100 machine (threads of 16-24 lanes stalling on one driving
+    core), and the plans predicted from the table ran 1.30-1.48x below it."""
     whole = [l.name for l in problem.graph.layers]
-    curve_s = (problem.actor_time(whole, element) * problem.slowdown(element, lanes, busy=False)
-               / problem.lane_alone_scale.get(element, 1.0))
-    return (lanes / fps) / curve_s
+    return (lanes / fps) / problem.actor_time(whole, element)
 
 
 def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: int = 2,

@@ -78,10 +78,10 @@ class Problem:
     # GPU element -> scale of its busy curve: its firing time beside busy copies as a longer,
     # later run measured it (the bench's parallel baseline) over what the curve says
     lane_busy_scale: dict[str, float] = field(default_factory=dict)
-    # ... and of its curve alone: its firing time with the other elements idle as a longer,
-    # later run measured it (the bench's peak-single baseline) over what the curve says
-    # (from_profile.alone_lane_scale); a stage's busy / alone ratio stays the table's own
-    lane_alone_scale: dict[str, float] = field(default_factory=dict)
+    # GPU element -> {k: slowdown} of the whole model alone at k lanes as a longer, later run
+    # measured it (the bench's peak-single baseline): it takes the lane table's place there
+    # (from_profile.alone_lane_slowdown); a stage's busy / alone ratio stays the table's own
+    lane_alone_runs: dict[str, dict[int, float]] = field(default_factory=dict)
     # {(element, subnet_key(layers)): {k: firing at k lanes / at one}} of a stage timed alone at
     # its own lane counts: a stage's lanes share the device by its work, not by its one-lane
     # time (densenet121's first 173 of 309 layers on 8 lanes ran at about the whole model's rate,
@@ -129,7 +129,7 @@ class Problem:
         linear between measured counts; past the largest, no more throughput than there.
         `stage`: the subnet key of the layers fired, whose own curve is used where measured."""
         own = self.stage_slowdown.get((element, stage)) if stage is not None else None
-        scale = (self.lane_busy_scale if busy else self.lane_alone_scale).get(element, 1.0)
+        scale = self.lane_busy_scale.get(element, 1.0) if busy else 1.0
         if own and lanes in own:
             factor = 1.0
             if busy and element in self.lane_slowdown_busy:  # the load's share, the model's
@@ -140,7 +140,10 @@ class Problem:
         if busy_curve:
             return _on_curve(busy_curve, lanes) * scale
         curve = self.lane_slowdown.get(element)
-        return _on_curve(curve, lanes) * scale if curve else 1.0
+        if not curve:
+            return 1.0
+        runs = self.lane_alone_runs.get(element)
+        return _on_curve({**curve, **runs} if runs else curve, lanes)
 
     def stage_key(self, layers: list[str]) -> str | None:
         """The subnet key `slowdown` looks stage curves up by (None while there are none: the

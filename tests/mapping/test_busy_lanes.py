@@ -84,26 +84,25 @@ def test_map_rescales_the_busy_curve_by_the_profiles_busy_run(factory, tmp_path)
     assert busy.contention["gpu0"] == 1.0  # its curve carries its slowdown, not a factor
 
 
-def test_a_longer_run_of_the_gpu_alone_scales_its_curve_alone():
+def test_a_longer_run_of_the_gpu_alone_replaces_its_lane_curves_point():
     """The bench's peak-single baseline ran the GPU alone at 8 lanes at 0.6x what the lane
-    table promised: the GPU alone is predicted at the measured rate there and every count
-    alone is scaled alike (the best count stays); the busy curve does not move."""
-    from hetflow.mapping.from_profile import alone_lane_scale
+    table promised: the GPU alone is predicted at the measured rate there, the best lane count
+    moves to 4, and neither the busy curve nor the other counts change."""
+    from hetflow.mapping.from_profile import alone_lane_slowdown
 
     p = laned_problem()
     layers = [l.name for l in p.graph.layers]
     t1 = p.actor_time(layers, "gpu0")
-    rate = {k: k / (t1 * v) for k, v in CURVE.items()}
+    rate = {k: k / (t1 * v) for k, v in CURVE.items()}  # 1, 1.67, 2.5, 3.33 (/ t1)
     alone = {k: Mapping({l: "gpu0" for l in layers}, lanes={"gpu0": k}) for k in CURVE}
-    busy_before = p.slowdown("gpu0", 8, busy=True)
-    p.lane_alone_scale["gpu0"] = alone_lane_scale(p, "gpu0", 8, 0.6 * rate[8])
-    assert p.lane_alone_scale["gpu0"] == pytest.approx(1 / 0.6)
-    for k in CURVE:
-        assert evaluate(p, alone[k]).throughput == pytest.approx(0.6 * rate[k], rel=1e-6)
     assert p.best_lanes("gpu0", busy=False) == 8
+    busy_before = p.slowdown("gpu0", 8, busy=True)
+    p.lane_alone_runs["gpu0"] = {8: alone_lane_slowdown(p, "gpu0", 8, 0.6 * rate[8])}
+    assert evaluate(p, alone[8]).throughput == pytest.approx(0.6 * rate[8], rel=1e-6)
+    assert evaluate(p, alone[4]).throughput == pytest.approx(rate[4], rel=1e-6)
+    assert p.best_lanes("gpu0", busy=False) == 4  # 0.6 x 3.33 = 2.0 < 2.5
     assert p.slowdown("gpu0", 8, busy=True) == pytest.approx(busy_before)
-    # asking again with the scale in place gives the same scale, not its square
-    assert alone_lane_scale(p, "gpu0", 8, 0.6 * rate[8]) == pytest.approx(1 / 0.6)
+    assert p.lane_slowdown["gpu0"] == CURVE  # the table itself is kept
 
 
 def test_the_bench_puts_its_single_baselines_into_the_curve():
@@ -118,10 +117,10 @@ def test_the_bench_puts_its_single_baselines_into_the_curve():
     singles = [p.element("cpu0"), p.element("gpu0")]
     apply_single_baselines(p, singles, {"gpu0": 8}, [NS(throughput=250.0),
                                                      NS(throughput=2.0 / t1)], said.append)
-    assert p.lane_alone_scale == {"gpu0": pytest.approx((8 / 2.0) / CURVE[8])}
+    assert p.lane_alone_runs == {"gpu0": {8: pytest.approx(8 / 2.0)}}
     assert len(said) == 1 and "gpu0 alone at 8 lanes" in said[0]
-    # one lane, or no lane curve: nothing to scale
+    # one lane, or no lane curve: nothing to replace
     q = laned_problem()
     apply_single_baselines(q, singles, {"gpu0": 1}, [NS(throughput=250.0), NS(throughput=9.0)],
                            said.append)
-    assert q.lane_alone_scale == {} and len(said) == 1
+    assert q.lane_alone_runs == {} and len(said) == 1
