@@ -56,6 +56,29 @@ def best_whole_model(problem: Problem, latency_cap: float | None = None
     return best
 
 
+def measured_whole_models(problem: Problem, latency_cap: float | None = None
+                          ) -> list[tuple[Mapping, Metrics]]:
+    """The whole model alone on a GPU at each lane count a longer run measured
+    (`Problem.lane_alone_runs`: the bench's peak-single baseline), within the latency cap: the
+    design that run measured, beside the best count by the curve. With the baseline's point in
+    the curve another count, read by the lane table alone, may look best (alexnet: 24 lanes ran
+    7,701 frames/s as the baseline, 16 lanes were read at 8,796 and ran 6,156); the pilots
+    then compare the two."""
+    from dataclasses import replace
+
+    from .problem import evaluate
+    from .strategies.base import whole_model_on
+
+    out = []
+    for e, runs in problem.lane_alone_runs.items():
+        for k in sorted(runs):
+            m = replace(whole_model_on(problem, e), lanes={e: k})
+            metrics = evaluate(problem, m)
+            if latency_cap is None or metrics.latency <= latency_cap:
+                out.append((m, metrics))
+    return out
+
+
 def copies_design(problem: Problem, latency_cap: float | None = None
                   ) -> tuple[Mapping, Metrics] | None:
     """The parallel copies' design: the whole model on a weighted group of every element of
@@ -142,7 +165,8 @@ def search_candidates(problem: Problem, strategies: list[str], platform_name: st
     too (`skip_unfit`, default: with several strategies; else the error is raised). `count` 1:
     the best prediction over all strategies, as `search_plan` would give. Beside several
     candidates, the whole model on the element analysed fastest, the parallel copies' design
-    (`copies_design`) and, under a latency cap, the fastest design with room under it
+    (`copies_design`), the whole model on a GPU at a lane count a longer run measured
+    (`measured_whole_models`) and, under a latency cap, the fastest design with room under it
     (`_roomy_designs`) are piloted too."""
     from hetflow.errors import InfeasibleError
 
@@ -188,8 +212,8 @@ def search_candidates(problem: Problem, strategies: list[str], platform_name: st
     # pipelines of mobilenet_v2 predicted 5,000-6,300 frames/s ran 2,700-3,000, the GPU alone
     # 5,700, and were the pipeline strategy's only candidates); and the parallel copies' design:
     # what a user would deploy without hetflow, and the pilots' incumbent (`choose_by_pilot`)
-    obvious = [best_whole_model(problem, cap), copies_design(problem, cap)] \
-        if found and count > 1 else []
+    obvious = [best_whole_model(problem, cap), copies_design(problem, cap),
+               *measured_whole_models(problem, cap)] if found and count > 1 else []
     for design in (d for d in obvious if d is not None):
         first = found[0][2]
         own_picks.append((make_plan(problem, design[0], design[1], first.strategy, platform_name,

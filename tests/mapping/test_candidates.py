@@ -1,3 +1,5 @@
+import pytest
+
 from hetflow.mapping.planner import search_candidates
 
 
@@ -186,3 +188,27 @@ def test_under_a_rate_floor_a_laned_candidate_is_offered_at_the_fewest_lanes_abo
     assert len(keys) == len(set(keys))
     for plan, _ in lean:
         assert plan.predicted["latency"] <= cap
+
+
+def test_the_gpu_alone_at_a_count_a_longer_run_measured_is_a_candidate():
+    """The bench's baseline ran the GPU alone at 16 lanes well below the lane table: 8 lanes,
+    read by the table alone, now look best, and the 16 lanes that run measured are piloted
+    beside them."""
+    from hetflow.mapping.from_profile import alone_lane_slowdown
+    from hetflow.mapping.mapping import Mapping
+    from hetflow.mapping.planner import measured_whole_models
+    from hetflow.mapping.problem import evaluate
+
+    problem = _problem()
+    problem.lane_slowdown["gpu0"] = {1: 1.0, 2: 1.1, 4: 1.5, 8: 2.4, 16: 4.4}
+    whole = {l.name: "gpu0" for l in problem.graph.layers}
+    rate16 = evaluate(problem, Mapping(whole, lanes={"gpu0": 16})).throughput
+    assert problem.best_lanes("gpu0", busy=False) == 16
+    problem.lane_alone_runs["gpu0"] = {16: alone_lane_slowdown(problem, "gpu0", 16, 0.7 * rate16)}
+    assert problem.best_lanes("gpu0", busy=False) == 8
+    (m, metrics), = measured_whole_models(problem)
+    assert m.lanes == {"gpu0": 16} and metrics.throughput == pytest.approx(0.7 * rate16, rel=0.01)
+    assert measured_whole_models(problem, latency_cap=metrics.latency * 0.5) == []
+    alone = sorted(p.mapping.lanes["gpu0"] for p, _ in search_candidates(
+        problem, ["single", "pipeline"], "p", 2) if p.mapping.actors == ["gpu0"])
+    assert alone == [8, 16]
