@@ -370,13 +370,14 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
             under_load_s = k.get("under_load_seconds", under_load_s)
             expected = budget.expected(facts, got, label)  # (skipped parts are in got.dropped)
         log(f"searching: {label}")
+        kind_floor = floor if "latency_cap" in options else None  # the balanced plan's
         t_search = time.perf_counter()
         try:
             candidates = search_candidates(problem, [strategy] if strategy else
                                            settings.strategies, platform.name,
                                            n_pilots, settings.seed, True,
                                            options, log, skip_unfit=strategy is None,
-                                           rate_floor=floor if "latency_cap" in options else None)
+                                           rate_floor=kind_floor)
         except InfeasibleError as e:
             log(f"{label}: {e}")
             candidates = []
@@ -391,7 +392,7 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
         plan, result, tried = choose_by_pilot(
             candidates, graph, pilot_s, options.get("latency_cap"), pilots, log,
             incumbent=lambda p: is_copies_design(problem, p.mapping),
-            rate_floor=floor if "latency_cap" in options else None)
+            rate_floor=kind_floor)
         # (element, its phases) of every member of every actor of the plan
         placed = [(e, ps) for a, ps in plan.app.phases.items() for e in group_members(a)]
         a_priori = dict(plan.predicted)  # from the profile, before this plan's stages ran
@@ -586,11 +587,11 @@ def apply_single_baselines(problem, singles, lanes: dict[str, int], reports,
     (`lane_alone_runs`, `alone_lane_slowdown`) before anything is predicted; said in `log`."""
     from hetflow.mapping.from_profile import alone_lane_slowdown
 
+    whole = [l.name for l in problem.graph.layers]
     for e, r in zip(singles, reports):
         k = lanes.get(e.name, 1)
         if k <= 1 or e.name not in problem.lane_slowdown or r.throughput <= 0:
             continue
-        whole = [l.name for l in problem.graph.layers]
         was = k / (problem.actor_time(whole, e.name) * problem.slowdown(e.name, k, busy=False))
         problem.lane_alone_runs.setdefault(e.name, {})[k] = alone_lane_slowdown(
             problem, e.name, k, r.throughput)

@@ -257,17 +257,19 @@ def _lean_lanes(problem: Problem, out: list, seen: set, platform_name: str, fuse
     `seen`."""
     from dataclasses import replace
 
-    from .problem import evaluate
+    from .lanes import fit_lanes
 
     extra = []
     for plan, result in list(out):
         if not any(k > 1 for k in plan.mapping.lanes.values()):
             continue
-        free = replace(plan.mapping, lanes={})
-        lean = make_plan(problem, free, evaluate(problem, free), plan.strategy, platform_name,
-                         dict(plan.search), fuse, cap, interleave=interleave, rate_floor=floor)
-        fewer = all(lean.mapping.lanes_of(e) <= k for e, k in plan.mapping.lanes.items())
-        if fewer and lean.mapping.key() not in seen:
+        fitted, metrics = fit_lanes(problem, replace(plan.mapping, lanes={}), cap,
+                                    rate_floor=floor)
+        if metrics is None or any(fitted.lanes_of(e) > k for e, k in plan.mapping.lanes.items()):
+            continue  # nothing fitted, or more lanes somewhere: not a leaner twin
+        lean = make_plan(problem, fitted, metrics, plan.strategy, platform_name,
+                         dict(plan.search), fuse, cap, interleave=interleave)
+        if lean.mapping.key() not in seen:
             seen.add(lean.mapping.key())
             extra.append((lean, result))
         if len(extra) == LEAN_TRIES:

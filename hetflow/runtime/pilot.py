@@ -136,13 +136,13 @@ def _pick(tried: list[dict], ran: list[int], latency_cap: float | None,
     `CHALLENGE`; then a design on fewer cores piloted within FEWER_CORES_RATE of that choice
     takes its place.
     Under a cap: the highest throughput within it (preferring one with room under it at nearly
-    the same rate), else the lowest p99. With a `rate_floor` too, first the lowest p99 among
-    the pilots within the cap that ran above FLOOR_ROOM times the floor, else above the floor,
-    else among all above the floor (the fastest of those within SAME_P99 of that p99) (a pilot's p99 just over the cap beats a design at half the
-    rate that kept it: squeezenet1_0's GPU at 16 lanes against a GPU/CPU pipeline piloted at
-    0.48x the parallel copies, run 57); and of that tier, the same design (`layouts`: mappings
-    alike but for their lanes) at fewer lanes where it piloted with room under the cap
-    (`_leaner`)."""
+    the same rate), else the lowest p99. With a `rate_floor` too, the first tier that has
+    pilots: those within the cap that ran above FLOOR_ROOM times the floor, those within the
+    cap above the floor, then all above the floor (a pilot's p99 just over the cap beats a
+    design at half the rate that kept it: squeezenet1_0's GPU at 16 lanes against a GPU/CPU
+    pipeline piloted at 0.48x the parallel copies, run 57). Of that tier, the fastest of the
+    pilots within SAME_P99 of its lowest p99; then the same design (`layouts`: mappings alike
+    but for their lanes) at fewer lanes where it piloted with room under the cap (`_leaner`)."""
     def rate(i: int) -> float:
         return tried[i]["pilot_throughput"]
 
