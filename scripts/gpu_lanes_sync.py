@@ -1,8 +1,8 @@
-"""How GPU lanes are driven, measured: frames/s of the whole model on GPU 0 at 1, 2, 4 and 8
-lanes (a thread per lane, all pinned to the GPU's driving core as the runtime pins them), with
-the lane waiting on a blocking CUDA event ("block") or in stream.synchronize() ("spin"), alone
-and beside single-thread ONNX Runtime copies on the other cores; the CPU copies' frames/s show
-what a spinning wait costs them. Usage: python scripts/gpu_lanes_sync.py MODEL [MODEL ...]"""
+"""How GPU lanes are driven, measured: frames/s of the whole model on GPU 0 at 1-16 lanes (one
+thread on the GPU's driving core keeping k runs in flight, as the runtime drives them), waiting
+for the oldest run on a blocking CUDA event ("block") or a spinning one ("spin"), alone and
+beside single-thread ONNX Runtime copies on the other cores; the CPU copies' frames/s show what
+a spinning wait costs them. Usage: python scripts/gpu_lanes_sync.py MODEL [MODEL ...]"""
 from __future__ import annotations
 
 import json
@@ -31,12 +31,12 @@ def main(models: list[str]) -> None:
         feeds = random_feeds(graph, sub.inputs)
         busy = [backend_for(e).prepare(sub, e) for e in cpus]
         for sync in ("block", "spin"):
-            lanes = backend_for(gpu).prepare_lanes(sub, gpu, 8, sync=sync)
-            for k in (1, 2, 4, 8):
-                alone = _time_lanes("alone", lanes[:k], gpu, feeds, 1.5, 3)
+            lanes = backend_for(gpu).prepare_lanes(sub, gpu, 16, sync=sync)
+            for k in (1, 2, 4, 8, 16):
+                alone = _time_lanes("alone", lanes[:k], gpu, feeds, 1.0, 3)
                 with running_beside(busy, feeds) as finished:
                     n0, t0 = finished(), time.perf_counter()
-                    crowd = _time_lanes("busy", lanes[:k], gpu, feeds, 1.5, 1)
+                    crowd = _time_lanes("busy", lanes[:k], gpu, feeds, 1.0, 1)
                     cpu_fps = (finished() - n0) / (time.perf_counter() - t0)
                 rows.append({"model": name, "sync": sync, "lanes": k, "gpu_fps": alone["fps"],
                              "gpu_fps_busy": crowd["fps"], "cpu_fps_busy": cpu_fps,

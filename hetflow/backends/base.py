@@ -8,6 +8,11 @@ Optional timing hooks the profiler uses when a runner has them (device backends)
 `benchmark(feeds, repeats=, warmup=) -> list[seconds]`, or `replay()`: one run of the device
 work on the inputs staged by the last `run`, border copies excluded (those are priced by the
 profile's communication model).
+
+Optional launch hooks of device runners, so that one thread can keep several lanes' runs in
+flight: `submit(feeds)` launches a run and returns at once, `finished()` says whether it is
+done, `wait()` waits for it, `collect()` waits and returns its outputs (`run` = submit +
+collect). A runner keeps one run in flight. Lanes of a runner without them run one at a time.
 """
 from __future__ import annotations
 

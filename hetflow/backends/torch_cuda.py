@@ -8,7 +8,7 @@
   `runner.fallback_reason`.
 - Borders: each input is written into a persistent pinned host buffer and copied to the device
   asynchronously on the runner's own stream; each output is copied back asynchronously into a
-  pinned buffer; one synchronisation of that stream per run.
+  pinned buffer; one wait for that stream per run.
 - Returned arrays: each output is copied from the device into the runner's own pinned buffer,
   and the run returns a pageable copy of it, which the caller owns (the pipeline hands it to
   another stage; a later run cannot overwrite it). Views of fresh pinned blocks from PyTorch's
@@ -19,9 +19,13 @@
   GPU-only plans unchanged; `scripts/pipeline_gpu_probe.py`, docs/results/lanes_h100).
 - Lanes (`prepare_lanes`): k runners of one sub-network that share one copy of the weights on
   the device; each has its own stream, CUDA graph, static device buffers and pinned host
-  buffers, so k threads can each keep a frame in flight. A run waits for its stream on a
-  blocking CUDA event (the thread sleeps instead of spinning a core that a CPU stage may need);
-  `sync="spin"` waits with `stream.synchronize()` instead (the CUDA default, which may spin).
+  buffers. `submit` launches a run (input copies, graph, output copies, then an event) and
+  returns; `collect` waits for that event: one thread keeps k frames in flight
+  (`backends.inflight`, the engine's drivers). The wait spins on the element's own driving
+  core, which no CPU element computes on (`sync="spin"`, the default: one thread driving
+  16-24 lanes ran up to 1.2x faster and far steadier than on blocking events, whose wake-ups
+  came late by turns); `sync="block"` sleeps on a blocking CUDA event instead. A thread per
+  lane cannot spin: lanes sharing one core then do not scale at all.
 - fp32 only. TF32 is turned off so results match the CPU reference closely, and cudnn.benchmark
   on (both are process-wide torch settings).
 - torch and onnx2torch are imported inside functions: this module imports without them (CI has
@@ -306,7 +310,7 @@ class TorchCudaRunner:
 
     def __init__(self, subnet: "Subnet", element: "ProcessingElement", module,
                  device_index: int, cuda_graph: bool = True, warmup: int = 3,
-                 sync: str = "block"):
+                 sync: str = "spin"):
         import torch
 
         if sync not in ("block", "spin"):
@@ -323,7 +327,8 @@ class TorchCudaRunner:
         _border_shapes(subnet, self.outputs, "output")
         with torch.cuda.device(self._device):
             self._stream = torch.cuda.Stream()
-            self._done = torch.cuda.Event(blocking=True) if sync == "block" else None
+            self._done = torch.cuda.Event(blocking=sync == "block")  # a spin event waits busily
+            self._spin = sync == "spin"
             self._module = module.to(self._device)  # no copy when already there (lanes)
             self._host_in = [torch.zeros(s, dtype=torch.float32, pin_memory=True) for s in shapes]
             self._host_in_np = [h.numpy() for h in self._host_in]
@@ -418,7 +423,7 @@ class TorchCudaRunner:
             self.synchronize()
 
     def synchronize(self) -> None:
-        if self._done is None:
+        if self._spin:
             self._stream.synchronize()
             return
         self._done.record(self._stream)
@@ -431,6 +436,13 @@ class TorchCudaRunner:
         return self._forward()
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.submit(feeds)
+        return self.collect()
+
+    def submit(self, feeds: Mapping[str, np.ndarray]) -> None:
+        """Launch one run (input copies, the forward, output copies) on this runner's stream
+        and return at once; `collect` waits for it and gives its outputs. One run in flight
+        per runner: a lane is free again once its run was collected."""
         torch = self._torch
         if self._module is None:
             raise BackendError(f"{NAME}: runner of {self.subnet.name} is closed")
@@ -446,7 +458,19 @@ class TorchCudaRunner:
                 self._host_out_np = [h.numpy() for h in self._host_out]
             for out, host in zip(outs, self._host_out):
                 host.copy_(out, non_blocking=True)
-        self.synchronize()
+            self._done.record(self._stream)
+
+    def finished(self) -> bool:
+        """Whether the submitted run is complete (never waits)."""
+        return self._done.query()
+
+    def wait(self) -> None:
+        """Wait for the submitted run to complete (the GIL released meanwhile)."""
+        self._done.synchronize()
+
+    def collect(self) -> dict[str, np.ndarray]:
+        """Wait for the submitted run; its outputs, as arrays the caller owns."""
+        self._done.synchronize()
         return {name: host.copy() for name, host in zip(self.outputs, self._host_out_np)}
 
     def _stage_input(self, name: str, feeds: Mapping[str, np.ndarray], dst: np.ndarray) -> None:
@@ -478,14 +502,14 @@ class TorchCudaBackend(Backend):
         return reason is None, reason or ""
 
     def prepare(self, subnet: "Subnet", element: "ProcessingElement", *, cuda_graph: bool = True,
-                warmup: int = 3, sync: str = "block", **_ignored: Any) -> TorchCudaRunner:
+                warmup: int = 3, sync: str = "spin", **_ignored: Any) -> TorchCudaRunner:
         """`cuda_graph`: capture the forward as a CUDA graph (False: eager).
         `warmup`: eager runs before capture (cuDNN autotuning). `sync`: see the module notes."""
         return self.prepare_lanes(subnet, element, 1, cuda_graph=cuda_graph, warmup=warmup,
                                   sync=sync)[0]
 
     def prepare_lanes(self, subnet: "Subnet", element: "ProcessingElement", lanes: int, *,
-                      cuda_graph: bool = True, warmup: int = 3, sync: str = "block",
+                      cuda_graph: bool = True, warmup: int = 3, sync: str = "spin",
                       like: TorchCudaRunner | None = None,
                       **_ignored: Any) -> list[TorchCudaRunner]:
         """`lanes` runners over one copy of the weights (see the module notes): the weights of

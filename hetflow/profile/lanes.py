@@ -1,8 +1,9 @@
 """GPU lanes in the profile: the whole model on one GPU element with k frames in flight.
 
 For each lane count k, k lanes (runners over one copy of the weights, see
-`Backend.prepare_lanes`) each run frames back to back in their own thread for a while; the time
-of one firing and the element's frames per second are recorded, once with the other elements
+`Backend.prepare_lanes`) are kept busy for a while by one thread, k runs in flight, as the
+runtime drives them (`backends.inflight`); the time of one firing and the element's frames per
+second are recorded, once with the other elements
 idle and once with single-thread whole-model copies busy on the other cores (the load a
 data-parallel or pipelined plan puts beside the GPU). The contention curve t(k) is then data:
 the cost model reads firing-time ratios from it. Device memory per lane is recorded, and the
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 import numpy as np
 
 from hetflow.backends import pin_current_thread
+from hetflow.backends.inflight import InFlight
 from hetflow.backends.reuse import release, reusing_runners, runners_for, runners_for_many
 from hetflow.backends.together import frames_in_window, run_together
 from hetflow.errors import RuntimeFault
@@ -69,30 +71,41 @@ def _device_memory(element: "ProcessingElement") -> tuple[int, int] | None:
 
 def _time_lanes(what: str, lanes: list, element: "ProcessingElement", feeds: dict,
                 seconds: float, warmup: int) -> dict[str, Any]:
-    """Firing-time stats, frames/s and the driving thread's CPU time per firing of `lanes` run
-    together for `seconds` (after `warmup` frames each)."""
-    spans: list[list[tuple[float, float]]] = [[] for _ in lanes]  # (start, end) per firing
-    cpu: list[list[float]] = [[] for _ in lanes]  # the driving thread's CPU time per firing
-    caller = element.cores[:1]
+    """Firing-time stats, frames/s and the driving thread's CPU time per firing (launching
+    and collecting, not waiting) of `lanes` kept busy for `seconds` by one thread on the
+    element's driving core, as the runtime drives them (after `warmup` frames each)."""
+    spans: list[tuple[float, float]] = []  # (launched, collected) per firing
+    cpu: list[float] = []  # the driving thread's CPU time per firing, its wait left out
+    runs = InFlight(lanes)
 
-    def prepare(i: int) -> None:
-        pin_current_thread(caller)
-        for _ in range(warmup):
-            lanes[i].run(feeds)
+    def prepare(_: int) -> None:
+        pin_current_thread(element.cores[:1])
+        for r in lanes:
+            for _ in range(warmup):
+                r.run(feeds)
 
-    def step(i: int) -> bool:
-        t0, c0 = time.perf_counter(), time.thread_time()
-        lanes[i].run(feeds)
-        spans[i].append((t0, time.perf_counter()))
-        cpu[i].append(time.thread_time() - c0)
+    def one_firing() -> None:
+        runs.wait()
+        c0 = time.thread_time()
+        (t0, launch_cpu), _ = runs.collect()
+        spans.append((t0, time.perf_counter()))
+        cpu.append(launch_cpu[0] + time.thread_time() - c0)
+
+    def step(_: int) -> bool:
+        while runs.has_room():
+            c0, launch_cpu = time.thread_time(), [0.0]
+            runs.submit(feeds, (time.perf_counter(), launch_cpu))
+            launch_cpu[0] = time.thread_time() - c0
+        one_firing()
         return True
 
-    names = [f"{element.name}/lane{i}" for i in range(len(lanes))]
-    window = run_together(what, names, prepare, step, lambda elapsed: elapsed >= seconds)
-    flat = [e - b for s in spans for b, e in s]
-    frames = sum(frames_in_window(s, window.start, window.stop) for s in spans)
+    window = run_together(what, [element.name], prepare, step, lambda elapsed: elapsed >= seconds)
+    while len(runs):  # runs under way at the window's end count by their share inside it
+        one_firing()
+    flat = [e - b for b, e in spans]
+    frames = frames_in_window(spans, window.start, window.stop)
     return {"firing": stats(flat), "fps": frames / (window.stop - window.start),
-            "host": stats([c for cs in cpu for c in cs])}
+            "host": stats(cpu)}
 
 
 @contextmanager

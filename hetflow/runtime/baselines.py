@@ -37,6 +37,7 @@ def measure_parallel(graph: CnnGraph, elements: list[ProcessingElement],
     """All copies run at once; throughput counts frames completed by all of them in the window
     after every copy finished its warm-up. `lanes`: copies per element (GPU lanes), default 1."""
     from hetflow.backends import pin_current_thread
+    from hetflow.backends.inflight import InFlight
     from hetflow.backends.reuse import release, runners_for_many
     from hetflow.backends.together import frames_in_window, run_together
 
@@ -44,32 +45,40 @@ def measure_parallel(graph: CnnGraph, elements: list[ProcessingElement],
     whole = [l.name for l in graph.layers]
     built = runners_for_many(graph, [(whole, e, lanes.get(e.name, 1), f"whole@{e.name}")
                                      for e in elements])
-    # (element, runner), a lane each
-    workers: list[tuple[ProcessingElement, object]] = [(e, r) for e, rs in zip(elements, built)
-                                                       for r in rs]
-    runners = [r for _, r in workers]
+    runners = [r for rs in built for r in rs]
+    runs = [InFlight(rs) for rs in built]  # an element's lanes, driven by its one thread
     next_frame = iter(range(10 ** 12))
     lock = threading.Lock()
-    records: list[list[tuple[float, float]]] = [[] for _ in workers]
+    records: list[list[tuple[float, float]]] = [[] for _ in elements]
 
     def prepare(i: int) -> None:
-        pin_current_thread(workers[i][0].cores)
-        for w in range(warmup):
-            runners[i].run(inputs(w))
+        pin_current_thread(elements[i].cores)
+        for r in built[i]:
+            for w in range(warmup):
+                r.run(inputs(w))
+
+    def collect(i: int) -> None:
+        t0, _ = runs[i].collect()
+        records[i].append((t0, time.perf_counter()))
 
     def step(i: int) -> bool:
-        with lock:
-            f = next(next_frame)
-        if f >= frames and seconds is None:
+        while runs[i].has_room():
+            with lock:
+                f = next(next_frame)
+            if f >= frames and seconds is None:
+                break
+            runs[i].submit(inputs(f), time.perf_counter())
+        if not len(runs[i]):
             return False
-        t0 = time.perf_counter()
-        runners[i].run(inputs(f))
-        records[i].append((t0, time.perf_counter()))
+        collect(i)
         return True
 
     try:
-        window = run_together(f"{name} baseline", [e.name for e, _ in workers], prepare, step,
+        window = run_together(f"{name} baseline", [e.name for e in elements], prepare, step,
                               None if seconds is None else (lambda elapsed: elapsed >= seconds))
+        for i, r in enumerate(runs):  # runs under way at the end count by their share
+            while len(r):
+                collect(i)
     finally:
         release(runners)
     done = sum(len(r) for r in records)
@@ -81,7 +90,7 @@ def measure_parallel(graph: CnnGraph, elements: list[ProcessingElement],
     wall = t_end - window.start
     util: dict[str, float] = {}
     fps: dict[str, float] = {}
-    for (el, _), r in zip(workers, records):
+    for el, r in zip(elements, records):
         k = lanes.get(el.name, 1)
         busy = sum(min(e, t_end) - s for s, e in r if s < t_end)
         util[el.name] = util.get(el.name, 0.0) + busy / wall / k
