@@ -137,12 +137,15 @@ def _pick(tried: list[dict], ran: list[int], latency_cap: float | None,
     takes its place.
     Under a cap: the highest throughput within it (preferring one with room under it at nearly
     the same rate), else the lowest p99. With a `rate_floor` too, the first tier that has
-    pilots: those within the cap that ran above FLOOR_ROOM times the floor, those within the
-    cap above the floor, then all above the floor (a pilot's p99 just over the cap beats a
-    design at half the rate that kept it: squeezenet1_0's GPU at 16 lanes against a GPU/CPU
-    pipeline piloted at 0.48x the parallel copies, run 57). Of that tier, the fastest of the
-    pilots within SAME_P99 of its lowest p99; then the same design (`layouts`: mappings alike
-    but for their lanes) at fewer lanes where it piloted with room under the cap (`_leaner`)."""
+    pilots: those within the cap that ran above FLOOR_ROOM times the floor, then those within
+    the cap above the floor. Of that tier, the fastest of the pilots within SAME_P99 of its
+    lowest p99; then the same design (`layouts`: mappings alike but for their lanes) at fewer
+    lanes where it piloted with room under the cap (`_leaner`). Where no pilot kept both, the
+    one that missed them by the least: the smallest of max(floor / rate, p99 / cap) (a p99 just
+    over the cap beats a design at half the rate that kept it: squeezenet1_0's GPU at 16 lanes
+    against a GPU/CPU pipeline piloted at 0.48x the parallel copies, run 57; a rate 1% below the
+    floor at 0.4x the cap beats one 4% above it at 1.6x the cap: googlenet's GPU at 24 lanes
+    against CPU groups beside it, run 76)."""
     def rate(i: int) -> float:
         return tried[i]["pilot_throughput"]
 
@@ -159,12 +162,14 @@ def _pick(tried: list[dict], ran: list[int], latency_cap: float | None,
         return min(fewer, key=lambda i: (tried[i]["cores"], -rate(i))) if fewer else best
     ok = [i for i in ran if p99(i) <= latency_cap]
     if rate_floor is not None:
-        for pool, floor in ((ok, FLOOR_ROOM * rate_floor), (ok, rate_floor), (ran, rate_floor)):
-            above = [i for i in pool if rate(i) >= floor]
+        for floor in (FLOOR_ROOM * rate_floor, rate_floor):
+            above = [i for i in ok if rate(i) >= floor]
             if above:
                 low = min(p99(i) for i in above)
                 near = [i for i in above if p99(i) <= SAME_P99 * low]
                 return _leaner(tried, above, max(near, key=rate), latency_cap, layouts)
+        return min(ran, key=lambda i: (max(rate_floor / rate(i), p99(i) / latency_cap),
+                                       p99(i)))
     if not ok:
         return min(ran, key=p99)
     best = max(ok, key=rate)
