@@ -2,12 +2,13 @@
 
 One worker thread per processing element, pinned to its caller core (ONNX Runtime's pool
 threads have the element's other cores); an actor replicated on k elements has k workers,
-member i taking frames f with f % k == i. A GPU element with k lanes has k workers too, one per
-lane (its own CUDA graph and stream), each taking the element's next frame: k frames in flight
-on one device, released in order like a replica group's. Each worker fires its actor's phases in
+member i taking frames f with f % k == i. A GPU element with k lanes (each its own CUDA graph
+and stream) keeps its one worker thread: the worker launches a lane's run and returns to the
+others, so k frames are in flight on one device, each lane taking the element's next frame,
+released in order like a replica group's. Each lane fires its actor's phases in
 their cyclic order (Algorithm 2's order, so the application cannot deadlock), reading a phase's
 inputs from bounded FIFO channels, from the frame source or from tensors an earlier phase of the
-same frame left in the worker's local memory. Channel FIFOs exist per (channel, source member,
+same frame left in the lane's local memory. Channel FIFOs exist per (channel, source member,
 destination member) so every FIFO carries frames in increasing order; outputs are collected in
 input order.
 
