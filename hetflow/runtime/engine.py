@@ -90,6 +90,9 @@ class FrameChannel:
         self.lock = threading.Lock()
         self.space = threading.Condition(self.lock)  # producers wait here for the window
         self.wanted: dict[int, threading.Event] = {}  # frame -> event of the waiting consumer
+        # events of threads that drive several lanes: set on every put and every move of the
+        # window, so such a thread waits for whichever of its lanes can go on
+        self.listeners: list[threading.Event] = []
 
     def put(self, f: int, item: Any, control: Control, element: str, what: str) -> None:
         if self.try_put(f, item):
@@ -109,6 +112,8 @@ class FrameChannel:
             self.items[f] = item
             ev = self.wanted.pop(f, None)
         if ev is not None:
+            ev.set()
+        for ev in self.listeners:
             ev.set()
         return True
 
@@ -137,6 +142,8 @@ class FrameChannel:
                 moved = True
             if moved:
                 self.space.notify_all()
+                for ev in self.listeners:
+                    ev.set()
             return True, item
 
     def wait_for(self, f: int, timeout: float) -> bool:
@@ -331,20 +338,25 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         finally:
             busy[(el, lane)] = spent
 
-    def wait_once(wait: tuple, me: str) -> None:
-        """Block until `wait` may be over (at most POLL for a channel), saying what it waits
-        on; Stopped once the run stops."""
-        kind, obj, f, what = wait
+    def wait_once(waits: list[tuple], me: str, wake: threading.Event | None) -> None:
+        """Block until one of `waits` may be over (at most POLL for a channel), saying what
+        the lowest frame waits on; Stopped once the run stops. The oldest run in flight on a
+        device is waited for first; else, with several lanes, `wake` (set by the channels the
+        lanes use on every put and take), else the one channel wait."""
         if control.stop.is_set():
             raise Stopped
-        if kind == "device":
-            obj.wait()
+        device = [w for w in waits if w[0] == "device"]
+        if device:
+            min(device, key=lambda w: w[2])[1].wait()
             return
+        kind, ch, f, what = min(waits, key=lambda w: w[2])
         control.waiting[me] = what
-        if kind == "get":
-            obj.wait_for(f, POLL)
+        if wake is not None:
+            wake.wait(POLL)
+        elif kind == "get":
+            ch.wait_for(f, POLL)
         else:
-            obj.wait_space(f, POLL)
+            ch.wait_space(f, POLL)
 
     def over(wait: tuple) -> bool:
         kind, obj, f, _ = wait
@@ -365,6 +377,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                                   for fi in schedule[actor] for lane in range(k))
         gens = [firings_of(actor, j, lane, on_device, f"{el}/lane{lane}" if k > 1 else el)
                 for lane in range(k)]
+        wake = wakes.get((actor, j))
         try:
             pin_current_thread(caller_cores_of(
                 (pp.runner(el, fi.phase, lane) for fi in schedule[actor] for lane in range(k)),
@@ -376,6 +389,8 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                     waits[i] = w
             while waits:
                 moved = False
+                if wake is not None:
+                    wake.clear()  # before looking: a change after this sets it again
                 for i, w in list(waits.items()):
                     if over(w):
                         if not moved:
@@ -387,9 +402,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                         else:
                             waits[i] = w
                 if not moved and waits:
-                    device = [w for w in waits.values() if w[0] == "device"]
-                    wait_once(min(device, key=lambda w: w[2]) if device
-                              else min(waits.values(), key=lambda w: w[2]), el)
+                    wait_once(list(waits.values()), el, wake)
         except Stopped:
             return
         except BaseException as e:  # noqa: BLE001 - a failure outside any firing
@@ -398,6 +411,13 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
             for g in gens:
                 g.close()
 
+    wakes: dict[tuple[str, int], threading.Event] = {}  # a laned member's, on its channels
+    for a, ms in members.items():
+        for j, m in enumerate(ms):
+            if lanes[m] > 1:
+                wakes[(a, j)] = wake = threading.Event()
+                for name in {c.name for fi in schedule[a] for c in (*fi.recv, *fi.send)}:
+                    chans[name].listeners.append(wake)
     threads = [threading.Thread(target=drive, args=(a, j), name=f"hetflow-{m}", daemon=True)
                for a, ms in members.items() for j, m in enumerate(ms)]
     done_at: list[float] = []

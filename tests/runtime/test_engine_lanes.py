@@ -39,7 +39,7 @@ def laned_plan(graph, assignment, lanes, capacity=2, dispatch_mode="dynamic"):
 def test_laned_pipelines_equal_the_reference_in_order(seed, data, lanes, capacity, mode):
     graph = GRAPHS[seed]
     pool = data.draw(st.sampled_from([["gpu0"], ["gpu0", "cpu0"], ["cpu0", "gpu0", "cpu1"],
-                                      ["gpu0|cpu0", "cpu1"]]))
+                                      ["gpu0|cpu0", "cpu1"], ["cpu0|cpu1", "gpu0", "cpu2"]]))
     assignment = {l.name: data.draw(st.sampled_from(pool)) for l in graph.layers}
     used = {e for a in assignment.values() for e in group_members(a)}
     plan = laned_plan(graph, assignment, {"gpu0": lanes} if "gpu0" in used else {}, capacity,
