@@ -378,11 +378,11 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         gens = [firings_of(actor, j, lane, on_device, f"{el}/lane{lane}" if k > 1 else el)
                 for lane in range(k)]
         wake = wakes.get((actor, j))
+        waits: dict[int, tuple] = {}  # lane -> what it waits on
         try:
             pin_current_thread(caller_cores_of(
                 (pp.runner(el, fi.phase, lane) for fi in schedule[actor] for lane in range(k)),
                 element))
-            waits = {}
             for i, g in enumerate(gens):
                 w = next(g, None)
                 if w is not None:
@@ -408,6 +408,10 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         except BaseException as e:  # noqa: BLE001 - a failure outside any firing
             control.fail(fault_text(el, f"stage {actor}", e))
         finally:
+            for w in waits.values():  # a run left in flight by a stop: the lane is free again
+                if w[0] == "device":
+                    with contextlib.suppress(Exception):
+                        w[1].collect()
             for g in gens:
                 g.close()
 
