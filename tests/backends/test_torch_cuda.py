@@ -401,6 +401,11 @@ def test_lanes_in_flight_from_one_thread_give_each_frame_its_own_outputs(sync):
                for t, s in zip(lanes[0].inputs, lanes[0].input_shapes)} for _ in range(10)]
     try:
         want = [lanes[0].run(f) for f in frames]
+        lanes[1].submit(frames[3])
+        lanes[1].wait()
+        assert lanes[1].finished()
+        for t in sub.outputs:
+            np.testing.assert_array_equal(lanes[1].collect()[t], want[3][t])
         runs, got = InFlight(lanes), {}
         for i, f in enumerate(frames):
             if not runs.has_room():
