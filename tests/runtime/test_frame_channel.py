@@ -50,3 +50,16 @@ def test_weighted_pattern_shares_follow_speeds(times):
     ideal = sum(rates)
     slowest_forced = len(times) * max(times)  # one frame each bounds how far shares can skew
     assert group >= min(0.85 * ideal, len(p) / slowest_forced * 0.999)
+
+
+def test_listeners_wake_on_every_put_and_every_move_of_the_window():
+    import threading
+
+    ch, wake = FrameChannel("c", 1), threading.Event()
+    ch.listeners.append(wake)
+    assert ch.try_put(0, "a") and wake.is_set()
+    wake.clear()
+    assert not ch.try_put(1, "b") and not wake.is_set()  # no room: nothing changed
+    assert ch.try_get(1) == (False, None) and not wake.is_set()
+    assert ch.try_get(0) == (True, "a") and wake.is_set()  # the window moved: room for 1
+    assert ch.has_room(1) and not ch.has(1)
