@@ -9,16 +9,21 @@ second to the next; one thread launching and collecting in order ran steadier an
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
+
+
+def launches(runners: Iterable[Any]) -> bool:
+    """Whether every runner has the launch hooks, so that their runs overlap."""
+    return all(hasattr(r, "submit") for r in runners)
 
 
 class InFlight:
     def __init__(self, runners: Sequence[Any]):
         self.free = deque(runners)
         self.busy: deque[tuple[Any, Any, dict | None]] = deque()  # (runner, tag, outputs)
-        self.launches = all(hasattr(r, "submit") for r in runners)
+        self.launches = launches(runners)
 
     def __len__(self) -> int:
         """Runs in flight."""

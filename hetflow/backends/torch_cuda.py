@@ -328,7 +328,6 @@ class TorchCudaRunner:
         with torch.cuda.device(self._device):
             self._stream = torch.cuda.Stream()
             self._done = torch.cuda.Event(blocking=sync == "block")  # a spin event waits busily
-            self._spin = sync == "spin"
             self._module = module.to(self._device)  # no copy when already there (lanes)
             self._host_in = [torch.zeros(s, dtype=torch.float32, pin_memory=True) for s in shapes]
             self._host_in_np = [h.numpy() for h in self._host_in]
@@ -423,9 +422,8 @@ class TorchCudaRunner:
             self.synchronize()
 
     def synchronize(self) -> None:
-        if self._spin:
-            self._stream.synchronize()
-            return
+        """Wait for everything launched on this runner's stream (on its event, so as `sync`
+        says: spinning or blocking)."""
         self._done.record(self._stream)
         self._done.synchronize()
 
@@ -470,7 +468,7 @@ class TorchCudaRunner:
 
     def collect(self) -> dict[str, np.ndarray]:
         """Wait for the submitted run; its outputs, as arrays the caller owns."""
-        self._done.synchronize()
+        self.wait()
         return {name: host.copy() for name, host in zip(self.outputs, self._host_out_np)}
 
     def _stage_input(self, name: str, feeds: Mapping[str, np.ndarray], dst: np.ndarray) -> None:

@@ -233,6 +233,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     """Stream `frames` frames through the pipeline. Returns the report, the kept outputs
     {frame: {tensor: array}} and the trace events."""
     from hetflow.backends import caller_cores_of, control_cores, pin_current_thread, pinned
+    from hetflow.backends.inflight import launches
 
     plan, app = pp.plan, pp.plan.app
     members = {a: group_members(a) for a in app.phases}
@@ -373,8 +374,8 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         element = plan.elements[el]
         k = lanes[el]
         # lanes overlap where the runners launch runs without waiting for them (a GPU's)
-        on_device = k > 1 and all(hasattr(pp.runner(el, fi.phase, lane), "submit")
-                                  for fi in schedule[actor] for lane in range(k))
+        on_device = k > 1 and launches(pp.runner(el, fi.phase, lane)
+                                       for fi in schedule[actor] for lane in range(k))
         gens = [firings_of(actor, j, lane, on_device, f"{el}/lane{lane}" if k > 1 else el)
                 for lane in range(k)]
         wake = wakes.get((actor, j))
