@@ -8,7 +8,11 @@
   `runner.fallback_reason`.
 - Borders: each input is written into a persistent pinned host buffer and copied to the device
   asynchronously on the runner's own stream; each output is copied back asynchronously into a
-  pinned buffer; one wait for that stream per run.
+  pinned buffer; one wait for that stream per run. The copies are captured inside the CUDA
+  graph with the forward (`graph_copies`, the default), so a run is one launch: on the H100
+  machine this halved the driving thread's time per submit (emotion_ferplus 40 -> 20 us,
+  alexnet 68 -> 42; `scripts/lane_launch_probe.py`, docs/results/lanes_h100); where that
+  capture fails, the copies are launched beside the graph.
 - Returned arrays: each output is copied from the device into the runner's own pinned buffer,
   and the run returns a pageable copy of it, which the caller owns (the pipeline hands it to
   another stage; a later run cannot overwrite it). Views of fresh pinned blocks from PyTorch's
@@ -310,7 +314,7 @@ class TorchCudaRunner:
 
     def __init__(self, subnet: "Subnet", element: "ProcessingElement", module,
                  device_index: int, cuda_graph: bool = True, warmup: int = 3,
-                 sync: str = "spin"):
+                 sync: str = "spin", graph_copies: bool = True):
         import torch
 
         if sync not in ("block", "spin"):
@@ -321,6 +325,7 @@ class TorchCudaRunner:
         self.outputs = list(subnet.outputs)
         self.mode = "eager"
         self.fallback_reason: str | None = None
+        self.copies_in_graph = False  # the border copies are nodes of the CUDA graph
         self._torch = torch
         self._device = torch.device("cuda", device_index)
         self.input_shapes = shapes = _border_shapes(subnet, self.inputs, "input")
@@ -335,11 +340,11 @@ class TorchCudaRunner:
                             for s in shapes]
             self._graph = None
             self._static_out: list | None = None
-            self._host_out: list = []  # pinned, one per output, made at the first run
-            self._host_out_np: list = []
-            self._warm_up(max(1, warmup))
+            outs = self._warm_up(max(1, warmup))
+            self._host_out = [torch.empty(o.shape, dtype=o.dtype, pin_memory=True) for o in outs]
+            self._host_out_np = [h.numpy() for h in self._host_out]
             if cuda_graph:
-                self._capture()
+                self._capture(graph_copies)
 
     @property
     def caller_cores(self) -> tuple[int, ...]:
@@ -354,17 +359,20 @@ class TorchCudaRunner:
                                f"{len(self.outputs)} ({self.outputs})")
         return outs
 
-    def _warm_up(self, n: int) -> None:
+    def _warm_up(self, n: int) -> list:
         """Eager runs on the runner's (side) stream: cuDNN picks its algorithms, lazy inits
-        happen before capture. The first run goes node by node to name a failing node."""
+        happen before capture. The first run goes node by node to name a failing node. Gives
+        the last run's outputs (their shapes size the pinned output buffers)."""
         torch = self._torch
         self._stream.wait_stream(torch.cuda.current_stream(self._device))
         with torch.cuda.stream(self._stream):
             try:
                 self._run_naming_node()
-                for _ in range(n - 1):
-                    self._forward()
+                outs = self._forward()
+                for _ in range(n - 2):
+                    outs = self._forward()
                 self._stream.synchronize()
+                return outs
             except BackendError:
                 raise
             except Exception as e:
@@ -399,23 +407,42 @@ class TorchCudaRunner:
         node = nodes.get(module_name)
         return (node.name or module_name, node.operation_type) if node else (module_name, "?")
 
-    def _capture(self) -> None:
+    def _capture(self, copies: bool) -> None:
+        """The forward as a CUDA graph; with `copies`, the border copies (pinned host buffers
+        to device and back) inside it too, so that a run is one launch; where that capture
+        fails, the forward alone."""
         torch = self._torch
-        graph = torch.cuda.CUDAGraph()
-        try:
-            with torch.cuda.graph(graph, stream=self._stream):
-                static_out = self._forward()
-        except Exception as e:
-            self.fallback_reason = first_line(e)
-            warnings.warn(f"{NAME}: {self.subnet.name} cannot be captured as a CUDA graph, "
-                          f"running eager: {self.fallback_reason}", RuntimeWarning, stacklevel=3)
-            torch.cuda.synchronize(self._device)
+        for with_copies in ((True, False) if copies else (False,)):
+            graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(graph, stream=self._stream):
+                    if with_copies:
+                        self._copy_in()
+                    static_out = self._forward()
+                    if with_copies:
+                        self._copy_out(static_out)
+            except Exception as e:
+                self.fallback_reason = first_line(e)
+                torch.cuda.synchronize(self._device)
+                continue
+            self._graph, self._static_out, self.mode = graph, static_out, "cuda_graph"
+            self.copies_in_graph, self.fallback_reason = with_copies, None
             return
-        self._graph, self._static_out, self.mode = graph, static_out, "cuda_graph"
+        warnings.warn(f"{NAME}: {self.subnet.name} cannot be captured as a CUDA graph, "
+                      f"running eager: {self.fallback_reason}", RuntimeWarning, stacklevel=3)
+
+    def _copy_in(self) -> None:
+        for host, dev in zip(self._host_in, self._dev_in):
+            dev.copy_(host, non_blocking=True)
+
+    def _copy_out(self, outs: list) -> None:
+        for out, host in zip(outs, self._host_out):
+            host.copy_(out, non_blocking=True)
 
     def replay(self, sync: bool = True) -> None:
-        """The device work of one run, border copies left out (timing). `sync=False` only
-        launches it; `synchronize` then waits for everything launched."""
+        """The device work of one run (the border copies too where the graph holds them), no
+        host staging (timing). `sync=False` only launches it; `synchronize` then waits for
+        everything launched."""
         with self._torch.cuda.device(self._device), self._torch.cuda.stream(self._stream):
             self._compute()
         if sync:
@@ -444,19 +471,22 @@ class TorchCudaRunner:
         torch = self._torch
         if self._module is None:
             raise BackendError(f"{NAME}: runner of {self.subnet.name} is closed")
-        with torch.cuda.device(self._device), torch.cuda.stream(self._stream):
-            for name, host, host_np, dev in zip(self.inputs, self._host_in, self._host_in_np,
-                                                self._dev_in):
-                self._stage_input(name, feeds, host_np)
-                dev.copy_(host, non_blocking=True)
-            outs = self._compute()
-            if not self._host_out:  # border shapes are static (checked when built)
-                self._host_out = [torch.empty(o.shape, dtype=o.dtype, pin_memory=True)
-                                  for o in outs]
-                self._host_out_np = [h.numpy() for h in self._host_out]
-            for out, host in zip(outs, self._host_out):
-                host.copy_(out, non_blocking=True)
-            self._done.record(self._stream)
+        for name, host_np in zip(self.inputs, self._host_in_np):
+            self._stage_input(name, feeds, host_np)
+        if self.copies_in_graph:
+            # set_stream (which sets the stream's device too) and back: 2-4 us on the H100
+            # machine, where the device and stream context managers took 12-34
+            caller = torch.cuda.current_stream()
+            torch.cuda.set_stream(self._stream)
+            try:
+                self._graph.replay()
+            finally:
+                torch.cuda.set_stream(caller)
+        else:
+            with torch.cuda.device(self._device), torch.cuda.stream(self._stream):
+                self._copy_in()
+                self._copy_out(self._compute())
+        self._done.record(self._stream)
 
     def finished(self) -> bool:
         """Whether the submitted run is complete (never waits)."""
@@ -500,15 +530,17 @@ class TorchCudaBackend(Backend):
         return reason is None, reason or ""
 
     def prepare(self, subnet: "Subnet", element: "ProcessingElement", *, cuda_graph: bool = True,
-                warmup: int = 3, sync: str = "spin", **_ignored: Any) -> TorchCudaRunner:
+                warmup: int = 3, sync: str = "spin", graph_copies: bool = True,
+                **_ignored: Any) -> TorchCudaRunner:
         """`cuda_graph`: capture the forward as a CUDA graph (False: eager).
-        `warmup`: eager runs before capture (cuDNN autotuning). `sync`: see the module notes."""
+        `warmup`: eager runs before capture (cuDNN autotuning). `sync`: see the module notes.
+        `graph_copies`: the border copies inside the graph (one launch a run)."""
         return self.prepare_lanes(subnet, element, 1, cuda_graph=cuda_graph, warmup=warmup,
-                                  sync=sync)[0]
+                                  sync=sync, graph_copies=graph_copies)[0]
 
     def prepare_lanes(self, subnet: "Subnet", element: "ProcessingElement", lanes: int, *,
                       cuda_graph: bool = True, warmup: int = 3, sync: str = "spin",
-                      like: TorchCudaRunner | None = None,
+                      graph_copies: bool = True, like: TorchCudaRunner | None = None,
                       **_ignored: Any) -> list[TorchCudaRunner]:
         """`lanes` runners over one copy of the weights (see the module notes): the weights of
         `like`, a runner of the same sub-network on the same element, where given (more lanes
@@ -534,7 +566,7 @@ class TorchCudaBackend(Backend):
             for lane in range(max(1, lanes)):
                 try:
                     runners.append(TorchCudaRunner(subnet, element, module, index, cuda_graph,
-                                                   warmup, sync))
+                                                   warmup, sync, graph_copies))
                 except torch.cuda.OutOfMemoryError:
                     free, total = torch.cuda.mem_get_info(index)
                     raise BackendError(

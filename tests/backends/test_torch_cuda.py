@@ -450,6 +450,37 @@ def test_graph_replay_equals_eager_and_outputs_stay_valid():
 
 
 @needs_cuda
+def test_border_copies_in_the_graph_equal_them_outside_and_leave_the_callers_stream():
+    """A run that is one launch (the border copies captured with the forward) gives the same
+    outputs as one whose copies are launched beside the graph, frame after frame, and the
+    caller's current stream is the same after submit as before."""
+    import torch
+
+    graph = resolve_model("googlenet")
+    sub = chunks(graph, 3)[1]  # a middle piece: several inputs and outputs cross its border
+    backend = get_backend("gpu")
+    inside = backend.prepare_lanes(sub, GPU, 2, graph_copies=True)
+    outside = backend.prepare_lanes(sub, GPU, 1, graph_copies=False, like=inside[0])[0]
+    rng = np.random.default_rng(2)
+    frames = [{t: rng.standard_normal(s).astype(np.float32)
+               for t, s in zip(outside.inputs, outside.input_shapes)} for _ in range(4)]
+    mine = torch.cuda.Stream()
+    try:
+        assert all(r.copies_in_graph and r.mode == "cuda_graph" for r in inside)
+        assert not outside.copies_in_graph
+        with torch.cuda.stream(mine):
+            for lane, f in zip(inside * 2, frames):
+                lane.submit(f)
+                assert torch.cuda.current_stream() == mine
+                got, want = lane.collect(), outside.run(f)
+                for t in sub.outputs:
+                    np.testing.assert_array_equal(got[t], want[t])
+    finally:
+        for r in (*inside, outside):
+            r.close()
+
+
+@needs_cuda
 def test_a_row_split_layer_is_captured_and_equals_the_unsplit_one():
     unsplit, split = row_split_model()
     x = np.random.default_rng(0).standard_normal((1, 4, 13, 9), dtype=np.float32)
