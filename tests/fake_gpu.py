@@ -1,7 +1,8 @@
 """A stand-in GPU backend for machines without CUDA: ONNX Runtime on the element's driving
 core, registered for GPU elements, so lanes run through the real engine, baselines and
 profiler in CI. `SLOW` seconds of sleep per run (the GIL released, as a device wait releases
-it) make several lanes overlap measurably; `IN_FLIGHT` records the most runs at once. Like a
+it) make several lanes overlap measurably; `IN_FLIGHT` records the most runs at once, `ASKED`
+how often a driver asked whether a run was done. Like a
 device's runner it launches runs without waiting (`submit`: the run goes to a thread of the
 runner's own, its "stream"), so one thread can keep several lanes busy."""
 from __future__ import annotations
@@ -17,6 +18,7 @@ from hetflow.platform.spec import ProcessingElement
 NAME = "fake_gpu"
 SLOW = 0.0
 IN_FLIGHT = {"now": 0, "max": 0}
+ASKED = {"finished": 0}  # how often a driver asked whether a run was done
 _lock = threading.Lock()
 
 
@@ -38,6 +40,7 @@ class _Runner:
         self._queue.put((dict(feeds), self._pending))
 
     def finished(self):
+        ASKED["finished"] += 1
         return self._pending is not None and self._pending.done()
 
     def wait(self):
@@ -91,3 +94,4 @@ def reset(slow: float = 0.0) -> None:
     global SLOW
     SLOW = slow
     IN_FLIGHT.update(now=0, max=0)
+    ASKED.update(finished=0)

@@ -24,9 +24,9 @@ seconds names the channel each worker waits on; Ctrl-C returns what was measured
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import gc
-import itertools
 import math
 import os
 import sys
@@ -253,7 +253,6 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     busy: dict[tuple[str, int], float] = {}  # (element, lane) -> seconds computing
     done_lock = threading.Lock()
     parts: dict[int, int] = {}  # frame -> output actors that delivered it so far
-    submitted = itertools.count()  # device runs, in the order they were launched
     outputs: dict[int, dict[str, np.ndarray]] = {}  # kept outputs, until released
 
     def deliver(f: int, outs: dict[str, np.ndarray]) -> None:
@@ -275,7 +274,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     def firings_of(actor: str, j: int, lane: int, on_device: bool, me: str):
         """The firings of member j's `lane`, in order, as a generator that yields where it
         must wait: ("get", channel, frame), ("put", channel, frame) or ("device", runner,
-        submission number) after launching a run on a device (`on_device`: the runners take
+        frame) after launching a run on a device (`on_device`: the runners take
         `submit`/`collect`). A driver resumes it once that wait is over; a failure stops
         the run naming the element, lane, stage, phase and layers."""
         el = members[actor][j]
@@ -313,7 +312,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                 feeds = {t: local[t] for t in fi.inputs}
                 if on_device:
                     runner.submit(feeds)
-                    yield "device", runner, next(submitted), ""
+                    yield "device", runner, f, ""
                     out = runner.collect()
                 else:
                     out = runner.run(feeds)
@@ -339,16 +338,16 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         finally:
             busy[(el, lane)] = spent
 
-    def wait_once(waits: list[tuple], me: str, wake: threading.Event | None) -> None:
-        """Block until one of `waits` may be over (at most POLL for a channel), saying what
-        the lowest frame waits on; Stopped once the run stops. The oldest run in flight on a
-        device is waited for first; else, with several lanes, `wake` (set by the channels the
-        lanes use on every put and take), else the one channel wait."""
+    def wait_once(oldest_run: tuple | None, waits: list[tuple], me: str,
+                  wake: threading.Event | None) -> None:
+        """Block until a wait may be over (at most POLL for a channel), saying what the lowest
+        frame waits on; Stopped once the run stops. The oldest run in flight on a device is
+        waited for first; else, with several lanes, `wake` (set by the channels the lanes use
+        on every put and take), else the one channel wait."""
         if control.stop.is_set():
             raise Stopped
-        device = [w for w in waits if w[0] == "device"]
-        if device:
-            min(device, key=lambda w: w[2])[1].wait()
+        if oldest_run is not None:
+            oldest_run[1].wait()
             return
         kind, ch, f, what = min(waits, key=lambda w: w[2])
         control.waiting[me] = what
@@ -359,17 +358,15 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         else:
             ch.wait_space(f, POLL)
 
-    def over(wait: tuple) -> bool:
-        kind, obj, f, _ = wait
-        return obj.has(f) if kind == "get" else obj.has_room(f) if kind == "put" \
-            else obj.finished()
-
     def drive(actor: str, j: int) -> None:
         """Member j's worker thread. Its lanes (k > 1: a GPU's runners, each its own stream)
         are driven by this one thread, up to k runs in flight: it resumes whichever lane's
         wait is over and, when none is, waits on the oldest run in flight, else on a channel.
         One thread per GPU measured steadier and faster than a thread per lane on the H100
-        machine (several sleeping threads on one driving core wake late by turns)."""
+        machine (several sleeping threads on one driving core wake late by turns). Runs are
+        looked at in launch order, stopping at the first not finished, as
+        `backends.inflight` collects them: asking each lane's run at every step cost the
+        driving thread tens of microseconds a frame at 16-24 lanes."""
         el = members[actor][j]
         element = plan.elements[el]
         k = lanes[el]
@@ -379,40 +376,49 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         gens = [firings_of(actor, j, lane, on_device, f"{el}/lane{lane}" if k > 1 else el)
                 for lane in range(k)]
         wake = wakes.get((actor, j))
-        waits: dict[int, tuple] = {}  # lane -> what it waits on
+        in_flight: collections.deque[tuple[int, tuple]] = collections.deque()  # launch order
+        waits: dict[int, tuple] = {}  # lane -> the channel it waits on
+
+        def resume(i: int) -> None:
+            w = next(gens[i], None)
+            if w is None:
+                return
+            if w[0] == "device":
+                in_flight.append((i, w))
+            else:
+                waits[i] = w
+
         try:
             pin_current_thread(caller_cores_of(
                 (pp.runner(el, fi.phase, lane) for fi in schedule[actor] for lane in range(k)),
                 element))
-            for i, g in enumerate(gens):
-                w = next(g, None)
-                if w is not None:
-                    waits[i] = w
-            while waits:
+            for i in range(k):
+                resume(i)
+            while in_flight or waits:
                 moved = False
                 if wake is not None:
                     wake.clear()  # before looking: a change after this sets it again
-                for i, w in list(waits.items()):
-                    if over(w):
-                        if not moved:
-                            control.waiting[el] = "running"
+                while in_flight and in_flight[0][1][1].finished():
+                    moved = True
+                    control.waiting[el] = "running"  # before the firing: it may hang
+                    resume(in_flight.popleft()[0])
+                for i, (kind, ch, f, _) in list(waits.items()):
+                    if ch.has(f) if kind == "get" else ch.has_room(f):
                         moved = True
-                        w = next(gens[i], None)
-                        if w is None:
-                            del waits[i]
-                        else:
-                            waits[i] = w
-                if not moved and waits:
-                    wait_once(list(waits.values()), el, wake)
+                        control.waiting[el] = "running"
+                        del waits[i]
+                        resume(i)
+                if not moved:
+                    wait_once(in_flight[0][1] if in_flight else None, list(waits.values()),
+                              el, wake)
         except Stopped:
             return
         except BaseException as e:  # noqa: BLE001 - a failure outside any firing
             control.fail(fault_text(el, f"stage {actor}", e))
         finally:
-            for w in waits.values():  # a run left in flight by a stop: the lane is free again
-                if w[0] == "device":
-                    with contextlib.suppress(Exception):
-                        w[1].collect()
+            for _, w in in_flight:  # a run left in flight by a stop: the lane is free again
+                with contextlib.suppress(Exception):
+                    w[1].collect()
             for g in gens:
                 g.close()
 

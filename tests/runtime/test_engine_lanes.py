@@ -63,6 +63,23 @@ def test_k_lanes_keep_k_frames_in_flight():
     assert most == 4
 
 
+def test_the_driver_asks_only_the_oldest_runs_whether_they_are_done():
+    """Runs are looked at in launch order, up to the first not done: about one question per
+    firing and one per wait, not one per lane at every step (k per firing)."""
+    graph = GRAPHS[0]
+    k, frames, warmup = 8, 60, 4
+    plan = laned_plan(graph, {l.name: "gpu0" for l in graph.layers}, {"gpu0": k})
+    fake_gpu.reset(slow=0.005)
+    try:
+        report = run_plan(plan, graph, frames=frames, warmup=warmup, check="all")
+        asked = fake_gpu.ASKED["finished"]
+    finally:
+        fake_gpu.reset()
+    assert report.checked_frames == frames and report.max_abs_error < 1e-4
+    firings = (frames + warmup) * sum(len(ps) for ps in plan.app.phases.values())
+    assert asked <= 3 * firings + k, (asked, firings)
+
+
 def test_a_plan_with_lanes_on_a_cpu_element_is_refused_naming_it():
     graph = GRAPHS[1]
     plan = laned_plan(graph, {l.name: "cpu0" for l in graph.layers}, {"cpu0": 2})
