@@ -326,6 +326,7 @@ class TorchCudaRunner:
         self.mode = "eager"
         self.fallback_reason: str | None = None
         self.copies_in_graph = False  # the border copies are nodes of the CUDA graph
+        self._complete = True  # the last run submitted is known to be complete
         self._torch = torch
         self._device = torch.device("cuda", device_index)
         self.input_shapes = shapes = _border_shapes(subnet, self.inputs, "input")
@@ -453,6 +454,7 @@ class TorchCudaRunner:
         says: spinning or blocking)."""
         self._done.record(self._stream)
         self._done.synchronize()
+        self._complete = True
 
     def _compute(self) -> list:
         if self._graph is not None:
@@ -487,17 +489,24 @@ class TorchCudaRunner:
                 self._copy_in()
                 self._copy_out(self._compute())
         self._done.record(self._stream)
+        self._complete = False
 
     def finished(self) -> bool:
         """Whether the submitted run is complete (never waits)."""
-        return self._done.query()
+        if not self._complete:
+            self._complete = self._done.query()
+        return self._complete
 
     def wait(self) -> None:
         """Wait for the submitted run to complete (the GIL released meanwhile)."""
-        self._done.synchronize()
+        if not self._complete:
+            self._done.synchronize()
+            self._complete = True
 
     def collect(self) -> dict[str, np.ndarray]:
-        """Wait for the submitted run; its outputs, as arrays the caller owns."""
+        """Wait for the submitted run; its outputs, as arrays the caller owns. A run already
+        seen complete is not waited for again: each wait gives the GIL up and takes it back,
+        which other busy threads can delay."""
         self.wait()
         return {name: host.copy() for name, host in zip(self.outputs, self._host_out_np)}
 

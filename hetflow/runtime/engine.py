@@ -424,10 +424,11 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
 
     wakes: dict[tuple[str, int], threading.Event] = {}  # a laned member's, on its channels
     for a, ms in members.items():
+        used = {c.name for fi in schedule[a] for c in (*fi.recv, *fi.send)}
         for j, m in enumerate(ms):
-            if lanes[m] > 1:
+            if lanes[m] > 1 and used:
                 wakes[(a, j)] = wake = threading.Event()
-                for name in {c.name for fi in schedule[a] for c in (*fi.recv, *fi.send)}:
+                for name in used:
                     chans[name].listeners.append(wake)
     threads = [threading.Thread(target=drive, args=(a, j), name=f"hetflow-{m}", daemon=True)
                for a, ms in members.items() for j, m in enumerate(ms)]
