@@ -5,7 +5,7 @@
 #   bash scripts/gpu_lanes_check.sh [MODEL ...]
 # SYNC_MODELS: models of the sync A/B (default resnet18; empty: none); ENGINE_MODELS: models of
 # scripts/engine_vs_copies.py (default none); BENCH_TIMEOUT: seconds for the bench; HEAD_TO_HEAD:
-# the bench's --head-to-head N (default 0: none).
+# the bench's --head-to-head N (default 0: none); BUDGET: the bench's --budget (seconds for all MODELS; default: --quick's 80 s a model).
 set -uo pipefail
 OUT=${OUT:-./out}
 mkdir -p "$OUT"
@@ -24,7 +24,7 @@ python3 -c "import sys, time; t = time.perf_counter(); from hetflow.model import
 [resolve_model(m) for m in sys.argv[1:]]; print(f'models built in {time.perf_counter() - t:.1f} s')" ${*:-resnet18}
 REPORT=/tmp/hetflow-report
 mkdir -p $REPORT
-timeout ${BENCH_TIMEOUT:-380} python3 -m hetflow bench ${*:-resnet18} --quick --strategies ${STRATEGIES:-single,pipeline} --pilots ${PILOTS:-3} --head-to-head ${HEAD_TO_HEAD:-0} --report $REPORT 2>&1 | tee "$OUT/bench.log"
+timeout ${BENCH_TIMEOUT:-380} python3 -m hetflow bench ${*:-resnet18} --quick --strategies ${STRATEGIES:-single,pipeline} --pilots ${PILOTS:-3} --head-to-head ${HEAD_TO_HEAD:-0} ${BUDGET:+--budget $BUDGET} --report $REPORT 2>&1 | tee "$OUT/bench.log"
 rc=${PIPESTATUS[0]}
 cp $REPORT/bench.json "$OUT/bench.json" 2>/dev/null
 tar czf "$OUT/results.tgz" -C $REPORT . 2>/dev/null
