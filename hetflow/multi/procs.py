@@ -44,7 +44,8 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
         from hetflow.backends import caller_cores_of, pin_current_thread
         from hetflow.backends.affinity import realtime_process
         from hetflow.runtime.api import load_plan_model
-        from hetflow.runtime.engine import frozen_heap, prepare
+        from hetflow.runtime.engine import prepare
+        from hetflow.runtime.harness import frozen_heap
         from hetflow.runtime.inputs import random_source
 
         mp = MultiPlan.from_dict(plan)

@@ -34,7 +34,7 @@ def run_threads(mp: MultiPlan, graphs: dict, frames: int, warmup: int, n_check: 
                 switch_interval: float) -> MultiRunReport:
     """`run_multiplan` on the thread engine: every element a thread of this interpreter."""
     from hetflow.backends import caller_cores_of, control_cores, pin_current_thread, pinned
-    from hetflow.runtime.engine import frozen_heap
+    from hetflow.runtime.harness import frozen_heap
     from hetflow.runtime.inputs import random_source
 
     placement = hosts(mp)

@@ -19,6 +19,7 @@ from typing import Callable
 from hetflow.model.graph import CnnGraph
 from hetflow.platform.spec import ProcessingElement
 
+from .harness import frozen_heap
 from .report import RunReport, latency_stats
 
 
@@ -74,8 +75,10 @@ def measure_parallel(graph: CnnGraph, elements: list[ProcessingElement],
         return True
 
     try:
-        window = run_together(f"{name} baseline", [e.name for e in elements], prepare, step,
-                              None if seconds is None else (lambda elapsed: elapsed >= seconds))
+        with frozen_heap():  # as the engine runs: the caller's heap is not the copies' cost
+            window = run_together(f"{name} baseline", [e.name for e in elements], prepare,
+                                  step, None if seconds is None
+                                  else (lambda elapsed: elapsed >= seconds))
         for i, r in enumerate(runs):  # runs under way at the end count by their share
             while len(r):
                 collect(i)

@@ -26,10 +26,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import gc
 import math
-import os
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -42,33 +39,11 @@ from hetflow.mapping.mapping import group_members
 from hetflow.mapping.plan import Plan
 from hetflow.model.graph import CnnGraph
 
-from .harness import POLL, Control, Stopped, fault_text, stop_threads, supervise
+from .harness import POLL, Control, Stopped, fault_text, frozen_heap, stop_threads, supervise
 from .report import RunReport, stream_report
 from .schedule import Dispatch, InOrder, channel_windows, firings, phase_sequence
 
 RELEASE_POLL = 0.005  # how often the calling thread looks for completed frames
-
-
-@contextlib.contextmanager
-def frozen_heap(switch_interval: float | None = None):
-    """Keep what exists before a run (models, sessions, graphs: millions of objects) out of the
-    garbage collector's scans while it runs: a full collection over them holds the GIL for
-    milliseconds and shows up as a latency spike in every worker. `switch_interval` (or
-    HETFLOW_SWITCH_INTERVAL, seconds): how long a thread that wants the GIL waits before the
-    holder is asked to drop it; Python's 5 ms default lets one busy thread stall a worker
-    whose frame is due (docs/results/multi_app.md measured 0.1 ms against it)."""
-    gc.collect()
-    gc.freeze()
-    before = sys.getswitchinterval()
-    interval = switch_interval or float(os.environ.get("HETFLOW_SWITCH_INTERVAL") or 0)
-    if interval > 0:
-        sys.setswitchinterval(interval)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(before)
-        gc.unfreeze()
-
 
 
 class FrameChannel:

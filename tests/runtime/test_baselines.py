@@ -30,6 +30,23 @@ def test_parallel_copies_share_the_frames(graph):
     assert 0 < r.latency["p50"] <= r.latency["p99"]
 
 
+def test_copies_run_with_the_callers_heap_out_of_the_collectors_scans(graph):
+    """As the engine runs its workers: objects that exist before the copies start are frozen
+    while they run (a full collection over a big heap stalls every copy), and thawed after."""
+    import gc
+
+    seen = []
+
+    def source(f, inner=random_source(graph)):
+        seen.append(gc.get_freeze_count())
+        return inner(f)
+
+    assert gc.get_freeze_count() == 0
+    measure_parallel(graph, singles(), source, frames=10, warmup=1)
+    assert seen and min(seen[2:]) > 0  # the warm-up frames may come before the freeze
+    assert gc.get_freeze_count() == 0
+
+
 def test_single_runs_for_the_seconds_asked(graph):
     r = measure_single(graph, singles()[0], random_source(graph), warmup=2, seconds=0.2)
     assert r.name == f"single:{singles()[0].name}" and r.frames > 0
