@@ -313,7 +313,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         finally:
             busy[(el, lane)] = spent
 
-    def wait_once(oldest_run: tuple | None, waits: list[tuple], me: str,
+    def wait_once(oldest_run: Any, waits: list[tuple], me: str,
                   wake: threading.Event | None) -> None:
         """Block until a wait may be over (at most POLL for a channel), saying what the lowest
         frame waits on; Stopped once the run stops. The oldest run in flight on a device is
@@ -322,7 +322,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         if control.stop.is_set():
             raise Stopped
         if oldest_run is not None:
-            oldest_run[1].wait()
+            oldest_run.wait()
             return
         kind, ch, f, what = min(waits, key=lambda w: w[2])
         control.waiting[me] = what
@@ -351,15 +351,15 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         gens = [firings_of(actor, j, lane, on_device, f"{el}/lane{lane}" if k > 1 else el)
                 for lane in range(k)]
         wake = wakes.get((actor, j))
-        in_flight: collections.deque[tuple[int, tuple]] = collections.deque()  # launch order
+        in_flight: collections.deque[tuple[int, Any]] = collections.deque()  # (lane, runner)
         waits: dict[int, tuple] = {}  # lane -> the channel it waits on
 
         def resume(i: int) -> None:
             w = next(gens[i], None)
             if w is None:
                 return
-            if w[0] == "device":
-                in_flight.append((i, w))
+            if w[0] == "device":  # launched: its runs are looked at in launch order
+                in_flight.append((i, w[1]))
             else:
                 waits[i] = w
 
@@ -373,7 +373,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                 moved = False
                 if wake is not None:
                     wake.clear()  # before looking: a change after this sets it again
-                while in_flight and in_flight[0][1][1].finished():
+                while in_flight and in_flight[0][1].finished():
                     moved = True
                     control.waiting[el] = "running"  # before the firing: it may hang
                     resume(in_flight.popleft()[0])
@@ -391,9 +391,9 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         except BaseException as e:  # noqa: BLE001 - a failure outside any firing
             control.fail(fault_text(el, f"stage {actor}", e))
         finally:
-            for _, w in in_flight:  # a run left in flight by a stop: the lane is free again
+            for _, runner in in_flight:  # a run left in flight by a stop: free the lane again
                 with contextlib.suppress(Exception):
-                    w[1].collect()
+                    runner.collect()
             for g in gens:
                 g.close()
 
