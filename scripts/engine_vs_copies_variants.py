@@ -5,7 +5,10 @@ at 24 lanes) run by the engine against the parallel copies (`bench.head_to_head`
   cpus             the CPU elements only (no GPU);
   all_ctl_on_cpu0  every element, the engine's releasing thread on core 0 instead of the GPU's
                    driving core;
-  all_poll_20ms    every element, the releasing thread polling every 20 ms instead of 5.
+  all_poll_20ms    every element, the releasing thread polling every 20 ms instead of 5;
+  burn_U           every element, the copies' GPU thread spending U us more of Python a
+                   frame (holding the interpreter): how much a driving thread's own cost
+                   per frame moves the copies (the engine unchanged).
 VARIANTS (space-separated) picks some; TAG names the code in the rows ($OUT/evc_TAG_PID.json).
 Alternate two versions as scripts/lane_driver_ab.py does.
 Usage: [VARIANTS="all cpus"] [TAG=new] python scripts/engine_vs_copies_variants.py MODEL ..."""
@@ -27,6 +30,21 @@ finest = resolve_config(plat, {cl.name: [1] * len(plat.free_cores(cl)) for cl in
 els_all = [e for e in finest.elements if e.backend != "none"]
 rows = []
 orig_cc = A.control_cores
+import time as _time
+from hetflow.backends.inflight import InFlight
+orig_submit = InFlight.submit
+
+
+def burning(us: float):
+    def submit(self, feeds, tag=None):
+        if self.launches:
+            end = _time.perf_counter() + us * 1e-6
+            while _time.perf_counter() < end:
+                pass
+        return orig_submit(self, feeds, tag)
+    return submit
+
+
 with reusing_runners():
     for model in sys.argv[1:]:
         graph = resolve_model(model, fuse=True)
@@ -36,6 +54,8 @@ with reusing_runners():
             lanes = {e.name: 24 for e in els if e.kind == "gpu"}
             B.control_cores = (lambda elements: {0}) if variant == "all_ctl_on_cpu0" else orig_cc
             E.RELEASE_POLL = 0.02 if variant == "all_poll_20ms" else 0.005
+            InFlight.submit = (burning(float(variant[5:])) if variant.startswith("burn_")
+                               else orig_submit)
             actor = group_name([e.name for e in els])
             mapping = Mapping({l.name: actor for l in graph.layers}, "maximal", lanes=lanes)
             app = cnn_to_csdf(graph, mapping.assignment, "maximal")

@@ -257,6 +257,8 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                   [(chans[c.name], c.tensor, f"channel {c.name} (from {c.src})") for c in fi.recv],
                   [(chans[c.name], c.tensor, f"space in channel {c.name} (to {c.dst})")
                    for c in fi.send]) for fi in schedule[actor]]
+        if len(steps) == 1 and not steps[0][2] and not steps[0][3]:
+            return (yield from copy_firings(actor, j, lane, on_device, me, steps[0]))
         source, delivers, stop = reads[actor], writes[actor], control.stop
         last = len(steps) - 1
         spent, fi = 0.0, None
@@ -310,6 +312,46 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         except BaseException as e:  # any failure stops the whole run, naming where it happened
             where = fi.where if fi is not None else f"stage {actor}"
             control.fail(fault_text(el, f"lane {lane}, {where}" if lanes[el] > 1 else where, e))
+        finally:
+            busy[(el, lane)] = spent
+
+    def copy_firings(actor: str, j: int, lane: int, on_device: bool, me: str, step: tuple):
+        """`firings_of` for an actor of one phase and no channels (a whole-model copy): take a
+        frame, fire, deliver; no per-frame table of tensors. Its cost per frame is the driving
+        thread's, which the other threads' compute waits on for the interpreter."""
+        el = members[actor][j]
+        fi, runner = step[0], step[1]
+        take, names, delivers, stop = dispatch[actor].take, fi.inputs, writes[actor], control.stop
+        clock = time.perf_counter
+        spent = 0.0
+        try:
+            while (f := take(j)) is not None:
+                try:
+                    x = inputs(f)
+                except BaseException as e:
+                    control.fail(f"frame source, frame {f}: {type(e).__name__}: {e}")
+                    return
+                t0 = first_start[f] = clock()
+                feeds = {t: x[t] for t in names}
+                if on_device:
+                    runner.submit(feeds)
+                    yield "device", runner, f, ""
+                    out = runner.collect()
+                else:
+                    out = runner.run(feeds)
+                t1 = clock()
+                spent += t1 - t0
+                if trace:
+                    state.events.append((me, actor, fi.phase, f, t0, t1))
+                if delivers:
+                    deliver(f, {t: out[t] for t in delivers})
+                if stop.is_set():
+                    return
+        except GeneratorExit:  # closed by its driver: the run stopped
+            raise
+        except BaseException as e:  # any failure stops the whole run, naming where it happened
+            control.fail(fault_text(el, f"lane {lane}, {fi.where}" if lanes[el] > 1 else fi.where,
+                                    e))
         finally:
             busy[(el, lane)] = spent
 
@@ -377,7 +419,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                     moved = True
                     control.waiting[el] = "running"  # before the firing: it may hang
                     resume(in_flight.popleft()[0])
-                for i, (kind, ch, f, _) in list(waits.items()):
+                for i, (kind, ch, f, _) in list(waits.items()) if waits else ():
                     if ch.has(f) if kind == "get" else ch.has_room(f):
                         moved = True
                         control.waiting[el] = "running"
