@@ -55,6 +55,29 @@ if TYPE_CHECKING:
     from hetflow.platform.spec import ProcessingElement
 
 NAME = "torch_cuda"
+
+
+# A lane's submit switches the thread's current stream to its own and back. torch.cuda's
+# current_stream and set_stream do it through Stream objects (6-12 us the pair on the H200
+# machine's host, holding the interpreter lock that the CPU copies' threads wait on); the calls
+# under them take the (stream id, device index, device type) triple.
+def current_stream_ids(torch, device_index: int) -> tuple[int, int, int]:
+    get = getattr(torch._C, "_cuda_getCurrentStream", None)
+    if get is None:  # not in this torch: the public call
+        s = torch.cuda.current_stream(device_index)
+        return s.stream_id, s.device_index, s.device_type
+    return get(device_index)
+
+
+def set_stream_ids(torch, ids: tuple[int, int, int]) -> None:
+    set_ = getattr(torch._C, "_cuda_setStream", None)
+    if set_ is None:
+        torch.cuda.set_stream(torch.cuda.Stream(stream_id=ids[0], device_index=ids[1],
+                                                device_type=ids[2]))
+    else:
+        set_(stream_id=ids[0], device_index=ids[1], device_type=ids[2])
+
+
 _PAD_MODE_TO_ONNX = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
 
 
@@ -333,6 +356,8 @@ class TorchCudaRunner:
         _border_shapes(subnet, self.outputs, "output")
         with torch.cuda.device(self._device):
             self._stream = torch.cuda.Stream()
+            self._stream_ids = (self._stream.stream_id, self._stream.device_index,
+                                self._stream.device_type)
             self._done = torch.cuda.Event(blocking=sync == "block")  # a spin event waits busily
             self._module = module.to(self._device)  # no copy when already there (lanes)
             self._host_in = [torch.zeros(s, dtype=torch.float32, pin_memory=True) for s in shapes]
@@ -476,14 +501,14 @@ class TorchCudaRunner:
         for name, host_np in zip(self.inputs, self._host_in_np):
             self._stage_input(name, feeds, host_np)
         if self.copies_in_graph:
-            # set_stream (which sets the stream's device too) and back: 2-4 us on the H100
-            # machine, where the device and stream context managers took 12-34
-            caller = torch.cuda.current_stream()
-            torch.cuda.set_stream(self._stream)
+            # the graph runs on the thread's current stream: this lane's, then the caller's
+            # again (setting a stream sets its device too)
+            caller = current_stream_ids(torch, self._device.index)
+            set_stream_ids(torch, self._stream_ids)
             try:
                 self._graph.replay()
             finally:
-                torch.cuda.set_stream(caller)
+                set_stream_ids(torch, caller)
         else:
             with torch.cuda.device(self._device), torch.cuda.stream(self._stream):
                 self._copy_in()
