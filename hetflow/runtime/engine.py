@@ -223,8 +223,8 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     reads = {a: [t for fi in fs for t in fi.source_inputs] for a, fs in schedule.items()}
     writes = {a: [t for fi in fs for t in fi.outputs] for a, fs in schedule.items()}
     n_out = len(set(app.model_outputs.values()))
-    control, state, order = Control(), RunState(), InOrder()
-    first_start: dict[int, float] = {}  # frame -> its first firing's start
+    control, state, order = Control(), RunState(), InOrder(frames)
+    first_start = np.full(frames, np.nan)  # when each frame's first firing started
     busy: dict[tuple[str, int], float] = {}  # (element, lane) -> seconds computing
     done_lock = threading.Lock()
     parts: dict[int, int] = {}  # frame -> output actors that delivered it so far
@@ -277,7 +277,8 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                             control.fail(f"frame source, frame {f}: {type(e).__name__}: {e}")
                             return
                         local.update({t: x[t] for t in source})
-                        first_start.setdefault(f, time.perf_counter())
+                        if first_start[f] != first_start[f]:  # not yet started (NaN)
+                            first_start[f] = time.perf_counter()
                 fi, runner, recv, send = steps[p]
                 for ch, t, what in recv:
                     got, item = ch.try_get(f)
@@ -449,25 +450,23 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                     chans[name].listeners.append(wake)
     threads = [threading.Thread(target=drive, args=(a, j), name=f"hetflow-{m}", daemon=True)
                for a, ms in members.items() for j, m in enumerate(ms)]
-    done_at: list[float] = []
-    latencies: list[float] = []
-    last_entry = [float("-inf")]  # when the latest frame released so far entered
     kept: dict[int, dict[str, np.ndarray]] = {}
 
     def release() -> int | None:
-        ready = order.release(frames)
-        for f, at in ready:
-            done_at.append(at)
-            entered = first_start.pop(f, at)
-            last_entry[0] = max(last_entry[0], entered)
-            latencies.append(at - entered)
-            if f in outputs:
+        start, stop = order.release(frames)
+        if outputs:
+            for f in sorted(f for f in list(outputs) if f < stop):  # kept in frame order
                 kept[f] = outputs.pop(f)
-            if on_frame:
-                on_frame(f)
+        if on_frame:
+            for f in range(start, stop):
+                try:
+                    on_frame(f)
+                except BaseException:  # (Ctrl-C) the frames after f were not handed on
+                    order.next = f + 1
+                    raise
         if order.next >= frames:
             return None
-        if not ready:
+        if stop == start:
             time.sleep(RELEASE_POLL)
         return order.next
 
@@ -484,7 +483,11 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     per_el: dict[str, float] = {}
     for (el, _), b in busy.items():
         per_el[el] = per_el.get(el, 0.0) + b / lanes[el]
-    report = stream_report(done_at, latencies, warmup, per_el, t_start, complete, plan.predicted,
-                           frames_ahead(plan.mapping), order.completed_at,
-                           last_entry[0] if complete else None)
+    n = order.next
+    done_at = order.released_at[:n]
+    entered = np.where(np.isnan(first_start[:n]), done_at, first_start[:n])
+    report = stream_report(done_at.tolist(), (done_at - entered).tolist(), warmup, per_el,
+                           t_start, complete, plan.predicted, frames_ahead(plan.mapping),
+                           order.completed_at.tolist(),
+                           float(entered.max()) if complete and n else None)
     return report, kept, state

@@ -21,6 +21,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
+import numpy as np
+
 from hetflow.dataflow.csdf import AppChannel, CsdfApp
 from hetflow.errors import InputError
 from hetflow.mapping.mapping import group_members
@@ -271,29 +273,47 @@ def member_of(pattern: list[int], f: int) -> int:
 
 # ---- in-order release -------------------------------------------------------------------------
 class InOrder:
-    """Frames leave in input order: frame f is released once it and every frame before it
-    completed, at the latest of their completion times. `complete` may be called from any
-    thread (one dict store); `release` from one."""
+    """Frames 0..frames-1 leave in input order: frame f is released once it and every frame
+    before it completed, at the latest of their completion times. `complete` may be called from
+    any thread (one array store); `release` from one. Times are kept in arrays, and a release
+    handles the frames it lets go together: the releasing thread shares the interpreter with
+    the ones that drive the elements, at thousands of frames a second."""
 
-    def __init__(self) -> None:
-        self.finished: dict[int, float] = {}
-        self.completed_at: list[float] = []  # of the released frames, in release order
-        self.next = 0
+    CHUNK = 256  # frames looked at first for completed ones; doubled while all are
+
+    def __init__(self, frames: int) -> None:
+        self.finished = np.full(frames, np.nan)  # when each frame completed
+        self.released_at = np.full(frames, np.nan)
+        self.next = 0  # frames below it are released
         self.last = float("-inf")
 
     def complete(self, f: int, at: float) -> None:
         self.finished[f] = at
 
-    def release(self, limit: int) -> list[tuple[int, float]]:
-        """The frames (below `limit`) that may leave now, with their release times."""
-        out = []
-        while self.next < limit and self.next in self.finished:
-            at = self.finished.pop(self.next)
-            self.completed_at.append(at)
-            self.last = max(self.last, at)
-            out.append((self.next, self.last))
-            self.next += 1
-        return out
+    @property
+    def completed_at(self) -> np.ndarray:
+        """When each released frame completed, in release (frame) order."""
+        return self.finished[:self.next]
+
+    def release(self, limit: int) -> tuple[int, int]:
+        """Release the frames (below `limit`) that may leave now: frames [start, stop), their
+        release times in `released_at[start:stop]`."""
+        start = stop = self.next
+        step = self.CHUNK
+        while stop < limit:
+            seg = self.finished[stop:min(limit, stop + step)]
+            missing = np.flatnonzero(np.isnan(seg))
+            if len(missing):
+                stop += int(missing[0])
+                break
+            stop += len(seg)
+            step *= 2
+        if stop > start:
+            at = np.maximum.accumulate(self.finished[start:stop])
+            self.released_at[start:stop] = np.maximum(at, self.last)
+            self.last = float(self.released_at[stop - 1])
+            self.next = stop
+        return start, stop
 
 
 # ---- how far frames may run ahead --------------------------------------------------------------

@@ -107,12 +107,18 @@ def test_dispatch_gives_every_frame_once(pattern, frames, seed, iterate):
 @settings(max_examples=60, deadline=None)
 @given(ends=st.lists(st.floats(0, 100), min_size=1, max_size=30), seed=st.integers(0, 1000))
 def test_in_order_release_is_in_order_at_the_latest_completion_so_far(ends, seed):
-    order = InOrder()
+    order = InOrder(len(ends))
+    order.CHUNK = 2  # several looks at the completion times per release
     arrivals = list(enumerate(ends))
     random.Random(seed).shuffle(arrivals)
-    out = []
+    out, done = [], set()
     for f, at in arrivals:
         order.complete(f, at)
-        out += order.release(len(ends))
+        done.add(f)
+        start, stop = order.release(len(ends))
+        assert start == len(out)
+        assert all(g in done for g in range(stop)) and (stop == len(ends) or stop not in done)
+        out += [(g, order.released_at[g]) for g in range(start, stop)]
     assert [f for f, _ in out] == list(range(len(ends)))
     assert [t for _, t in out] == [max(ends[:f + 1]) for f in range(len(ends))]
+    assert list(order.completed_at) == ends
