@@ -5,6 +5,7 @@ at 24 lanes) run by the engine against the parallel copies (`bench.head_to_head`
   cpus             the CPU elements only (no GPU);
   all_ctl_on_cpu0  every element, the engine's releasing thread on core 0 instead of the GPU's
                    driving core;
+  all_ctl_unpinned every element, the releasing thread left to the kernel (not pinned);
   all_poll_20ms    every element, the releasing thread polling every 20 ms instead of 5;
   burn_U           every element, the copies' GPU thread spending U us more of Python a
                    frame (holding the interpreter): how much a driving thread's own cost
@@ -52,7 +53,9 @@ with reusing_runners():
         for variant in os.environ.get("VARIANTS", "all cpus all_ctl_on_cpu0 all_poll_20ms all").split():
             els = [e for e in els_all if variant != "cpus" or e.kind == "cpu"]
             lanes = {e.name: 24 for e in els if e.kind == "gpu"}
-            B.control_cores = (lambda elements: {0}) if variant == "all_ctl_on_cpu0" else orig_cc
+            B.control_cores = ((lambda elements: {0}) if variant == "all_ctl_on_cpu0" else
+                               (lambda elements: set()) if variant == "all_ctl_unpinned" else
+                               orig_cc)
             E.RELEASE_POLL = 0.02 if variant == "all_poll_20ms" else 0.005
             InFlight.submit = (burning(float(variant[5:])) if variant.startswith("burn_")
                                else orig_submit)
