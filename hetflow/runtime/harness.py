@@ -29,24 +29,36 @@ STALLED_JOIN = 0.5  # s: the same after a stall (a worker then waits at most 0.2
 def frozen_heap(switch_interval: float | None = None):
     """Keep what exists before a run (models, sessions, graphs: millions of objects) out of the
     garbage collector's scans while it runs: a full collection over them holds the GIL for
-    milliseconds and shows up as a latency spike in every worker. Every measured run takes it:
+    milliseconds and shows up as a latency spike in every worker. Blocks may nest or overlap
+    (runs in several threads): the heap is frozen from the first entry to the last exit, and the
+    switch interval of the outermost block holds. Every measured run takes it:
     the engine's and the baselines' copies alike (copies in a process holding 4.2 million
     objects ran 14-21% slower without it on the 2-core VM, alike with a small heap;
     scripts/heap_copies_probe.py). `switch_interval` (or
     HETFLOW_SWITCH_INTERVAL, seconds): how long a thread that wants the GIL waits before the
     holder is asked to drop it; Python's 5 ms default lets one busy thread stall a worker
     whose frame is due (docs/results/multi_app.md measured 0.1 ms against it)."""
-    gc.collect()
-    gc.freeze()
-    before = sys.getswitchinterval()
-    interval = switch_interval or float(os.environ.get("HETFLOW_SWITCH_INTERVAL") or 0)
-    if interval > 0:
-        sys.setswitchinterval(interval)
+    with _frozen_lock:
+        _frozen[0] += 1
+        if _frozen[0] == 1:
+            gc.collect()
+            gc.freeze()
+            _frozen[1] = sys.getswitchinterval()
+            interval = switch_interval or float(os.environ.get("HETFLOW_SWITCH_INTERVAL") or 0)
+            if interval > 0:
+                sys.setswitchinterval(interval)
     try:
         yield
     finally:
-        sys.setswitchinterval(before)
-        gc.unfreeze()
+        with _frozen_lock:
+            _frozen[0] -= 1
+            if _frozen[0] == 0:
+                sys.setswitchinterval(_frozen[1])
+                gc.unfreeze()
+
+
+_frozen_lock = threading.Lock()
+_frozen: list = [0, 0.005]  # blocks inside frozen_heap now; the switch interval before them
 
 
 class Stopped(Exception):

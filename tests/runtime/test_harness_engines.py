@@ -397,3 +397,20 @@ def test_ctrl_c_returns_what_was_measured_marked_incomplete(engine):
     frames = [r.frames for r in report.apps] if hasattr(report, "apps") else [report.frames]
     assert all(0 < n < engine.frames for n in frames), frames  # what was measured until Ctrl-C
     before.check()
+
+
+def test_frozen_heap_blocks_nest_and_keep_the_heap_frozen_until_the_last_exits():
+    import gc
+    import sys
+
+    from hetflow.runtime.harness import frozen_heap
+
+    before = sys.getswitchinterval()
+    assert gc.get_freeze_count() == 0
+    with frozen_heap(0.001):
+        assert gc.get_freeze_count() > 0 and sys.getswitchinterval() == 0.001
+        with frozen_heap(0.002):  # a run inside a run: the outer block's settings hold
+            assert sys.getswitchinterval() == 0.001
+        assert gc.get_freeze_count() > 0, "the inner block unfroze the outer one's heap"
+        assert sys.getswitchinterval() == 0.001
+    assert gc.get_freeze_count() == 0 and sys.getswitchinterval() == before
