@@ -34,6 +34,39 @@ def test_pipelined_outputs_equal_reference_in_order(plan_for, key, data, policy,
     assert report.max_abs_error < 1e-4
 
 
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(sorted(GRAPHS)), data=st.data())
+def test_the_trace_holds_every_firing_once_on_a_member_in_phase_order(plan_for, key, data):
+    """With a trace, each frame fires each phase of each actor exactly once, on a member of
+    that actor, and a frame's phases of one actor run in order; whole-model copies (one actor,
+    no channels) included."""
+    from hetflow.mapping.mapping import group_members
+
+    graph = GRAPHS[key]
+    pool = data.draw(st.sampled_from([["pe0"], ["pe0|pe3"], ["pe1|pe4|pe5"], ["pe0", "pe1"],
+                                      ["pe1|pe4|pe5", "pe0|pe3", "pe2"]]))
+    plan = plan_for(graph, {l.name: data.draw(st.sampled_from(pool)) for l in graph.layers})
+    frames = 11
+    pp = prepare(plan, graph)
+    try:
+        report, _, state = run_prepared(pp, random_source(graph), frames, trace=True)
+    finally:
+        pp.close()
+    assert report.frames == frames
+    fired: dict[tuple[str, int], list[int]] = {}
+    ends: dict[tuple[str, int, int], tuple[float, float]] = {}
+    for element, actor, phase, f, t0, t1 in state.events:
+        assert element in group_members(actor) and t0 <= t1
+        fired.setdefault((actor, phase), []).append(f)
+        ends[(actor, phase, f)] = (t0, t1)
+    want = {(a, ph.index) for a, phases in plan.app.phases.items() for ph in phases}
+    assert set(fired) == want
+    assert all(sorted(fs) == list(range(frames)) for fs in fired.values())
+    for (actor, phase, f), (t0, _) in ends.items():
+        if phase > 0:
+            assert ends[(actor, phase - 1, f)][1] <= t0
+
+
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(key=st.sampled_from(sorted(GRAPHS)), a=st.lists(st.integers(0, 2), min_size=1, max_size=7),
        b=st.lists(st.integers(0, 1), min_size=1, max_size=5))
