@@ -466,8 +466,9 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                     raise
         if order.next >= frames:
             return None
-        if stop == start:
-            time.sleep(RELEASE_POLL)
+        # a pass costs the same for one frame or many: pass by pass at the workers' pace, it
+        # would hold the interpreter lock they need (release times are completion times)
+        time.sleep(RELEASE_POLL)
         return order.next
 
     # this thread only releases frames and watches: off the cores of the stages
