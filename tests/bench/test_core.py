@@ -102,7 +102,8 @@ def test_plan_kinds_that_chose_one_design_share_its_run(tmp_path, monkeypatch):
 def test_the_parallel_baseline_is_the_better_of_two_passes(tmp_path, monkeypatch):
     """A pass read low (the machine busy elsewhere for a moment) must neither flatter the plans
     against it nor set the contention every prediction rests on: the first pass here is made to
-    read half the rate of the second, and the second is the baseline."""
+    read a hundredth of its rate (a half was not enough: two real passes of these tiny layers
+    differ by more than 2x on a busy 2-core machine), and the second is the baseline."""
     import hetflow.runtime.baselines as baselines
 
     real, passes = baselines.measure_parallel, []
@@ -111,8 +112,8 @@ def test_the_parallel_baseline_is_the_better_of_two_passes(tmp_path, monkeypatch
         r = real(*args, **kwargs)
         if kwargs.get("name", "parallel") == "parallel":
             if not passes:
-                r.throughput /= 2
-                r.notes["per_element_fps"] = {e: v / 2 for e, v in
+                r.throughput /= 100
+                r.notes["per_element_fps"] = {e: v / 100 for e, v in
                                               r.notes["per_element_fps"].items()}
             passes.append(r.throughput)
         return r
