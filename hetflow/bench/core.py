@@ -583,25 +583,12 @@ def probe(graph, element) -> tuple[float, float]:
 
 def apply_single_baselines(problem, singles, lanes: dict[str, int], reports,
                            log: Callable[[str], None]) -> None:
-    """What the single-element baselines measured, into `problem` before anything is
-    predicted; said in `log`. A CPU element's whole-model time becomes the baseline's (its
-    `baseline_seconds` of frames through the runtime against the profile's few repeats: on the
-    2-core VM the profile read googlenet's two-thread session at 54.3 frames/s, the baseline
-    49.5 seconds later, the plan of that design 45.8; runs of one such plan spread by 1.2-1.5x
-    within minutes there). A GPU alone at several lanes gives its lane curve that point
-    (`lane_alone_runs`, `alone_lane_slowdown`); at one lane its time stays the lane table's,
-    whose host and device parts the cost model reads apart."""
+    """What the peak-single baselines measured of a GPU alone at several lanes, into `problem`
+    (`lane_alone_runs`, `alone_lane_slowdown`) before anything is predicted; said in `log`."""
     from hetflow.mapping.from_profile import alone_lane_slowdown
-    from hetflow.model.subnet import subnet_key
 
     whole = [l.name for l in problem.graph.layers]
     for e, r in zip(singles, reports):
-        if e.kind == "cpu" and e.name in problem.element_index and r.throughput > 0:
-            was = problem.actor_time(whole, e.name)
-            problem.subnet_times[(e.name, subnet_key(whole))] = 1.0 / r.throughput
-            log(f"{e.name}: the baseline ran the whole model at {r.throughput:.1f} frames/s, "
-                f"the profile read {1.0 / was:.1f}; predictions take the baseline's")
-            continue
         k = lanes.get(e.name, 1)
         if k <= 1 or e.name not in problem.lane_slowdown or r.throughput <= 0:
             continue

@@ -41,10 +41,6 @@ def test_bench_of_a_small_model_end_to_end(tmp_path, monkeypatch):
     assert (tmp_path / "rep" / f"{mb.model}.single.plan.json").exists()
     basis = mb.notes["prediction_basis"]
     assert set(basis["plan_stage_s"]) >= {"pipeline", "single"}
-    # the whole model on the peak-single element costs what that baseline ran, not the profile
-    peak = next(r for r in mb.rows if r["name"].startswith("peak single"))
-    element = peak["name"].split("(", 1)[1].rstrip(")")
-    assert basis["whole_model_in_problem_s"][element] == pytest.approx(1 / peak["throughput"])
     # the bench's profile leaves the busy-copies run out: its parallel baseline measures that
     from hetflow.profile.profile import Profile
 

@@ -118,15 +118,9 @@ def test_the_bench_puts_its_single_baselines_into_the_curve():
     apply_single_baselines(p, singles, {"gpu0": 8}, [NS(throughput=250.0),
                                                      NS(throughput=2.0 / t1)], said.append)
     assert p.lane_alone_runs == {"gpu0": {8: pytest.approx(8 / 2.0)}}
-    assert len(said) == 2 and "gpu0 alone at 8 lanes" in said[1]
-    # a CPU element's whole model costs what its baseline ran at, and a plan of it predicts that
-    assert p.actor_time(layers, "cpu0") == pytest.approx(1 / 250.0)
-    whole_on_cpu = Mapping({l: "cpu0" for l in layers})
-    assert evaluate(p, whole_on_cpu).throughput == pytest.approx(250.0, rel=1e-6)
-    # a GPU at one lane keeps the lane table's time; no baseline ran: nothing replaced
+    assert len(said) == 1 and "gpu0 alone at 8 lanes" in said[0]
+    # one lane, or no lane curve: nothing to replace
     q = laned_problem()
-    before = q.actor_time(layers, "gpu0")
-    apply_single_baselines(q, singles, {"gpu0": 1}, [NS(throughput=0.0), NS(throughput=9.0)],
+    apply_single_baselines(q, singles, {"gpu0": 1}, [NS(throughput=250.0), NS(throughput=9.0)],
                            said.append)
-    assert q.lane_alone_runs == {} and len(said) == 2
-    assert q.actor_time(layers, "gpu0") == before
+    assert q.lane_alone_runs == {} and len(said) == 1
