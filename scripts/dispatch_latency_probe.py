@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 
 from hetflow.mapping.plan import Plan
-from hetflow.mapping.problem import Problem, build_app, evaluate
+from hetflow.mapping.problem import Problem, build_app, evaluate, saturated_latency
 from hetflow.mapping.strategies.single import weighted_group
 from hetflow.model.synthetic import random_cnn_graph
 from hetflow.platform.spec import ProcessingElement
@@ -79,5 +79,6 @@ report = run_prepared(PreparedPlan(plan, graph, runners, more), random_source(gr
 report = report if hasattr(report, "latency") else report[0]
 print(json.dumps({"tg_s": TG, "tc_s": TC, "lanes": K, "cpu_members": NCPU, "dispatch": MODE,
                   "frames": FRAMES, "predicted_fps": metrics.throughput,
-                  "predicted_latency_s": metrics.latency, "measured_fps": report.throughput,
+                  "predicted_latency_s": metrics.latency,
+                  "predicted_latency_saturated_s": saturated_latency(problem, mapping), "measured_fps": report.throughput,
                   "p50_s": report.latency["p50"], "p99_s": report.latency["p99"]}))

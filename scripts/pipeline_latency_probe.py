@@ -1,8 +1,9 @@
 """The analysis' latency of a two-stage pipeline against the engine's, with exact firing times:
 stage 1 on cpu0 (T0 seconds a frame), stage 2 on cpu1 (T1), FIFOs of CAP frames, run by the
-real engine with runners that sleep those times. The analysis clocks the source at the period;
-the engine feeds frames as fast as the FIFOs take them, so where a later stage is the slowest,
-frames wait in front of it and the measured latency grows with the FIFOs.
+real engine with runners that sleep those times. The analysis' latency clocks the source at the
+period; the engine feeds frames as fast as the FIFOs take them, so where a later stage is the
+slowest, frames wait in front of it and the measured latency grows with the FIFOs, which
+`saturated_latency` (the sources not clocked) predicts.
 Usage: python scripts/pipeline_latency_probe.py T0 T1 CAP FRAMES"""
 import json
 import sys
@@ -12,7 +13,7 @@ import numpy as np
 
 from hetflow.mapping.mapping import Mapping
 from hetflow.mapping.plan import Plan
-from hetflow.mapping.problem import Problem, build_app, evaluate
+from hetflow.mapping.problem import Problem, build_app, evaluate, saturated_latency
 from hetflow.model.synthetic import random_cnn_graph
 from hetflow.platform.spec import ProcessingElement
 from hetflow.runtime.engine import PreparedPlan, run_prepared
@@ -52,5 +53,6 @@ report = run_prepared(PreparedPlan(plan, graph, runners, {}), random_source(grap
 report = report if hasattr(report, "latency") else report[0]
 print(json.dumps({"t0_s": T0, "t1_s": T1, "capacity_frames": CAP, "frames": FRAMES,
                   "predicted_fps": metrics.throughput, "predicted_latency_s": metrics.latency,
+                  "predicted_latency_saturated_s": saturated_latency(problem, mapping),
                   "measured_fps": report.throughput, "p50_s": report.latency["p50"],
                   "p99_s": report.latency["p99"]}))

@@ -450,6 +450,8 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
             rows[-1]["run_of"] = same[0]  # the plan kind whose run these figures are
         rows[-1]["pilots"] = tried
         rows[-1]["predicted_latency"] = a_priori["latency"]
+        # the bench feeds frames as fast as a plan takes them: the latency its run should show
+        rows[-1]["predicted_latency_saturated"] = a_priori.get("latency_saturated")
         if refine:  # after timing this plan's own stages: not a prediction
             rows[-1]["refined_throughput"] = plan.predicted["throughput"]
             rows[-1]["refined_latency"] = plan.predicted["latency"]

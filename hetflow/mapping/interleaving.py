@@ -90,6 +90,23 @@ def extra_windows(mapping: Mapping, app: CsdfApp) -> dict[str, int]:
     return out
 
 
+def channel_windows(mapping: Mapping, app: CsdfApp, capacity_frames: int) -> dict[str, int]:
+    """Frames the engine lets a channel hold ahead of its consumer: `capacity_frames` per
+    pattern slot or worker (lane, member) of the wider end. While a slow member works on one
+    frame the fast ones complete the rest of a pattern period, and outputs leave in order, so a
+    smaller window would stall the fast members behind the slow one. A channel out of a
+    frame-interleaved actor holds, on top, the rounds its producer runs ahead of its consumer
+    (`extra_windows`)."""
+    cap = max(1, capacity_frames)
+
+    def width(a: str) -> int:
+        return max(len(mapping.pattern(a)), sum(mapping.lanes_of(e) for e in group_members(a)))
+
+    extra = extra_windows(mapping, app)
+    return {c.name: cap * max(width(c.src), width(c.dst)) + extra.get(c.name, 0)
+            for c in app.channels}
+
+
 def frames_ahead(mapping: Mapping) -> int:
     """How many frames after a frame's first firing its last may come (0: frame by frame)."""
     rounds = max((o[0] for o in mapping.interleave.values() if o), default=0)

@@ -7,7 +7,7 @@ import numpy as np
 
 from .mapping import Mapping, group_members
 from .plan import Plan
-from .problem import Metrics, Problem, build_app
+from .problem import Metrics, Problem, build_app, saturated_latency
 from .strategies.base import SearchResult, check_options, get_strategy
 
 
@@ -31,8 +31,10 @@ def make_plan(problem: Problem, mapping: Mapping, metrics: Metrics, strategy: st
     g = problem.graph
     app = build_app(problem, mapping)
     elements = {e: problem.element(e) for a in app.phases for e in group_members(a)}
+    # what a run fed as fast as it goes will see, beside the latency of a paced stream
+    predicted = {**metrics.to_dict(), "latency_saturated": saturated_latency(problem, mapping)}
     return Plan(g.name, g.model_hash, g.source, platform_name, mapping, app, elements,
-                problem.capacity_frames, metrics.to_dict(), strategy, search or {}, fuse,
+                problem.capacity_frames, predicted, strategy, search or {}, fuse,
                 splits=list(splits or []))
 
 

@@ -322,22 +322,11 @@ def lanes_of(mapping, actor: str) -> int:
 
 
 def channel_windows(plan) -> dict[str, int]:
-    """Frames a channel may hold ahead of its consumer: `capacity_frames` per pattern slot or
-    worker of the wider end. While a slow member works on one frame the fast ones complete the
-    rest of a pattern period, and outputs leave in order, so a smaller window would stall the
-    fast members behind the slow one. A channel out of a frame-interleaved actor holds, on top,
-    the rounds its producer runs ahead of its consumer (`extra_windows`)."""
-    from hetflow.mapping.interleaving import extra_windows
+    """Frames each channel of `plan` may hold ahead of its consumer
+    (`mapping.interleaving.channel_windows`, which the analysis of a saturated run reads too)."""
+    from hetflow.mapping.interleaving import channel_windows as windows
 
-    cap = max(1, plan.capacity_frames)
-    m = plan.mapping
-
-    def width(a: str) -> int:
-        return max(len(m.pattern(a)), lanes_of(m, a))
-
-    extra = extra_windows(m, plan.app)  # interleaved producers run rounds ahead
-    return {c.name: cap * max(width(c.src), width(c.dst)) + extra.get(c.name, 0)
-            for c in plan.app.channels}
+    return windows(plan.mapping, plan.app, plan.capacity_frames)
 
 
 def frames_in_flight(plan) -> int:

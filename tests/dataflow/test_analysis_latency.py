@@ -243,3 +243,47 @@ def test_isolated_latency_is_latencys_own(g):
     except (DeadlockError, InputError):
         return
     assert isolated_latency(g) == pytest.approx(want)
+
+
+# ---- fed as fast as it goes (sources not clocked) ----------------------------------------------
+def test_saturated_latency_waits_in_front_of_the_slowest_stage():
+    # a (1 s) -> b (2 s), FIFO of c frames: a runs ahead until b has not started frame f - c,
+    # so frame f starts 2c s before b takes it: 2c + 2 (the clocked latency stays 3)
+    from hetflow.dataflow.analysis import saturated_latency
+
+    for c in (1, 2, 4):
+        assert saturated_latency(chain([1.0, 2.0], capacity=c)) == 2 * c + 2
+        assert latency(chain([1.0, 2.0], capacity=c)).steady == 3.0
+    # the slowest stage first: nothing waits
+    assert saturated_latency(chain([2.0, 1.0], capacity=2)) == 3.0
+    # nothing holds the source back: the backlog grows without bound
+    assert math.isinf(saturated_latency(chain([1.0, 2.0])))
+
+
+def chain_oracle(times: list[float], capacity: int, transfer: float, frames: int = 120) -> float:
+    """An independent oracle for a chain with FIFOs of `capacity` frames (a producer starts frame
+    f once its consumer has started frame f - capacity) and one firing at a time per actor,
+    every firing as early as it may: the largest latency over the second half of the frames."""
+    n = len(times)
+    start = [[0.0] * frames for _ in range(n)]
+    end = [[0.0] * frames for _ in range(n)]
+    for f in range(frames):
+        for i in range(n):
+            t = end[i][f - 1] if f else 0.0
+            if i:
+                t = max(t, end[i - 1][f] + transfer)
+            if i < n - 1 and f >= capacity:
+                t = max(t, start[i + 1][f - capacity])
+            start[i][f], end[i][f] = t, t + times[i]
+    return max(end[-1][f] - start[0][f] for f in range(frames // 2, frames))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 5), min_size=2, max_size=4), st.integers(1, 3),
+       st.integers(0, 2))
+def test_saturated_latency_of_a_chain_matches_a_simulation(times, capacity, transfer):
+    from hetflow.dataflow.analysis import saturated_latency
+
+    g = chain([float(t) for t in times], capacity=capacity, transfer=float(transfer))
+    assert saturated_latency(g) == pytest.approx(
+        chain_oracle([float(t) for t in times], capacity, float(transfer)))

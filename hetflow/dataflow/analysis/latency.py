@@ -91,6 +91,27 @@ def latency(g: CsdfGraph, period: float | None = None,
                          float(rate), sources)
 
 
+def saturated_latency(g: CsdfGraph, max_iterations: int = MAX_ITERATIONS,
+                      orders: FiringOrders | None = None) -> float:
+    """Steady latency of `g` fed as fast as it takes frames: every actor fires as soon as its
+    inputs and FIFO space allow (self-timed, nothing clocked), as a throughput run drives it.
+    In its periodic regime, the largest over iterations of (end of the iteration's last firing)
+    - (start of its first firing of a source). Where a stage after the first is the slowest,
+    every frame waits in front of it as long as the FIFOs before it let the sources run ahead,
+    which `latency` (sources clocked at the period) does not count; math.inf where nothing
+    holds the sources back."""
+    check_liveness(g)
+    h = expand(g, orders=orders)
+    own, _ = critical_cycle(h)
+    clocked, first_of_source = _clocked(g, h, _sources(g))
+    if not _held_back(h, first_of_source, own):
+        return math.inf
+    scale = common_scale(h.time_values())
+    run = _Recursion(h, zero_token_order(h), clocked, first_of_source, scale, 0)
+    run.step()
+    return run.steady(max_iterations, g.name, free=True) / scale
+
+
 def isolated_latency(g: CsdfGraph) -> float:
     """Seconds from the first firing's start to the last firing's end of one iteration of `g`
     run alone (`latency(g).isolated`, without the steady regime)."""
@@ -201,7 +222,10 @@ class _Recursion:
         end = max(s + t for s, t in zip(z, self.time))
         return end - min(z[v] for v in self.first_of_source)
 
-    def steady(self, max_iterations: int, name: str) -> int:
+    def steady(self, max_iterations: int, name: str, free: bool = False) -> int:
+        """The largest iteration latency of the periodic regime: the recursion runs until its
+        state repeats up to a shift (`free`: any shift, the sources not clocked; else the
+        clock's (iterations) * rate)."""
         seen: dict[tuple, int] = {}
         latencies = [self.iteration_latency()]
         while self.k < max_iterations:
@@ -210,8 +234,12 @@ class _Recursion:
             if self.k < self.depth:
                 continue
             k = self.k - 1
-            key = tuple(s - (k - j) * self.rate
-                        for j, x in enumerate(reversed(self.history)) for s in x)
+            if free:
+                base = min(s for x in self.history for s in x)
+                key = tuple(s - base for x in self.history for s in x)
+            else:
+                key = tuple(s - (k - j) * self.rate
+                            for j, x in enumerate(reversed(self.history)) for s in x)
             if key in seen:
                 return max(x for x in latencies[seen[key]:k] if x is not None)
             seen[key] = k
