@@ -80,5 +80,6 @@ report = report if hasattr(report, "latency") else report[0]
 print(json.dumps({"tg_s": TG, "tc_s": TC, "lanes": K, "cpu_members": NCPU, "dispatch": MODE,
                   "frames": FRAMES, "predicted_fps": metrics.throughput,
                   "predicted_latency_s": metrics.latency,
-                  "predicted_latency_saturated_s": saturated_latency(problem, mapping), "measured_fps": report.throughput,
+                  "predicted_latency_saturated_s": saturated_latency(problem, mapping),
+                  "measured_fps": report.throughput,
                   "p50_s": report.latency["p50"], "p99_s": report.latency["p99"]}))

@@ -461,7 +461,10 @@ def model_section(report_dir: Path, mb: dict, strategies: list[str]) -> str:
     runs = find_plan_runs(report_dir, name, rows, strategies)
     colors = actor_colors(runs)
     measured = [r for r in rows if not r.get("infeasible")]
-    predicted_latency = {r.row["name"]: r.row.get("predicted_latency") or r.plan.predicted.get("latency")
+    # a run is fed as fast as the plan takes frames: the latency predicted for that, where known
+    predicted_latency = {r.row["name"]: r.row.get("predicted_latency_saturated")
+                         or r.plan.predicted.get("latency_saturated")
+                         or r.row.get("predicted_latency") or r.plan.predicted.get("latency")
                          or 0.0 for r in runs if r.row is not None and r.plan is not None}
     notes = mb.get("notes", {})
     facts = [f"{notes['layers']} layers" if "layers" in notes else None,
@@ -475,7 +478,8 @@ def model_section(report_dir: Path, mb: dict, strategies: list[str]) -> str:
         out.append(_figure(performance_figure(measured, predicted_latency),
                            f"{name}: throughput and latency",
                            "Measured runs (solid) and the plans' predictions (hatched) for the "
-                           "same plan. Latency: p50 solid, p99 light."))
+                           "same plan. Latency: p50 solid, p99 light; predicted for frames fed "
+                           "as fast as the plan takes them, as the run fed them."))
     for run in runs:
         out.append(f"<h3>plan <code>{html.escape(run.strategy)}</code></h3>")
         if run.row is not None and run.row.get("pilots"):
