@@ -66,7 +66,8 @@ def print_plan(plan, title: str = "plan") -> None:
     sat = p.get("latency_saturated")
     console.print(f"predicted: {p['throughput']:.1f} frames/s, latency {p['latency'] * 1e3:.2f} ms "
                   f"(alone {p['latency_isolated'] * 1e3:.2f} ms"
-                  + (f", fed as fast as it goes {sat * 1e3:.2f} ms" if sat is not None else "")
+                  + (f", fed as fast as it goes {sat * 1e3:.2f} ms" if sat is not None and sat == sat
+                     else "")
                   + ")"
                   + (f", {p['energy_per_frame']:.3f} J/frame" if p.get("energy_per_frame") else "")
                   + f"; search {plan.search.get('seconds', 0):.2f} s")

@@ -100,7 +100,7 @@ def channel_windows(mapping: Mapping, app: CsdfApp, capacity_frames: int) -> dic
     cap = max(1, capacity_frames)
 
     def width(a: str) -> int:
-        return max(len(mapping.pattern(a)), sum(mapping.lanes_of(e) for e in group_members(a)))
+        return max(len(mapping.pattern(a)), mapping.workers(a))
 
     extra = extra_windows(mapping, app)
     return {c.name: cap * max(width(c.src), width(c.dst)) + extra.get(c.name, 0)

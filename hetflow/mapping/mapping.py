@@ -56,6 +56,10 @@ class Mapping:
     def lanes_of(self, element: str) -> int:
         return self.lanes.get(element, 1)
 
+    def workers(self, actor: str) -> int:
+        """Frames `actor` works on at once: its members' lanes (a CPU member has one)."""
+        return sum(self.lanes_of(e) for e in group_members(actor))
+
     def pattern(self, actor: str) -> list[int]:
         """Member index per frame, cyclically; round-robin unless a pattern was given."""
         return self.dispatch.get(actor) or list(range(len(group_members(actor))))

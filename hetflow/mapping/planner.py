@@ -32,7 +32,8 @@ def make_plan(problem: Problem, mapping: Mapping, metrics: Metrics, strategy: st
     app = build_app(problem, mapping)
     elements = {e: problem.element(e) for a in app.phases for e in group_members(a)}
     # what a run fed as fast as it goes will see, beside the latency of a paced stream
-    predicted = {**metrics.to_dict(), "latency_saturated": saturated_latency(problem, mapping)}
+    saturated = saturated_latency(problem, mapping, app)
+    predicted = {**metrics.to_dict(), "latency_saturated": saturated}
     return Plan(g.name, g.model_hash, g.source, platform_name, mapping, app, elements,
                 problem.capacity_frames, predicted, strategy, search or {}, fuse,
                 splits=list(splits or []))

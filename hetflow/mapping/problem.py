@@ -297,20 +297,21 @@ def _is_uniform(problem: Problem, mapping: Mapping, actor: str) -> bool:
     return len(keys) == 1 and mapping.pattern(actor) == list(range(len(members)))
 
 
-def saturated_latency(problem: Problem, mapping: Mapping) -> float:
+def saturated_latency(problem: Problem, mapping: Mapping, app: CsdfApp | None = None) -> float:
     """Seconds a frame takes in a run fed as fast as the plan takes frames (a throughput run,
     the bench's): the latency graph with the engine's own channel windows, each one frame
     larger (a producer computes its next frame before it waits for room to hand it on), its
     sources not clocked (`dataflow.analysis.saturated_latency`). Above `evaluate`'s latency
     where a stage after the first is the slowest: every frame waits in front of it. NaN where
-    the analysis finds no periodic regime in its iteration limit."""
+    the analysis finds no periodic regime in its iteration limit. `app`: the mapping's, if
+    built already."""
     from hetflow.dataflow.analysis import StateSpaceLimitError
     from hetflow.dataflow.analysis import saturated_latency as analysed
     from hetflow.dataflow.analysis.orders import unfolded
 
     from .interleaving import channel_windows, firing_orders
 
-    app = build_app(problem, mapping)
+    app = app or build_app(problem, mapping)
     windows = channel_windows(mapping, app, problem.capacity_frames)
     g = timed_graph(problem, app, mapping, for_latency=True,
                     capacities={c: w + 1 for c, w in windows.items()})
@@ -400,10 +401,10 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
         return 1
 
     conc = {a: concurrency(a) for a in app.phases}
-    cap = problem.capacity_frames if capacity_frames is None else capacity_frames
-    extra = extra_windows(mapping, app)  # interleaved producers run rounds ahead
     if capacities is not None:
         return app.to_graph(phase_time, transfer, capacities, conc)
+    cap = problem.capacity_frames if capacity_frames is None else capacity_frames
+    extra = extra_windows(mapping, app)  # interleaved producers run rounds ahead
     if not for_latency:
         # a weighted group's FIFOs hold a pattern period of frames, a laned actor's FIFOs a
         # window per lane (see the runtime)

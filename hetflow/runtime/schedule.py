@@ -25,7 +25,6 @@ import numpy as np
 
 from hetflow.dataflow.csdf import AppChannel, CsdfApp
 from hetflow.errors import InputError
-from hetflow.mapping.mapping import group_members
 
 
 @dataclass(frozen=True)
@@ -317,10 +316,6 @@ class InOrder:
 
 
 # ---- how far frames may run ahead --------------------------------------------------------------
-def lanes_of(mapping, actor: str) -> int:
-    return sum(mapping.lanes_of(e) for e in group_members(actor))
-
-
 def channel_windows(plan) -> dict[str, int]:
     """Frames each channel of `plan` may hold ahead of its consumer
     (`mapping.interleaving.channel_windows`, which the analysis of a saturated run reads too)."""
@@ -332,6 +327,6 @@ def channel_windows(plan) -> dict[str, int]:
 def frames_in_flight(plan) -> int:
     """One global bound (the Ray driver's): one frame per worker, all busy, plus
     `capacity_frames` dispatch periods of slack that hide the driver's round trip."""
-    workers = sum(lanes_of(plan.mapping, a) for a in plan.app.phases)
+    workers = sum(plan.mapping.workers(a) for a in plan.app.phases)
     period = max(len(plan.mapping.pattern(a)) for a in plan.app.phases)
     return workers + max(1, plan.capacity_frames) * period
