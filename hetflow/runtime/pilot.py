@@ -7,6 +7,7 @@ the best few designs by prediction for a moment each and keep the one that measu
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -41,8 +42,8 @@ def choose_by_pilot(candidates: list[tuple[Plan, Any]], graph: CnnGraph | None,
     """Run each candidate for about `seconds` (once per mapping: `pilots` caches the runs by
     mapping key) and return (plan, its search result, what was tried): the highest measured
     throughput wins, among those whose measured p99 keeps `latency_cap` if any does (else the
-    lowest p99; `_pick`); with a `rate_floor` too, the lowest p99 among those that also ran at
-    least that many frames/s. Without a cap, the `incumbent` design (the parallel copies') keeps
+    lowest p99; `_pick`); with a `rate_floor` too, the one most likely to keep both in its
+    full run (each pilot's chance is kept as `keep_chance`). Without a cap, the `incumbent` design (the parallel copies') keeps
     its place unless another pilot beats it by more than the pilots' noise. A design that fails
     its pilot is listed with its error; the others still compete. Report the winner from a
     fresh run, not from its pilot: the best of several noisy samples is biased high. One
@@ -83,6 +84,11 @@ def choose_by_pilot(candidates: list[tuple[Plan, Any]], graph: CnnGraph | None,
     layouts = [replace(plan.mapping, lanes={}).key() for plan, _ in candidates]
     pick = _pick(tried, ran, latency_cap, held, rate_floor, layouts)
     tried[pick]["chosen"] = True
+    if rate_floor is not None and latency_cap is not None:
+        for i in ran:
+            tried[i]["keep_chance"] = round(keep_chance(
+                tried[i]["pilot_throughput"], tried[i]["pilot_latency_p99"], rate_floor,
+                latency_cap)[0], 3)
     return (*candidates[pick], tried)
 
 
@@ -99,17 +105,30 @@ SAME_RATE = 0.95  # pilot rates this close are not told apart by a pilot
 # challenger must beat it by more than that noise.
 CHALLENGE = 1.05
 # Under a cap and a rate floor (the bench's balanced plan: at least 0.9x the parallel copies'
-# rate at no more than half their p99), the fastest pilot under the cap was, in runs 51-53 on
-# the H100 machine, most often a design with CPU-group members whose full run then went over
-# the cap (emotion_ferplus: piloted 10,648 frames/s at 8.3 ms, ran at 15.7 ms against an 11.4
-# ms cap), where a GPU-only design above the floor piloted at 1.9 ms. The lowest p99 among the
-# pilots above the floor keeps both, with room; above FLOOR_ROOM times the floor first, as a
-# pilot's rate is no closer than that to its full run's.
-FLOOR_ROOM = 1.05
-# ... and pilots whose p99s are this close are not told apart by a pilot: of those, the fastest
-# (tiny_yolo_v2, run 65: a GPU/CPU pipeline piloted at 7.4 ms and 2,362 frames/s, the GPU alone
-# at 7.9 ms and 2,801; the pipeline then ran its full run at 1,835, below the floor)
-SAME_P99 = 1.25
+# rate at no more than half their p99) a pilot is one noisy sample of both. How far a pilot's
+# reading moved to its design's full run seconds later on the GPU machine, log(full / pilot)
+# over the 400 plans of runs 20-90 (`python scripts/pilot_spread.py 20 90`,
+# docs/results/lanes_h100): throughput mean -0.016, spread (sd) 0.083; p99 mean +0.097, spread
+# 0.425; runs 20-69 and 70-90 alone agree (-0.011 / 0.078, +0.085 / 0.426 and -0.030 / 0.095,
+# +0.131 / 0.423). A p99 moves five times as far as a rate: a pilot at 0.99 of the cap and 1.07
+# of the floor (googlenet, run 88: its run then read 1.06x the cap) is a worse bet than one at
+# 0.59 of the cap and 1.05 of the floor.
+RATE_DRIFT, RATE_SPREAD = -0.016, 0.083
+P99_DRIFT, P99_SPREAD = 0.097, 0.425
+
+
+def keep_chance(rate: float, p99: float, floor: float, cap: float) -> tuple[float, float]:
+    """The chance that a design piloted at `rate` frames/s and `p99` s keeps both `floor` and
+    `cap` in its full run, its reading moving as pilots' readings moved (log-normal, the two
+    independent); and the smaller of its two margins in spreads, which still orders designs
+    whose chance is nil."""
+    z_rate = (math.log(rate / floor) + RATE_DRIFT) / RATE_SPREAD if rate > 0 else -math.inf
+    z_p99 = (math.log(cap / p99) - P99_DRIFT) / P99_SPREAD if p99 > 0 else math.inf
+    return _normal_cdf(z_rate) * _normal_cdf(z_p99), min(z_rate, z_p99)
+
+
+def _normal_cdf(z: float) -> float:
+    return 0.5 * math.erfc(-z / math.sqrt(2.0))
 
 
 # A design on fewer cores that piloted this close to the chosen one takes its place: it frees
@@ -136,16 +155,10 @@ def _pick(tried: list[dict], ran: list[int], latency_cap: float | None,
     `CHALLENGE`; then a design on fewer cores piloted within FEWER_CORES_RATE of that choice
     takes its place.
     Under a cap: the highest throughput within it (preferring one with room under it at nearly
-    the same rate), else the lowest p99. With a `rate_floor` too, the first tier that has
-    pilots: those within the cap that ran above FLOOR_ROOM times the floor, then those within
-    the cap above the floor. Of that tier, the fastest of the pilots within SAME_P99 of its
-    lowest p99; then the same design (`layouts`: mappings alike but for their lanes) at fewer
-    lanes where it piloted with room under the cap (`_leaner`). Where no pilot kept both, the
-    one that missed them by the least: the smallest of max(floor / rate, p99 / cap) (a p99 just
-    over the cap beats a design at half the rate that kept it: squeezenet1_0's GPU at 16 lanes
-    against a GPU/CPU pipeline piloted at 0.48x the parallel copies, run 57; a rate 1% below the
-    floor at 0.4x the cap beats one 4% above it at 1.6x the cap: googlenet's GPU at 24 lanes
-    against CPU groups beside it, run 76)."""
+    the same rate), else the lowest p99. With a `rate_floor` too: the pilot most likely to keep
+    both in its full run (`keep_chance`); where it kept both in its pilot, the same design
+    (`layouts`: mappings alike but for their lanes) at fewer lanes that kept both too, with
+    room under the cap, takes its place (`_leaner`)."""
     def rate(i: int) -> float:
         return tried[i]["pilot_throughput"]
 
@@ -162,14 +175,9 @@ def _pick(tried: list[dict], ran: list[int], latency_cap: float | None,
         return min(fewer, key=lambda i: (tried[i]["cores"], -rate(i))) if fewer else best
     ok = [i for i in ran if p99(i) <= latency_cap]
     if rate_floor is not None:
-        for floor in (FLOOR_ROOM * rate_floor, rate_floor):
-            above = [i for i in ok if rate(i) >= floor]
-            if above:
-                low = min(p99(i) for i in above)
-                near = [i for i in above if p99(i) <= SAME_P99 * low]
-                return _leaner(tried, above, max(near, key=rate), latency_cap, layouts)
-        return min(ran, key=lambda i: (max(rate_floor / rate(i), p99(i) / latency_cap),
-                                       p99(i)))
+        pick = max(ran, key=lambda i: keep_chance(rate(i), p99(i), rate_floor, latency_cap))
+        kept = [i for i in ok if rate(i) >= rate_floor]
+        return _leaner(tried, kept, pick, latency_cap, layouts) if pick in kept else pick
     if not ok:
         return min(ran, key=p99)
     best = max(ok, key=rate)
@@ -200,7 +208,9 @@ def pilot_summary(tried: list[dict]) -> str:
     """One line: the design chosen by its pilot run, and the others tried."""
     def one(p: dict) -> str:
         got = (f"error: {p['pilot_error']}" if "pilot_error" in p else
-               f"{p['pilot_throughput']:.1f} fps, p99 {p['pilot_latency_p99'] * 1e3:.1f} ms")
+               f"{p['pilot_throughput']:.1f} fps, p99 {p['pilot_latency_p99'] * 1e3:.1f} ms"
+               + (f", chance to keep floor and cap {p['keep_chance']:.2f}"
+                  if "keep_chance" in p else ""))
         return (f"{p.get('design') or ' + '.join(p['stages'])} "
                 f"(predicted {p['predicted_throughput']:.1f} fps, "
                 f"pilot {got})")
