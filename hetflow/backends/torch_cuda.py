@@ -228,6 +228,69 @@ def _freeze_constant_slices(module):
     return _recompiled(module) if changed else module
 
 
+@functools.cache
+def _static_shape_classes():
+    import torch
+
+    class StaticReshape(torch.nn.Module):
+        """A Reshape whose target shape was a constant, held as Python ints (0: the input's
+        own size on that axis, as ONNX's allowzero=0 says)."""
+
+        def __init__(self, shape: list):
+            super().__init__()
+            self.shape = [int(d) for d in shape]
+
+        def forward(self, x):
+            return torch.reshape(x, [x.shape[i] if d == 0 else d
+                                     for i, d in enumerate(self.shape)])
+
+    class StaticSelect(torch.nn.Module):
+        """A Gather of one constant scalar index: that index taken on the axis, which goes."""
+
+        def __init__(self, axis: int, index: int):
+            super().__init__()
+            self.axis, self.index = axis, index
+
+        def forward(self, x):
+            return torch.select(x, self.axis, self.index)
+
+    return StaticReshape, StaticSelect
+
+
+def _freeze_constant_shapes(module):
+    """onnx2torch's Reshape reads its target shape, its Squeeze (opset >= 13) its axes and its
+    Gather a scalar index on the host on every run (a device-to-host sync: no CUDA graph;
+    ShuffleNet's channel shuffle and ViT's attention have all three). Where that input is an
+    initializer, swap in a module holding it as Python values. A Gather of an index tensor
+    indexes on the device and stays."""
+    from onnx2torch.node_converters.gather import OnnxGather
+    from onnx2torch.node_converters.reshape import OnnxReshape
+    from onnx2torch.node_converters.squeeze import OnnxSqueezeDynamicAxes, OnnxSqueezeStaticAxes
+
+    reshape, select = _static_shape_classes()
+    changed = False
+    for node in list(module.graph.nodes):
+        sub = module.get_submodule(node.target) if node.op == "call_module" else None
+        if not isinstance(sub, (OnnxReshape, OnnxSqueezeDynamicAxes, OnnxGather)):
+            continue
+        arg = node.args[1] if len(node.args) > 1 else next(iter(node.kwargs.values()), None)
+        if getattr(arg, "op", None) != "get_attr":
+            continue
+        value = functools.reduce(getattr, arg.target.split("."), module).detach().cpu()
+        if isinstance(sub, OnnxReshape):
+            frozen = reshape(value.tolist())
+        elif isinstance(sub, OnnxSqueezeDynamicAxes):
+            frozen = OnnxSqueezeStaticAxes([int(a) for a in value.reshape(-1).tolist()] or None)
+        elif value.dim() == 0:
+            frozen = select(sub._axis, int(value))
+        else:
+            continue
+        module.add_submodule(node.target, frozen)
+        node.args, node.kwargs = node.args[:1], {}
+        changed = True
+    return _recompiled(module) if changed else module
+
+
 def _recompiled(module):
     """`module` after its graph was rewritten: dead nodes and unused submodules dropped."""
     module.graph.eliminate_dead_code()
@@ -310,7 +373,8 @@ def to_torch_module(model: onnx.ModelProto, name: str = "sub-network"):
         node, op, reason = failed
         raise BackendError(f"{NAME}: onnx2torch cannot convert node {node!r} ({op}) of {name}: "
                            f"{reason}") from None
-    return _freeze_constant_slices(_freeze_constant_pads(module)).eval()
+    return _freeze_constant_shapes(_freeze_constant_slices(_freeze_constant_pads(module))
+                                   ).eval()
 
 
 # ---- the runner --------------------------------------------------------------------------

@@ -328,6 +328,39 @@ def test_constant_slices_are_frozen_for_capture(starts, ends, axes, steps):
 
 
 @needs_onnx2torch
+def test_constant_shapes_axes_and_scalar_indices_are_frozen_for_capture():
+    """ShuffleNet's channel shuffle and ViT's attention: a Reshape of a constant shape (with 0
+    and -1), a Squeeze of constant axes (opset 13) and Gathers of a constant scalar index and
+    of an index tensor. onnx2torch reads the first three on the host each run (no CUDA graph)
+    unless frozen; frozen, the module computes what ONNX Runtime does."""
+    import torch
+    from onnx2torch.node_converters.gather import OnnxGather
+    from onnx2torch.node_converters.reshape import OnnxReshape
+    from onnx2torch.node_converters.squeeze import OnnxSqueezeDynamicAxes
+
+    from hetflow.backends.torch_cuda import to_torch_module
+
+    consts = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in
+              (("shape", [0, 2, 2, -1]), ("axes", [1]), ("i", -1), ("idx", [2, 0]))]
+    model = make_model(
+        [helper.make_node("Reshape", ["x", "shape"], ["r"], name="shuffle"),  # 1x4x3x2 -> 1x2x2x6
+         helper.make_node("Gather", ["r", "i"], ["g"], name="pick", axis=2),  # -> 1x2x6
+         helper.make_node("Unsqueeze", ["g", "axes"], ["u"], name="unsq"),    # -> 1x1x2x6
+         helper.make_node("Squeeze", ["u", "axes"], ["q"], name="sq"),        # -> 1x2x6
+         helper.make_node("Gather", ["q", "idx"], ["y"], name="take", axis=2)],  # -> 1x2x2
+        [("x", [1, 4, 3, 2])], [("y", [1, 2, 2])], consts)
+    module = to_torch_module(model)
+    names = {type(m).__name__ for m in module.modules()}
+    assert {"StaticReshape", "StaticSelect", "OnnxSqueezeStaticAxes"} <= names
+    assert not any(isinstance(m, (OnnxReshape, OnnxSqueezeDynamicAxes)) for m in module.modules())
+    assert sum(isinstance(m, OnnxGather) for m in module.modules()) == 1  # the index tensor's
+    x = np.random.default_rng(0).standard_normal((1, 4, 3, 2), dtype=np.float32)
+    with torch.inference_mode():
+        got = module(torch.from_numpy(x)).numpy()
+    np.testing.assert_array_equal(got, ort_reference(whole(model), {"x": x})["y"])
+
+
+@needs_onnx2torch
 def test_a_row_split_layer_converts_and_equals_the_unsplit_one():
     import torch
 
