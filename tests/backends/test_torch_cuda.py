@@ -528,10 +528,12 @@ def test_a_row_split_layer_is_captured_and_equals_the_unsplit_one():
 
 @needs_cuda
 def test_uncapturable_forward_falls_back_to_eager():
-    """onnx2torch's Reshape reads its shape tensor on the host: no capture, eager still right."""
-    shape = numpy_helper.from_array(np.array([1, 16], dtype=np.int64), "shape")
-    model = make_model([helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")],
-                       [("x", [1, 4, 2, 2])], [("y", [1, 16])], [shape])
+    """onnx2torch's Reshape reads a shape that a node computes (here a Constant node, which
+    the conversion does not freeze) on the host: no capture, eager still right."""
+    shape = numpy_helper.from_array(np.array([1, 16], dtype=np.int64), "value")
+    model = make_model([helper.make_node("Constant", [], ["shape"], name="c", value=shape),
+                        helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")],
+                       [("x", [1, 4, 2, 2])], [("y", [1, 16])])
     x = np.arange(16, dtype=np.float32).reshape(1, 4, 2, 2)
     with pytest.warns(RuntimeWarning, match="cannot be captured as a CUDA graph"):
         runner = get_backend("gpu").prepare(whole(model), GPU)
