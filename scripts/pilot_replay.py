@@ -6,13 +6,12 @@ Usage: python scripts/pilot_replay.py FIRST_RUN LAST_RUN [docs/results/lanes_h10
 """
 from __future__ import annotations
 
-import glob
 import json
-import re
 import sys
 
 from hetflow.bench.core import BenchSettings
 from hetflow.runtime.pilot import _pick
+from pilot_spread import archived_models
 
 
 def outcome(full: dict, design: str, floor: float, cap: float) -> str:
@@ -25,33 +24,26 @@ def outcome(full: dict, design: str, floor: float, cap: float) -> str:
 def main(first: int, last: int, folder: str = "docs/results/lanes_h100") -> None:
     s = BenchSettings()
     counts = {"same": 0, "changed": 0}
-    for path in sorted(glob.glob(f"{folder}/run*/bench.json"),
-                       key=lambda p: int(re.search(r"run(\d+)", p).group(1))):
-        run = int(re.search(r"run(\d+)", path).group(1))
-        if not first <= run <= last:
+    for run, model in archived_models(first, last, folder):
+        rows = {r["name"]: r for r in model["rows"]}
+        par = next((r for n, r in rows.items() if n.startswith("parallel copies")), None)
+        bal = rows.get("hetflow balanced") or {}
+        tried = bal.get("pilots") or []
+        ran = [i for i, t in enumerate(tried) if "pilot_throughput" in t]
+        recorded = [i for i, t in enumerate(tried) if t.get("chosen")]
+        if par is None or len(ran) < 2 or not recorded:
             continue
-        with open(path) as fh:
-            bench = json.load(fh)
-        for model in bench.get("models", []):
-            rows = {r["name"]: r for r in model["rows"]}
-            par = next((r for n, r in rows.items() if n.startswith("parallel copies")), None)
-            bal = rows.get("hetflow balanced") or {}
-            tried = bal.get("pilots") or []
-            ran = [i for i, t in enumerate(tried) if "pilot_throughput" in t]
-            recorded = [i for i, t in enumerate(tried) if t.get("chosen")]
-            if par is None or len(ran) < 2 or not recorded:
-                continue
-            floor = s.balanced_rate_share * par["throughput"]
-            cap = s.balanced_latency_share * par["latency_p99"]
-            now = _pick(tried, ran, cap, None, floor)
-            full = {r["design"]: (r["throughput"], r["latency_p99"]) for r in rows.values()
-                    if r.get("kind") == "plan" and r.get("design")}
-            then, new = tried[recorded[0]]["design"], tried[now]["design"]
-            counts["same" if new == then else "changed"] += 1
-            print(f"run {run:3d} {model['model']:16s} then {then:45.45s} "
-                  f"{outcome(full, then, floor, cap):6s}"
-                  + ("  now the same" if new == then else
-                     f"  now {new:45.45s} {outcome(full, new, floor, cap)}"))
+        floor = s.balanced_rate_share * par["throughput"]
+        cap = s.balanced_latency_share * par["latency_p99"]
+        now = _pick(tried, ran, cap, None, floor)
+        full = {r["design"]: (r["throughput"], r["latency_p99"]) for r in rows.values()
+                if r.get("kind") == "plan" and r.get("design")}
+        then, new = tried[recorded[0]]["design"], tried[now]["design"]
+        counts["same" if new == then else "changed"] += 1
+        print(f"run {run:3d} {model['model']:16s} then {then:45.45s} "
+              f"{outcome(full, then, floor, cap):6s}"
+              + ("  now the same" if new == then else
+                 f"  now {new:45.45s} {outcome(full, new, floor, cap)}"))
     print(json.dumps(counts))
 
 

@@ -14,27 +14,32 @@ import statistics
 import sys
 
 
-def samples(first: int, last: int, folder: str) -> list[tuple[float, float]]:
-    seen, out = set(), []
-    for path in sorted(glob.glob(f"{folder}/run*/bench.json")):
-        run = int(re.search(r"run(\d+)", path).group(1))
-        if not first <= run <= last:
-            continue
-        with open(path) as fh:
+def archived_models(first: int, last: int, folder: str):
+    """(run, one model's bench result) of the archived runs first..last, in run order."""
+    paths = {int(re.search(r"run(\d+)", p).group(1)): p
+             for p in glob.glob(f"{folder}/run*/bench.json")}
+    for run in sorted(r for r in paths if first <= r <= last):
+        with open(paths[run]) as fh:
             bench = json.load(fh)
         for model in bench.get("models", []):
-            for row in model["rows"]:
-                chosen = [p for p in row.get("pilots") or ()
-                          if p.get("chosen") and "pilot_throughput" in p]
-                if row.get("kind") != "plan" or not chosen or not row.get("throughput"):
-                    continue
-                p = chosen[0]
-                key = (run, model["model"], p.get("design") or " + ".join(p["stages"]))
-                if key in seen:
-                    continue
-                seen.add(key)
-                out.append((math.log(row["throughput"] / p["pilot_throughput"]),
-                            math.log(row["latency_p99"] / p["pilot_latency_p99"])))
+            yield run, model
+
+
+def samples(first: int, last: int, folder: str) -> list[tuple[float, float]]:
+    seen, out = set(), []
+    for run, model in archived_models(first, last, folder):
+        for row in model["rows"]:
+            chosen = [p for p in row.get("pilots") or ()
+                      if p.get("chosen") and "pilot_throughput" in p]
+            if row.get("kind") != "plan" or not chosen or not row.get("throughput"):
+                continue
+            p = chosen[0]
+            key = (run, model["model"], p.get("design") or " + ".join(p["stages"]))
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append((math.log(row["throughput"] / p["pilot_throughput"]),
+                        math.log(row["latency_p99"] / p["pilot_latency_p99"])))
     return out
 
 
