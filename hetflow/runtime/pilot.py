@@ -8,6 +8,7 @@ the best few designs by prediction for a moment each and keep the one that measu
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -43,8 +44,9 @@ def choose_by_pilot(candidates: list[tuple[Plan, Any]], graph: CnnGraph | None,
     mapping key) and return (plan, its search result, what was tried): the highest measured
     throughput wins, among those whose measured p99 keeps `latency_cap` if any does (else the
     lowest p99; `_pick`); with a `rate_floor` too, the one most likely to keep both in its
-    full run (each pilot's chance is kept as `keep_chance`). Without a cap, the `incumbent` design (the parallel copies') keeps
-    its place unless another pilot beats it by more than the pilots' noise. A design that fails
+    full run (each pilot's chance is kept as `keep_chance`). Without a cap, the `incumbent`
+    design (the parallel copies') keeps its place unless another pilot beats it by more than
+    the pilots' noise. A design that fails
     its pilot is listed with its error; the others still compete. Report the winner from a
     fresh run, not from its pilot: the best of several noisy samples is biased high. One
     candidate: nothing is run."""
@@ -124,11 +126,10 @@ def keep_chance(rate: float, p99: float, floor: float, cap: float) -> tuple[floa
     whose chance is nil."""
     z_rate = (math.log(rate / floor) + RATE_DRIFT) / RATE_SPREAD if rate > 0 else -math.inf
     z_p99 = (math.log(cap / p99) - P99_DRIFT) / P99_SPREAD if p99 > 0 else math.inf
-    return _normal_cdf(z_rate) * _normal_cdf(z_p99), min(z_rate, z_p99)
+    return _NORMAL.cdf(z_rate) * _NORMAL.cdf(z_p99), min(z_rate, z_p99)
 
 
-def _normal_cdf(z: float) -> float:
-    return 0.5 * math.erfc(-z / math.sqrt(2.0))
+_NORMAL = statistics.NormalDist()
 
 
 # A design on fewer cores that piloted this close to the chosen one takes its place: it frees
