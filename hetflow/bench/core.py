@@ -41,8 +41,8 @@ class BenchSettings:
     # also search a *balanced* plan: best throughput with predicted latency at most this share
     # of the parallel baseline's measured p99 (None: skip) ...
     balanced_latency_share: float | None = 0.5
-    # ... and among the pilots that ran at least this share of the parallel baseline's rate,
-    # the one with the lowest p99 (runtime/pilot.py `_pick`)
+    # ... and at least this share of the parallel baseline's rate: of the pilots, the one most
+    # likely to keep both in its full run (runtime/pilot.py `keep_chance`)
     balanced_rate_share: float | None = 0.9
     # scale profiled times by the slowdown each kind of element showed in the parallel baseline
     contention: bool = True
