@@ -276,7 +276,7 @@ def _freeze_constant_shapes(module):
         arg = node.args[1] if len(node.args) > 1 else next(iter(node.kwargs.values()), None)
         if getattr(arg, "op", None) != "get_attr":
             continue
-        value = functools.reduce(getattr, arg.target.split("."), module).detach().cpu()
+        value = module.get_buffer(arg.target).detach().cpu()
         if isinstance(sub, OnnxReshape):
             frozen = reshape(value.tolist())
         elif isinstance(sub, OnnxSqueezeDynamicAxes):

@@ -46,10 +46,9 @@ def choose_by_pilot(candidates: list[tuple[Plan, Any]], graph: CnnGraph | None,
     lowest p99; `_pick`); with a `rate_floor` too, the one most likely to keep both in its
     full run (each pilot's chance is kept as `keep_chance`). Without a cap, the `incumbent`
     design (the parallel copies') keeps its place unless another pilot beats it by more than
-    the pilots' noise. A design that fails
-    its pilot is listed with its error; the others still compete. Report the winner from a
-    fresh run, not from its pilot: the best of several noisy samples is biased high. One
-    candidate: nothing is run."""
+    the pilots' noise. A design that fails its pilot is listed with its error; the others still
+    compete. Report the winner from a fresh run, not from its pilot: the best of several noisy
+    samples is biased high. One candidate: nothing is run."""
     from .api import run_plan
 
     if len(candidates) == 1:
