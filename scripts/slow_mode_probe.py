@@ -135,22 +135,15 @@ def instrumented(plan, graph, parallel, lanes, source, repeats=3, seconds=1.5, a
             + " frames/s")
     found.append({"model": graph.name, "sides": {s: design(p) for s, p in sides},
                   "rounds": rounds})
-    plan_fps = [r["fps"] for r in rounds if r["side"] == "plan"]
-    copies_fps = [r["fps"] for r in rounds if r["side"] == "copies"]
-    import statistics
-
-    out = {"repeats": repeats, "plan_runs": plan_fps, "copies_runs": copies_fps,
-           "plan_fps": statistics.median(plan_fps), "copies_fps": statistics.median(copies_fps),
-           "round_ratios": [p / c for p, c in zip(plan_fps, copies_fps)]}
-    out["ratio"] = out["plan_fps"] / out["copies_fps"]
-    return out
+    return h2h_module.summary([r["fps"] for r in rounds if r["side"] == "plan"],
+                              [r["fps"] for r in rounds if r["side"] == "copies"])
 
 
 def main(out: str, rounds: int, models: list[str]) -> None:
     import hetflow.runtime.pilot as pilot_module
     from hetflow.cli.main import app
 
-    h2h_module.head_to_head = instrumented
+    h2h_module.head_to_head = instrumented  # the bench looks it up at each call
     choose = pilot_module.choose_by_pilot
 
     def recording(cands, *args, **kw):

@@ -36,7 +36,12 @@ def head_to_head(plan: Plan, graph: CnnGraph, parallel: list, lanes: dict[str, i
                   else max(at_least, int(copies_fps[-1] * seconds)))
         r = run_plan(plan, graph, frames, max(5, frames // 10), check=check)
         plan_fps.append(r.throughput)
-    out = {"repeats": repeats, "plan_runs": plan_fps, "copies_runs": copies_fps,
+    return summary(plan_fps, copies_fps)
+
+
+def summary(plan_fps: list[float], copies_fps: list[float]) -> dict:
+    """Each side's runs of alternate rounds, their medians and `ratio` = plan / copies."""
+    out = {"repeats": len(plan_fps), "plan_runs": plan_fps, "copies_runs": copies_fps,
            "plan_fps": statistics.median(plan_fps), "copies_fps": statistics.median(copies_fps),
            # each round's plan / copies: how far one side's lead holds from round to round
            "round_ratios": [p / c for p, c in zip(plan_fps, copies_fps)]}
