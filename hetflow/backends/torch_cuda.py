@@ -147,30 +147,27 @@ def _failing_node(model: onnx.ModelProto) -> tuple[str, str, str] | None:
     return None
 
 
-def _freeze_constant_pads(module):
-    """onnx2torch turns Pad (opset >= 11) into a module that calls `pads.tolist()` on every run:
-    a device-to-host sync that cannot be captured in a CUDA graph. Where pads and value are
-    initializers, swap in its static Pad module (pads read once, here)."""
-    from onnx2torch.node_converters.pad import OnnxPadDynamic, OnnxPadStatic
+def _constant(module, arg):
+    """The value of a node input that is an initializer (a buffer of `module`), on the CPU;
+    None for any other input."""
+    if getattr(arg, "op", None) != "get_attr":
+        return None
+    return module.get_buffer(arg.target).detach().cpu()
 
-    changed = False
-    for node in list(module.graph.nodes):
-        if node.op != "call_module" or not isinstance(module.get_submodule(node.target),
-                                                      OnnxPadDynamic):
-            continue
-        pads = node.args[1] if len(node.args) > 1 else None
-        value = node.args[2] if len(node.args) > 2 else node.kwargs.get("constant_value")
-        if getattr(pads, "op", None) != "get_attr" or (
-                value is not None and getattr(value, "op", None) != "get_attr"):
-            continue
-        static = OnnxPadStatic.create_from_onnx_params(
-            onnx_pads=module.get_buffer(pads.target).tolist(),
-            onnx_mode=_PAD_MODE_TO_ONNX[module.get_submodule(node.target).mode],
-            constant_value=0.0 if value is None else float(module.get_buffer(value.target)))
-        module.add_submodule(node.target, static)
-        node.args, node.kwargs = node.args[:1], {}
-        changed = True
-    return _recompiled(module) if changed else module
+
+def _static_pad(module, sub, node):
+    """onnx2torch's Pad (opset >= 11) calls `pads.tolist()` on every run; with constant pads
+    and value, its static Pad module (pads read once, here)."""
+    from onnx2torch.node_converters.pad import OnnxPadStatic
+
+    pads = _constant(module, node.args[1] if len(node.args) > 1 else None)
+    value_arg = node.args[2] if len(node.args) > 2 else node.kwargs.get("constant_value")
+    value = _constant(module, value_arg)
+    if pads is None or (value_arg is not None and value is None):
+        return None
+    return OnnxPadStatic.create_from_onnx_params(
+        onnx_pads=pads.tolist(), onnx_mode=_PAD_MODE_TO_ONNX[sub.mode],
+        constant_value=0.0 if value is None else float(value))
 
 
 @functools.cache
@@ -198,34 +195,24 @@ def _static_slice_class():
     return StaticSlice
 
 
-def _freeze_constant_slices(module):
-    """onnx2torch's Slice (opset >= 10) reads its starts, ends, axes and steps on the host on
-    every run (a device-to-host sync: no CUDA graph). Where they are initializers, as a row
-    split's Slices have them, swap in a module holding them as Python slices."""
-    from onnx2torch.node_converters.slice import OnnxSlice, _get_slices
+def _static_slice(module, sub, node):
+    """onnx2torch's Slice (opset >= 10) reads its starts, ends, axes and steps on every run;
+    with constant ones, as a row split's Slices have them, Python slices."""
+    from onnx2torch.node_converters.slice import _get_slices
 
-    changed = False
-    for node in list(module.graph.nodes):
-        if node.op != "call_module" or not isinstance(module.get_submodule(node.target),
-                                                      OnnxSlice):
-            continue
-        args = list(node.args[1:]) + [node.kwargs.get(k) for k in ("axes", "steps")
-                                      if k in node.kwargs]
-        if len(args) < 2 or any(getattr(a, "op", None) != "get_attr" for a in args):
-            continue
-        values = [module.get_buffer(a.target).detach().cpu() for a in args]
-        starts, ends = (np.asarray(v.tolist(), np.int64) for v in values[:2])
-        axes = values[2] if len(values) > 2 else None
-        steps = values[3] if len(values) > 3 else None
-        flip, pos, neg = _get_slices(starts, ends, axes, steps)
-        plain = [s if s is Ellipsis else slice(*(None if v is None else int(v)
-                                                 for v in (s.start, s.stop, s.step)))
-                 for s in (*pos, *neg)]
-        module.add_submodule(node.target, _static_slice_class()(
-            [int(d) for d in flip], plain[:len(pos)], plain[len(pos):]))
-        node.args, node.kwargs = node.args[:1], {}
-        changed = True
-    return _recompiled(module) if changed else module
+    args = list(node.args[1:]) + [node.kwargs.get(k) for k in ("axes", "steps")
+                                  if k in node.kwargs]
+    values = [_constant(module, a) for a in args]
+    if len(values) < 2 or any(v is None for v in values):
+        return None
+    starts, ends = (np.asarray(v.tolist(), np.int64) for v in values[:2])
+    axes = values[2] if len(values) > 2 else None
+    steps = values[3] if len(values) > 3 else None
+    flip, pos, neg = _get_slices(starts, ends, axes, steps)
+    plain = [s if s is Ellipsis else slice(*(None if v is None else int(v)
+                                             for v in (s.start, s.stop, s.step)))
+             for s in (*pos, *neg)]
+    return _static_slice_class()([int(d) for d in flip], plain[:len(pos)], plain[len(pos):])
 
 
 @functools.cache
@@ -257,33 +244,46 @@ def _static_shape_classes():
     return StaticReshape, StaticSelect
 
 
-def _freeze_constant_shapes(module):
+def _static_shape(module, sub, node):
     """onnx2torch's Reshape reads its target shape, its Squeeze (opset >= 13) its axes and its
-    Gather a scalar index on the host on every run (a device-to-host sync: no CUDA graph;
-    ShuffleNet's channel shuffle and ViT's attention have all three). Where that input is an
-    initializer, swap in a module holding it as Python values. A Gather of an index tensor
-    indexes on the device and stays."""
-    from onnx2torch.node_converters.gather import OnnxGather
+    Gather a scalar index on every run (ShuffleNet's channel shuffle and ViT's attention have
+    all three); with a constant one, Python values. A Gather of an index tensor indexes on the
+    device and stays."""
     from onnx2torch.node_converters.reshape import OnnxReshape
     from onnx2torch.node_converters.squeeze import OnnxSqueezeDynamicAxes, OnnxSqueezeStaticAxes
 
+    arg = node.args[1] if len(node.args) > 1 else next(iter(node.kwargs.values()), None)
+    value = _constant(module, arg)
+    if value is None:
+        return None
     reshape, select = _static_shape_classes()
+    if isinstance(sub, OnnxReshape):
+        return reshape(value.tolist())
+    if isinstance(sub, OnnxSqueezeDynamicAxes):
+        return OnnxSqueezeStaticAxes([int(a) for a in value.reshape(-1).tolist()] or None)
+    return select(sub._axis, int(value)) if value.dim() == 0 else None
+
+
+def _freeze_constant_inputs(module):
+    """Some onnx2torch modules read an input on the host on every run (a device-to-host sync,
+    which a CUDA graph cannot capture). Where that input is an initializer, swap in a module
+    that holds it as Python values, read once here; the node keeps only its data input."""
+    from onnx2torch.node_converters.gather import OnnxGather
+    from onnx2torch.node_converters.pad import OnnxPadDynamic
+    from onnx2torch.node_converters.reshape import OnnxReshape
+    from onnx2torch.node_converters.slice import OnnxSlice
+    from onnx2torch.node_converters.squeeze import OnnxSqueezeDynamicAxes
+
+    builders = ((OnnxPadDynamic, _static_pad), (OnnxSlice, _static_slice),
+                ((OnnxReshape, OnnxSqueezeDynamicAxes, OnnxGather), _static_shape))
     changed = False
     for node in list(module.graph.nodes):
-        sub = module.get_submodule(node.target) if node.op == "call_module" else None
-        if not isinstance(sub, (OnnxReshape, OnnxSqueezeDynamicAxes, OnnxGather)):
+        if node.op != "call_module":
             continue
-        arg = node.args[1] if len(node.args) > 1 else next(iter(node.kwargs.values()), None)
-        if getattr(arg, "op", None) != "get_attr":
-            continue
-        value = module.get_buffer(arg.target).detach().cpu()
-        if isinstance(sub, OnnxReshape):
-            frozen = reshape(value.tolist())
-        elif isinstance(sub, OnnxSqueezeDynamicAxes):
-            frozen = OnnxSqueezeStaticAxes([int(a) for a in value.reshape(-1).tolist()] or None)
-        elif value.dim() == 0:
-            frozen = select(sub._axis, int(value))
-        else:
+        sub = module.get_submodule(node.target)
+        build = next((b for kinds, b in builders if isinstance(sub, kinds)), None)
+        frozen = build(module, sub, node) if build is not None else None
+        if frozen is None:
             continue
         module.add_submodule(node.target, frozen)
         node.args, node.kwargs = node.args[:1], {}
@@ -373,8 +373,7 @@ def to_torch_module(model: onnx.ModelProto, name: str = "sub-network"):
         node, op, reason = failed
         raise BackendError(f"{NAME}: onnx2torch cannot convert node {node!r} ({op}) of {name}: "
                            f"{reason}") from None
-    return _freeze_constant_shapes(_freeze_constant_slices(_freeze_constant_pads(module))
-                                   ).eval()
+    return _freeze_constant_inputs(module).eval()
 
 
 # ---- the runner --------------------------------------------------------------------------
