@@ -3,7 +3,9 @@
 A bench measures its baselines once and each plan once, a minute apart; on the GPU machine the
 same design reads 5-10% apart minutes apart, so a single "x parallel" cannot tell 0.95 from 1.05.
 Run back to back and alternated, the drift falls on both sides alike: the median of each side
-over `repeats` rounds, and their ratio.
+over `repeats` rounds, and their ratio. The order within a round alternates too (copies first in
+even rounds, the plan first in odd ones): the second run of a pair follows the first's load, and
+a side that always ran second would carry that alone.
 """
 from __future__ import annotations
 
@@ -19,23 +21,35 @@ def head_to_head(plan: Plan, graph: CnnGraph, parallel: list, lanes: dict[str, i
                  at_least: int = 200, check: str = "none",
                  log: Callable[[str], None] = lambda msg: None) -> dict:
     """`plan` run by the engine and the whole model copied on every element of `parallel` (the
-    GPUs at `lanes`), alternately, `repeats` times each, about `seconds` a run: each side's
-    runs, their medians, `ratio` = plan / copies and each round's ratio. `check`: the plan's
-    reference check, as in `run_plan` (a failed check raises)."""
+    GPUs at `lanes`), alternately, `repeats` times each (the copies first in even rounds, the
+    plan first in odd ones, and always the copies first for a plan without a prediction, whose
+    run is as long as the copies' rate), about `seconds` a run: each side's runs, their
+    medians, `ratio` = plan / copies and each round's ratio. `check`: the plan's reference
+    check, as in `run_plan` (a failed check raises)."""
     from hetflow.runtime.api import run_plan
     from hetflow.runtime.baselines import measure_parallel
     from hetflow.runtime.pilot import frames_for
 
     plan_fps, copies_fps = [], []
-    for i in range(repeats):
-        log(f"head to head {i + 1}/{repeats}: the parallel copies, then the plan")
+
+    def copies() -> None:
         copies_fps.append(measure_parallel(graph, parallel, source, warmup=5, seconds=seconds,
                                            lanes=lanes).throughput)
-        # a plan without a prediction (one built by hand) runs as long at the copies' rate
+
+    def the_plan() -> None:
+        # a plan without a prediction (one built by hand) runs as long at the copies' last rate
         frames = (frames_for(plan, seconds, at_least) if plan.predicted.get("throughput")
                   else max(at_least, int(copies_fps[-1] * seconds)))
-        r = run_plan(plan, graph, frames, max(5, frames // 10), check=check)
-        plan_fps.append(r.throughput)
+        plan_fps.append(run_plan(plan, graph, frames, max(5, frames // 10),
+                                 check=check).throughput)
+
+    for i in range(repeats):
+        copies_first = i % 2 == 0 or not plan.predicted.get("throughput")
+        log(f"head to head {i + 1}/{repeats}: "
+            + ("the parallel copies, then the plan" if copies_first
+               else "the plan, then the parallel copies"))
+        for side in ((copies, the_plan) if copies_first else (the_plan, copies)):
+            side()
     return summary(plan_fps, copies_fps)
 
 

@@ -16,7 +16,8 @@ class _Plan:
 
 
 def test_the_sides_alternate_and_the_ratio_is_of_the_medians(monkeypatch):
-    """Copies, plan, copies, plan, ...: drift falls on both sides; each side's median."""
+    """Copies then plan, plan then copies, ...: drift and the order within a round fall on both
+    sides alike; each side's median."""
     calls = []
     copies = iter([100.0, 300.0, 200.0])
     plans = iter([150.0, 90.0, 210.0])
@@ -34,17 +35,18 @@ def test_the_sides_alternate_and_the_ratio_is_of_the_medians(monkeypatch):
     said = []
     h = head_to_head(_Plan(1000.0), None, [], {}, None, repeats=3, seconds=0.5, at_least=50,
                      log=said.append)
-    assert [c[0] for c in calls] == ["copies", "plan"] * 3
+    assert [c[0] for c in calls] == ["copies", "plan", "plan", "copies", "copies", "plan"]
     assert [c[1] for c in calls if c[0] == "plan"] == [500] * 3  # the predicted rate x seconds
     assert h["plan_runs"] == [150.0, 90.0, 210.0] and h["copies_runs"] == [100.0, 300.0, 200.0]
     assert h["ratio"] == pytest.approx(150.0 / 200.0) and len(said) == 3
+    assert "the plan, then the parallel copies" in said[1]
     assert h["round_ratios"] == pytest.approx([1.5, 0.3, 1.05])
     assert "0.750x (medians; rounds 0.300-1.500)" in head_to_head_line({"plan": "single", **h})
     # a plan without a prediction runs as long at the copies' rate just measured
     calls.clear()
-    copies, plans = iter([400.0]), iter([1.0])
-    head_to_head(_Plan(0.0), None, [], {}, None, repeats=1, seconds=0.5, at_least=50)
-    assert calls[1] == ("plan", 200)
+    copies, plans = iter([400.0, 100.0]), iter([1.0, 1.0])
+    head_to_head(_Plan(0.0), None, [], {}, None, repeats=2, seconds=0.5, at_least=50)
+    assert calls == [("copies", 0.5), ("plan", 200), ("copies", 0.5), ("plan", 50)]
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
