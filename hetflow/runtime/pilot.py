@@ -144,11 +144,10 @@ def _pick(tried: list[dict], ran: list[int], latency_cap: float | None,
           layouts: list | None = None) -> int:
     """The index chosen among the pilots that ran.
     Without a cap: the highest throughput, the `incumbent` staying unless beaten by
-    `CHALLENGE`. A throughput plan gives up no rate for fewer cores: where a design on fewer
-    cores piloted within 2% of a faster one took its place (a rule kept until these pilots'
-    head to heads were counted), it ran 0.973x the parallel copies (median of 9; 6 below 1.0)
-    where the copies' own design kept ran 0.999x (median of 71) (`python
-    scripts/fewer_cores_replay.py 44 94`).
+    `CHALLENGE`. Cores buy no place: the archived plans for which a design on fewer cores
+    piloted within 2% of a faster one took that one's place ran 0.973x the parallel copies head
+    to head (median of 9; 6 below 1.0), the copies' own design kept 0.999x (median of 71;
+    `python scripts/fewer_cores_replay.py 44 94`).
     Under a cap: the highest throughput within it (preferring one with room under it at nearly
     the same rate), else the lowest p99. With a `rate_floor` too: the pilot most likely to keep
     both in its full run (`keep_chance`); where it kept both in its pilot, the same design
