@@ -1,7 +1,7 @@
 """How far a pilot's reading moves to its design's full run, over archived GPU-machine benches:
 for each plan a bench ran, log(full run / pilot) of its chosen design's throughput and p99
 (one sample per bench, model and design: plan kinds that chose one design share its run).
-Their mean and spread are the noise model of `runtime.pilot` (PILOT_RATE_DRIFT and the rest).
+Their mean and spread are the noise model of `runtime.pilot` (RATE_DRIFT and the rest).
 Usage: python scripts/pilot_spread.py FIRST_RUN LAST_RUN [docs/results/lanes_h100]
 """
 from __future__ import annotations

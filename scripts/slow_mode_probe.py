@@ -1,6 +1,7 @@
 """Where does a GPU+CPU plan's run go slow late in a bench process? `hetflow bench MODEL --quick
---head-to-head ROUNDS` as the CLI runs it, its head to head replaced by the same alternation
-with each run looked into: every thread of the process (name, the core it last ran on, the
+--head-to-head ROUNDS` as the CLI runs it, its head to head replaced by an alternation that
+runs the copies first in every round (the bench's swaps the order in odd rounds), each run
+looked into: every thread of the process (name, the core it last ran on, the
 share of a core it used, its voluntary and forced context switches), every core's busy share
 from /proc/stat, and for the plan each element's frames/s from its trace; the copies' per
 element frames/s from their report. Two snapshots inside each run, `SAMPLE` s apart, after the
