@@ -3,7 +3,8 @@ python scripts/results_table.py DIR/bench.json [MORE/bench.json ...] [--summary]
 (several files: their models in one table, e.g. the two halves of the GPU bench;
 --summary: one row per model against issue 5's targets; --lanes: one row per model against
 the GPU-lanes targets: best plan x the parallel baseline and x the one-lane GPU, the balanced
-plan, and every plan's a priori predicted / measured frames/s)"""
+plan, the head to heads' medians where the bench ran them (--head-to-head), and every plan's
+a priori predicted / measured frames/s)"""
 import argparse
 import json
 
@@ -65,8 +66,9 @@ def lanes_summary(paths: list[str], share: float = 0.5, floor: float = 0.9, with
                   ) -> None:
     d = load(paths)
     print("| model | GPU, 1 lane | parallel (GPU lanes + CPU copies) | best plan | x parallel | "
-          "x 1-lane GPU | balanced: x parallel, p99 / parallel's | predicted / measured, each plan |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+          "x 1-lane GPU | balanced: x parallel, p99 / parallel's | head to head: best plan; "
+          "balanced | predicted / measured, each plan |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     n_pred = n_ok = 0
     for m in d["models"]:
         rows = m["rows"]
@@ -92,8 +94,19 @@ def lanes_summary(paths: list[str], share: float = 0.5, floor: float = 0.9, with
               f"{best['throughput']:.0f} ({best['name'].replace('hetflow ', '')}) | "
               f"{best['vs_parallel']:.2f} | "
               + (f"{best['throughput'] / one['throughput']:.1f}" if one else "-")
-              + f" | {bal_s} | {', '.join(preds)} |")
+              + f" | {bal_s} | {head_to_heads(m['notes'], share, floor)} | {', '.join(preds)} |")
     print(f"\npredictions within {within:.0%} of measured: {n_ok} of {n_pred} plans")
+
+
+def head_to_heads(notes: dict, share: float, floor: float) -> str:
+    """The medians of a bench's head to heads: the best plan's x parallel; the balanced plan's
+    x parallel and p99 / parallel's, met or missed."""
+    h, b = notes.get("head_to_head"), notes.get("head_to_head_balanced")
+    out = f"{h['ratio']:.3f}" if h else "-"
+    if b and b.get("p99_ratio") is not None:
+        met = b["ratio"] >= floor and b["p99_ratio"] <= share
+        out += f"; {b['ratio']:.2f}, {b['p99_ratio']:.2f} ({'met' if met else 'missed'})"
+    return out
 
 
 if __name__ == "__main__":

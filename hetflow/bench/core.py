@@ -488,17 +488,50 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
             plans[label], graph, parallel, par_lanes, source, settings.head_to_head,
             settings.plan_seconds, settings.frames, log=log)}
         log(head_to_head_line(notes["head_to_head"]))
+        bal = next((r for r in ran_plans if r["name"] == "hetflow balanced"), None)
+        if bal is not None and settings.balanced_latency_share is not None:
+            # the balanced plan's pair (rate and p99, each against the copies') side by side
+            # the same way: one run's p99 is too noisy a sample to judge a cap by
+            if plans["balanced"].mapping.key() == plans[label].mapping.key():
+                h = {**notes["head_to_head"], "run_of": label}
+            else:
+                log("head to head of the balanced plan:")
+                h = head_to_head(plans["balanced"], graph, parallel, par_lanes, source,
+                                 settings.head_to_head, settings.plan_seconds, settings.frames,
+                                 log=log)
+            notes["head_to_head_balanced"] = {
+                **h, "plan": "balanced", "rate_floor": settings.balanced_rate_share,
+                "latency_cap": settings.balanced_latency_share}
+            log(head_to_head_line(notes["head_to_head_balanced"]))
     notes.update(seconds=round(time.perf_counter() - t_start, 2), timeline=timeline)
     return ModelBench(graph.name, platform.name, rows, prof_s, notes)
 
 
 def head_to_head_line(h: dict) -> str:
-    """One line of a bench's head to head (`head_to_head.head_to_head` plus the plan kind)."""
+    """One line of a bench's head to head (`head_to_head.head_to_head` plus the plan kind; for
+    the balanced plan, its rate floor and latency cap as shares of the copies')."""
     rounds = h.get("round_ratios") or []
     spread = (f"; rounds {min(rounds):.3f}-{max(rounds):.3f}" if len(rounds) > 1 else "")
-    return (f"head to head, {h['repeats']} rounds alternately: hetflow {h['plan']} "
+    line = (f"head to head, {h['repeats']} rounds alternately: hetflow {h['plan']} "
             f"{h['plan_fps']:.1f} frames/s, parallel copies {h['copies_fps']:.1f}: "
             f"{h['ratio']:.3f}x (medians{spread})")
+    if h.get("p99_ratio") is not None:
+        line += (f"; p99 {h['plan_p99'] * 1e3:.2f} ms against {h['copies_p99'] * 1e3:.2f}: "
+                 f"{h['p99_ratio']:.2f}x")
+    if h.get("run_of"):
+        line += f" (the design of plan {h['run_of']})"
+    if h.get("latency_cap") is not None:
+        kept = balanced_pair_kept(h)
+        line += (f"; floor {h['rate_floor']:.2f}x and cap {h['latency_cap']:.2f}x: "
+                 + ("both kept" if kept else "not kept"))
+    return line
+
+
+def balanced_pair_kept(h: dict) -> bool:
+    """Whether a balanced plan's head to head kept its floor (rate share of the copies') and
+    its cap (p99 share of the copies'), by the medians."""
+    return (h["ratio"] >= (h.get("rate_floor") or 0.0)
+            and h.get("p99_ratio") is not None and h["p99_ratio"] <= h["latency_cap"])
 
 
 def time_gpu_stages(graph, prof, problem, candidates: list, platform_name: str, seconds: float,

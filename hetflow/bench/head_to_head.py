@@ -6,6 +6,9 @@ Run back to back and alternated, the drift falls on both sides alike: the median
 over `repeats` rounds, and their ratio. The order within a round alternates too (copies first in
 even rounds, the plan first in odd ones): the second run of a pair follows the first's load, and
 a side that always ran second would carry that alone.
+
+Each run's p99 latency is kept as well: a balanced plan's claim is a pair (a rate and a p99,
+each against the copies'), and a p99 of one run moves several times as far as its rate.
 """
 from __future__ import annotations
 
@@ -24,24 +27,27 @@ def head_to_head(plan: Plan, graph: CnnGraph, parallel: list, lanes: dict[str, i
     GPUs at `lanes`), alternately, `repeats` times each (the copies first in even rounds, the
     plan first in odd ones, and always the copies first for a plan without a prediction, whose
     run is as long as the copies' rate), about `seconds` a run: each side's runs, their
-    medians, `ratio` = plan / copies and each round's ratio. `check`: the plan's reference
+    medians, `ratio` = plan / copies and each round's ratio; the same of each run's p99
+    (`p99_ratio`). `check`: the plan's reference
     check, as in `run_plan` (a failed check raises)."""
     from hetflow.runtime.api import run_plan
     from hetflow.runtime.baselines import measure_parallel
     from hetflow.runtime.pilot import frames_for
 
-    plan_fps, copies_fps = [], []
+    plan_fps, copies_fps, plan_p99, copies_p99 = [], [], [], []
 
     def copies() -> None:
-        copies_fps.append(measure_parallel(graph, parallel, source, warmup=5, seconds=seconds,
-                                           lanes=lanes).throughput)
+        r = measure_parallel(graph, parallel, source, warmup=5, seconds=seconds, lanes=lanes)
+        copies_fps.append(r.throughput)
+        copies_p99.append(r.latency["p99"])
 
     def the_plan() -> None:
         # a plan without a prediction (one built by hand) runs as long at the copies' last rate
         frames = (frames_for(plan, seconds, at_least) if plan.predicted.get("throughput")
                   else max(at_least, int(copies_fps[-1] * seconds)))
-        plan_fps.append(run_plan(plan, graph, frames, max(5, frames // 10),
-                                 check=check).throughput)
+        r = run_plan(plan, graph, frames, max(5, frames // 10), check=check)
+        plan_fps.append(r.throughput)
+        plan_p99.append(r.latency["p99"])
 
     for i in range(repeats):
         copies_first = i % 2 == 0 or not plan.predicted.get("throughput")
@@ -50,14 +56,21 @@ def head_to_head(plan: Plan, graph: CnnGraph, parallel: list, lanes: dict[str, i
                else "the plan, then the parallel copies"))
         for side in ((copies, the_plan) if copies_first else (the_plan, copies)):
             side()
-    return summary(plan_fps, copies_fps)
+    return summary(plan_fps, copies_fps, plan_p99, copies_p99)
 
 
-def summary(plan_fps: list[float], copies_fps: list[float]) -> dict:
-    """Each side's runs of alternate rounds, their medians and `ratio` = plan / copies."""
+def summary(plan_fps: list[float], copies_fps: list[float], plan_p99: list[float] | None = None,
+            copies_p99: list[float] | None = None) -> dict:
+    """Each side's runs of alternate rounds, their medians and `ratio` = plan / copies; with
+    each run's p99 (s), their medians and `p99_ratio` = plan / copies."""
     out = {"repeats": len(plan_fps), "plan_runs": plan_fps, "copies_runs": copies_fps,
            "plan_fps": statistics.median(plan_fps), "copies_fps": statistics.median(copies_fps),
            # each round's plan / copies: how far one side's lead holds from round to round
            "round_ratios": [p / c for p, c in zip(plan_fps, copies_fps)]}
     out["ratio"] = out["plan_fps"] / out["copies_fps"]
+    if plan_p99 and copies_p99 and statistics.median(copies_p99) > 0:
+        out.update(plan_p99_runs=plan_p99, copies_p99_runs=copies_p99,
+                   plan_p99=statistics.median(plan_p99), copies_p99=statistics.median(copies_p99),
+                   round_p99_ratios=[p / c for p, c in zip(plan_p99, copies_p99)])
+        out["p99_ratio"] = out["plan_p99"] / out["copies_p99"]
     return out

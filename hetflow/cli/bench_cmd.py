@@ -45,6 +45,8 @@ def print_bench(mb) -> None:
         from hetflow.bench.core import head_to_head_line
 
         console.print(head_to_head_line(mb.notes["head_to_head"]), highlight=False)
+        if mb.notes.get("head_to_head_balanced"):
+            console.print(head_to_head_line(mb.notes["head_to_head_balanced"]), highlight=False)
     if mb.notes.get("budget"):
         from hetflow.bench.budget import summary
 

@@ -3,7 +3,7 @@ import statistics
 
 import pytest
 
-from hetflow.bench.core import BenchSettings, head_to_head_line
+from hetflow.bench.core import BenchSettings, balanced_pair_kept, head_to_head_line
 from hetflow.bench.head_to_head import head_to_head
 from hetflow.runtime.report import RunReport
 
@@ -21,14 +21,16 @@ def test_the_sides_alternate_and_the_ratio_is_of_the_medians(monkeypatch):
     calls = []
     copies = iter([100.0, 300.0, 200.0])
     plans = iter([150.0, 90.0, 210.0])
+    copies_p99 = iter([0.040, 0.020, 0.030])
+    plans_p99 = iter([0.010, 0.050, 0.012])
 
     def measure_parallel(graph, parallel, source, warmup, seconds, lanes):
         calls.append(("copies", seconds))
-        return RunReport("copies", 10, 0, next(copies), {"p50": 0.0, "p99": 0.0})
+        return RunReport("copies", 10, 0, next(copies), {"p50": 0.0, "p99": next(copies_p99)})
 
     def run_plan(plan, graph, frames, warmup, check="first", **_):
         calls.append(("plan", frames))
-        return RunReport("plan", frames, warmup, next(plans), {"p50": 0.0, "p99": 0.0})
+        return RunReport("plan", frames, warmup, next(plans), {"p50": 0.0, "p99": next(plans_p99)})
 
     monkeypatch.setattr("hetflow.runtime.baselines.measure_parallel", measure_parallel)
     monkeypatch.setattr("hetflow.runtime.api.run_plan", run_plan)
@@ -42,11 +44,28 @@ def test_the_sides_alternate_and_the_ratio_is_of_the_medians(monkeypatch):
     assert "the plan, then the parallel copies" in said[1]
     assert h["round_ratios"] == pytest.approx([1.5, 0.3, 1.05])
     assert "0.750x (medians; rounds 0.300-1.500)" in head_to_head_line({"plan": "single", **h})
+    # each side's p99: the median of its runs, not a pairing of the rounds
+    assert h["plan_p99"] == pytest.approx(0.012) and h["copies_p99"] == pytest.approx(0.030)
+    assert h["p99_ratio"] == pytest.approx(0.4)
+    assert h["round_p99_ratios"] == pytest.approx([0.25, 2.5, 0.4])
     # a plan without a prediction runs as long at the copies' rate just measured
     calls.clear()
     copies, plans = iter([400.0, 100.0]), iter([1.0, 1.0])
+    copies_p99, plans_p99 = iter([0.1, 0.1]), iter([0.1, 0.1])
     head_to_head(_Plan(0.0), None, [], {}, None, repeats=2, seconds=0.5, at_least=50)
     assert calls == [("copies", 0.5), ("plan", 200), ("copies", 0.5), ("plan", 50)]
+
+
+@pytest.mark.parametrize("ratio, p99_ratio, kept", [
+    (0.95, 0.45, True), (0.9, 0.5, True), (0.89, 0.3, False), (1.2, 0.51, False)])
+def test_the_balanced_pair_is_judged_by_the_medians(ratio, p99_ratio, kept):
+    h = {"plan": "balanced", "repeats": 8, "plan_fps": 90.0 * ratio, "copies_fps": 90.0,
+         "ratio": ratio, "round_ratios": [ratio], "plan_p99": 0.01 * p99_ratio,
+         "copies_p99": 0.01, "p99_ratio": p99_ratio, "rate_floor": 0.9, "latency_cap": 0.5}
+    assert balanced_pair_kept(h) is kept
+    assert head_to_head_line(h).endswith("both kept" if kept else "not kept")
+    # without a p99 the cap cannot be said to be kept
+    assert not balanced_pair_kept({**h, "p99_ratio": None})
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
@@ -62,5 +81,18 @@ def test_a_bench_runs_its_best_plan_head_to_head(tmp_path, monkeypatch):
     assert all(x > 0 for x in h["plan_runs"] + h["copies_runs"])
     assert h["ratio"] == pytest.approx(statistics.median(h["plan_runs"])
                                        / statistics.median(h["copies_runs"]))
+    assert h["copies_p99"] > 0 and h["p99_ratio"] == pytest.approx(
+        statistics.median(h["plan_p99_runs"]) / statistics.median(h["copies_p99_runs"]))
+    # the balanced plan's pair, side by side the same way (or its design's head to head)
+    b = mb.notes["head_to_head_balanced"]
+    assert b["plan"] == "balanced" and b["latency_cap"] == 0.5 and b["rate_floor"] == 0.9
+    same = plans_by_design(mb)["balanced"] == plans_by_design(mb)[h["plan"]]
+    assert (b.get("run_of") == h["plan"]) is same
+    assert len(b["plan_p99_runs"]) == len(b["copies_p99_runs"]) == 2
     # off by default
     assert BenchSettings().head_to_head == 0
+
+
+def plans_by_design(mb) -> dict[str, str]:
+    return {r["name"].removeprefix("hetflow "): r["design"] for r in mb.rows
+            if r["kind"] == "plan" and not r.get("infeasible")}
