@@ -1,7 +1,7 @@
 """The archived balanced pilots of GPU-machine benches, chosen again by today's rule
-(`runtime.pilot._pick` under the bench's rate floor and latency cap; layouts are not archived,
-so without `_leaner`), beside the choice recorded then, and whether each choice's full run kept
-both where the bench ran that design in full (any plan kind's run of it).
+(`runtime.pilot._pick` under the bench's rate floor and latency cap), beside the choice
+recorded then, and whether each choice's full run kept both where the bench ran that design in
+full (any plan kind's run of it).
 Usage: python scripts/pilot_replay.py FIRST_RUN LAST_RUN [docs/results/lanes_h100]
 """
 from __future__ import annotations

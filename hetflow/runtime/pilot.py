@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import replace
 from typing import Any, Callable
 
 from hetflow.errors import HetflowError
@@ -82,8 +81,7 @@ def choose_by_pilot(candidates: list[tuple[Plan, Any]], graph: CnnGraph | None,
     if not ran:
         raise pilots[candidates[0][0].mapping.key()]
     held = next((i for i in ran if incumbent is not None and incumbent(candidates[i][0])), None)
-    layouts = [replace(plan.mapping, lanes={}).key() for plan, _ in candidates]
-    pick = _pick(tried, ran, latency_cap, held, rate_floor, layouts)
+    pick = _pick(tried, ran, latency_cap, held, rate_floor)
     tried[pick]["chosen"] = True
     if rate_floor is not None and latency_cap is not None:
         for i in ran:
@@ -108,14 +106,14 @@ CHALLENGE = 1.05
 # Under a cap and a rate floor (the bench's balanced plan: at least 0.9x the parallel copies'
 # rate at no more than half their p99) a pilot is one noisy sample of both. How far a pilot's
 # reading moved to its design's full run seconds later on the GPU machine, log(full / pilot)
-# over the 400 plans of runs 20-90 (`python scripts/pilot_spread.py 20 90`,
-# docs/results/lanes_h100): throughput mean -0.016, spread (sd) 0.083; p99 mean +0.097, spread
-# 0.425; runs 20-69 and 70-90 alone agree (-0.011 / 0.078, +0.085 / 0.426 and -0.030 / 0.095,
-# +0.131 / 0.423). A p99 moves five times as far as a rate: a pilot at 0.99 of the cap and 1.07
-# of the floor (googlenet, run 88: its run then read 1.06x the cap) is a worse bet than one at
-# 0.59 of the cap and 1.05 of the floor.
-RATE_DRIFT, RATE_SPREAD = -0.016, 0.083
-P99_DRIFT, P99_SPREAD = 0.097, 0.425
+# over the 116 plans of runs 75-97 (`python scripts/pilot_spread.py 75 97`,
+# docs/results/lanes_h100), the engine since one thread drives a GPU's lanes: throughput mean
+# -0.026, spread (sd) 0.073; p99 mean +0.034, spread 0.167; runs 75-86 and 87-97 alone agree
+# (-0.028 / 0.087, +0.002 / 0.195 and -0.024 / 0.054, +0.066 / 0.123). Runs 20-74, on the
+# engines before, spread p99 2.5 times as far (0.43). A p99 still moves twice as far as a
+# rate: a pilot near the cap is a worse bet than one as near the floor.
+RATE_DRIFT, RATE_SPREAD = -0.026, 0.073
+P99_DRIFT, P99_SPREAD = 0.034, 0.167
 
 
 def keep_chance(rate: float, p99: float, floor: float, cap: float) -> tuple[float, float]:
@@ -140,8 +138,7 @@ def cores_used(plan) -> int | None:
 
 
 def _pick(tried: list[dict], ran: list[int], latency_cap: float | None,
-          incumbent: int | None = None, rate_floor: float | None = None,
-          layouts: list | None = None) -> int:
+          incumbent: int | None = None, rate_floor: float | None = None) -> int:
     """The index chosen among the pilots that ran.
     Without a cap: the highest throughput, the `incumbent` staying unless beaten by
     `CHALLENGE`. Cores buy no place: the archived plans for which a design on fewer cores
@@ -150,9 +147,12 @@ def _pick(tried: list[dict], ran: list[int], latency_cap: float | None,
     `python scripts/fewer_cores_replay.py 44 94`).
     Under a cap: the highest throughput within it (preferring one with room under it at nearly
     the same rate), else the lowest p99. With a `rate_floor` too: the pilot most likely to keep
-    both in its full run (`keep_chance`); where it kept both in its pilot, the same design
-    (`layouts`: mappings alike but for their lanes) at fewer lanes that kept both too, with
-    room under the cap, takes its place (`_leaner`)."""
+    both in its full run (`keep_chance`). Fewer lanes buy no place: since one thread drives a
+    GPU's lanes, the full runs of the GPU alone at 16-24 lanes read p99s at most 1.52x their
+    pilots' (35 runs of runs 75-97), and the rule that let the same design at fewer lanes
+    with room under the cap replace the likelier choice cost alexnet its margin twice: 16
+    lanes ran 0.937x and 0.902x the copies where 24 ran 0.995x and 0.949x as the peak single
+    baseline, both far under the cap (runs 94 and 97)."""
     def rate(i: int) -> float:
         return tried[i]["pilot_throughput"]
 
@@ -166,33 +166,12 @@ def _pick(tried: list[dict], ran: list[int], latency_cap: float | None,
         return best
     ok = [i for i in ran if p99(i) <= latency_cap]
     if rate_floor is not None:
-        pick = max(ran, key=lambda i: keep_chance(rate(i), p99(i), rate_floor, latency_cap))
-        kept = [i for i in ok if rate(i) >= rate_floor]
-        return _leaner(tried, kept, pick, latency_cap, layouts) if pick in kept else pick
+        return max(ran, key=lambda i: keep_chance(rate(i), p99(i), rate_floor, latency_cap))
     if not ok:
         return min(ran, key=p99)
     best = max(ok, key=rate)
     roomy = [i for i in ok if p99(i) <= ROOM * latency_cap and rate(i) >= SAME_RATE * rate(best)]
     return max(roomy, key=rate) if roomy else best
-
-
-def _leaner(tried: list[dict], pool: list[int], pick: int, latency_cap: float,
-            layouts: list | None) -> int:
-    """`pick`, or the pilot of `pool` with the same layout at the fewest lanes below its own
-    whose p99 kept ROOM of the cap. Pilot p99s of 16-24 lanes on one driving core are no
-    guide to a full run's: mobilenet_v2's GPU at 24 lanes piloted at 3.6 ms, below 16 lanes'
-    5.0, then ran its full run at 10.8 ms against a 7.0 ms cap (run 63, H100 machine); each
-    lane past those the rate needs is one more frame in flight and one more thread on that
-    core."""
-    if layouts is None:
-        return pick
-
-    def lanes(i: int) -> int:
-        return sum(tried[i].get("lanes", {}).values())
-
-    leaner = [i for i in pool if layouts[i] == layouts[pick] and lanes(i) < lanes(pick)
-              and tried[i]["pilot_latency_p99"] <= ROOM * latency_cap]
-    return min(leaner, key=lambda i: (lanes(i), tried[i]["pilot_latency_p99"])) if leaner else pick
 
 
 def pilot_summary(tried: list[dict]) -> str:
