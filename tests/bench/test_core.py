@@ -67,7 +67,8 @@ def test_each_search_sees_the_profile_not_the_previous_plans_re_timing(tmp_path,
     settings = BenchSettings(**QUICK)
     assert settings.refine and settings.under_load  # the re-timing this test is about
     bench_small(tmp_path, monkeypatch, 10, 7, settings)
-    assert len(seen) == 3  # pipeline, single, balanced
+    # pipeline, single, balanced (twice where nothing left room for the tail under its cap)
+    assert 3 <= len(seen) <= 4
     assert all(s == seen[0] for s in seen[1:])
     assert seen[0][1] == {}  # no plan's load in a search
 
