@@ -94,17 +94,19 @@ def lanes_summary(paths: list[str], share: float = 0.5, floor: float = 0.9, with
               f"{best['throughput']:.0f} ({best['name'].replace('hetflow ', '')}) | "
               f"{best['vs_parallel']:.2f} | "
               + (f"{best['throughput'] / one['throughput']:.1f}" if one else "-")
-              + f" | {bal_s} | {head_to_heads(m['notes'], share, floor)} | {', '.join(preds)} |")
+              + f" | {bal_s} | {head_to_heads(m['notes'])} | {', '.join(preds)} |")
     print(f"\npredictions within {within:.0%} of measured: {n_ok} of {n_pred} plans")
 
 
-def head_to_heads(notes: dict, share: float, floor: float) -> str:
+def head_to_heads(notes: dict) -> str:
     """The medians of a bench's head to heads: the best plan's x parallel; the balanced plan's
-    x parallel and p99 / parallel's, met or missed."""
+    x parallel and p99 / parallel's, met or missed (against the floor and cap it ran under)."""
+    from hetflow.bench.core import balanced_pair_kept
+
     h, b = notes.get("head_to_head"), notes.get("head_to_head_balanced")
     out = f"{h['ratio']:.3f}" if h else "-"
     if b and b.get("p99_ratio") is not None:
-        met = b["ratio"] >= floor and b["p99_ratio"] <= share
+        met = balanced_pair_kept(b)
         out += f"; {b['ratio']:.2f}, {b['p99_ratio']:.2f} ({'met' if met else 'missed'})"
     return out
 

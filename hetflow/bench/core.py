@@ -32,7 +32,7 @@ class BenchSettings:
     capacity: int = 2
     seed: int = 0
     # after the plans: the best plan and the parallel copies run alternately this many times
-    # each (`head_to_head`), outside the budget; 0: not run
+    # each (`head_to_head`), then the balanced plan likewise, outside the budget; 0: not run
     head_to_head: int = 0
     refine: bool = True  # re-time the chosen plans' stages as whole sub-networks
     # ... and predict from the stages timed with all the plan's elements busy at once

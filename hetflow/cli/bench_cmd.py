@@ -126,8 +126,9 @@ def register(app: typer.Typer) -> None:
         head_to_head: int = typer.Option(
             0, "--head-to-head", metavar="N", min=0,
             help="after the plans, run the best plan and the parallel copies alternately N "
-                 "times each and report the medians' ratio (the bench's own ratio is one sample "
-                 "a side, minutes apart; outside the --budget; 0: off)"),
+                 "times each and report the medians' ratio, then the balanced plan the same way "
+                 "with its medians' p99 ratio (the bench's own ratios are one sample a side, "
+                 "minutes apart; outside the --budget; 0: off)"),
         json_out: bool = typer.Option(False, "--json", help="print the results as JSON"),
         report: Optional[Path] = typer.Option(None, "--report",
                                               help="folder for bench.json, plans, traces and "
