@@ -95,7 +95,10 @@ def register(app: typer.Typer) -> None:
                                                    help="strategy option KEY=VALUE, e.g. "
                                                         "fitness=throughput (repeatable)"),
         latency_cap_ms: Optional[float] = typer.Option(None, "--latency-cap-ms",
-                                                       help="best throughput within this latency"),
+                                                       help="best throughput within this "
+                                                            "latency: the predicted one (a "
+                                                            "median); with --pilots, also the "
+                                                            "pilots' measured p99"),
         pilots: int = typer.Option(1, "--pilots", min=1,
                                    help="run the best N designs by prediction briefly on this "
                                         "machine and keep the one measured best"),
