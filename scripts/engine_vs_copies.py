@@ -25,6 +25,17 @@ from hetflow.runtime.api import load_plan_model
 from hetflow.runtime.inputs import random_source
 
 
+def whole_model_plan(graph, platform_name: str, els: list, lanes: dict[str, int]) -> Plan:
+    """The whole model on every element of `els` (the GPUs at `lanes`), frames dispatched to
+    whichever member is free: the parallel copies' design, as the engine runs it. No
+    prediction: a head to head runs it as long as the copies' rate."""
+    actor = group_name([e.name for e in els])
+    mapping = Mapping({l.name: actor for l in graph.layers}, "maximal", lanes=lanes)
+    app = cnn_to_csdf(graph, mapping.assignment, "maximal")
+    return Plan(graph.name, graph.model_hash, graph.source, platform_name, mapping, app,
+                {e.name: e for e in els}, 2, {"throughput": 0.0}, "copies", fuse=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("models", nargs="+", help="zoo model names or *.plan.json files")
@@ -44,12 +55,7 @@ def main() -> None:
             graph = load_plan_model(plan, plan.model_name)
         else:
             graph = resolve_model(name, fuse=True)
-            actor = group_name([e.name for e in els])
-            mapping = Mapping({l.name: actor for l in graph.layers}, "maximal", lanes=lanes)
-            app = cnn_to_csdf(graph, mapping.assignment, "maximal")
-            plan = Plan(graph.name, graph.model_hash, graph.source, plat.name, mapping, app,
-                        {e.name: e for e in els}, 2, {"throughput": 0.0},
-                        "copies", fuse=True)
+            plan = whole_model_plan(graph, plat.name, els, lanes)
         h = head_to_head(plan, graph, els, lanes, random_source(graph), a.repeats, a.seconds,
                          check="first")
         row = {"model": graph.name, "design": describe_design(plan.app.phases, plan.mapping.lanes),

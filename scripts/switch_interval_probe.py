@@ -19,10 +19,9 @@ import json
 import os
 import statistics
 
+from engine_vs_copies import whole_model_plan
 from hetflow.bench.head_to_head import head_to_head
-from hetflow.dataflow.csdf import cnn_to_csdf
-from hetflow.mapping.mapping import Mapping, describe_design, group_name
-from hetflow.mapping.plan import Plan
+from hetflow.mapping.mapping import describe_design
 from hetflow.model import resolve_model
 from hetflow.platform import resolve_platform
 from hetflow.platform.configs import resolve_config
@@ -37,12 +36,7 @@ def design(graph, plat, group: int, lanes: int):
         free = len(plat.free_cores(cl))
         parts[cl.name] = [group] * (free // group) + ([free % group] if free % group else [])
     els = [e for e in resolve_config(plat, parts).elements if e.backend != "none"]
-    lanes_of = {e.name: lanes for e in els if e.kind == "gpu"}
-    mapping = Mapping({l.name: group_name([e.name for e in els]) for l in graph.layers},
-                      "maximal", lanes=lanes_of)
-    app = cnn_to_csdf(graph, mapping.assignment, "maximal")
-    return Plan(graph.name, graph.model_hash, graph.source, plat.name, mapping, app,
-                {e.name: e for e in els}, 2, {"throughput": 0.0}, "copies", fuse=True)
+    return whole_model_plan(graph, plat.name, els, {e.name: lanes for e in els if e.kind == "gpu"})
 
 
 def main() -> None:

@@ -28,8 +28,8 @@ def head_to_head(plan: Plan, graph: CnnGraph, parallel: list, lanes: dict[str, i
     plan first in odd ones, and always the copies first for a plan without a prediction, whose
     run is as long as the copies' rate), about `seconds` a run: each side's runs, their
     medians, `ratio` = plan / copies and each round's ratio; the same of each run's p99
-    (`p99_ratio`). `check`: the plan's reference
-    check, as in `run_plan` (a failed check raises)."""
+    (`p99_ratio`). `check`: the plan's reference check, as in `run_plan` (a failed check
+    raises)."""
     from hetflow.runtime.api import run_plan
     from hetflow.runtime.baselines import measure_parallel
     from hetflow.runtime.pilot import frames_for

@@ -164,9 +164,9 @@ def _pick(tried: list[dict], ran: list[int], latency_cap: float | None,
         if incumbent is not None and rate(best) < CHALLENGE * rate(incumbent):
             best = incumbent
         return best
-    ok = [i for i in ran if p99(i) <= latency_cap]
     if rate_floor is not None:
         return max(ran, key=lambda i: keep_chance(rate(i), p99(i), rate_floor, latency_cap))
+    ok = [i for i in ran if p99(i) <= latency_cap]
     if not ok:
         return min(ran, key=p99)
     best = max(ok, key=rate)
