@@ -47,6 +47,7 @@ def main() -> None:
     finest = resolve_config(plat, {cl.name: [1] * len(plat.free_cores(cl)) for cl in plat.clusters})
     els = [e for e in finest.elements if e.backend != "none"]
     lanes = {e.name: a.lanes for e in els if e.kind == "gpu"}
+    gpus = set(lanes)
     rows = []
     path = os.path.join(os.environ.get("OUT", "."), "engine_vs_copies.json")
     for name in a.models:
@@ -62,15 +63,22 @@ def main() -> None:
                "plan": name if name.endswith(".plan.json") else None,
                "engine_fps": h["plan_fps"], "copies_fps": h["copies_fps"],
                "engine_runs": h["plan_runs"], "copies_runs": h["copies_runs"], "lanes": lanes,
-               "elements": len(els), "ratio": h["ratio"]}
+               "elements": len(els), "ratio": h["ratio"],
+               "engine_per_element_fps": h["plan_per_element_fps"],
+               "copies_per_element_fps": h["copies_per_element_fps"]}
         rows.append(row)
         print(json.dumps(row), flush=True)
         with open(path, "w") as f:  # after every model: a time limit keeps what was measured
             json.dump(rows, f, indent=1)
-    print(f"{'model':16} {'engine fps':>11} {'copies fps':>11} {'ratio':>6}  design")
+    print(f"{'model':16} {'engine fps':>11} {'copies fps':>11} {'ratio':>6} "
+          f"{'GPUs: engine':>13} {'copies':>8} {'CPUs: engine':>13} {'copies':>8}  design")
     for r in rows:
+        split = [sum(v for el, v in r[side].items() if (el in gpus) == on_gpu)
+                 for on_gpu in (True, False)
+                 for side in ("engine_per_element_fps", "copies_per_element_fps")]
         print(f"{r['model']:16} {r['engine_fps']:>11.1f} {r['copies_fps']:>11.1f} "
-              f"{r['ratio']:>6.3f}  {r['design']}")
+              f"{r['ratio']:>6.3f} {split[0]:>13.1f} {split[1]:>8.1f} {split[2]:>13.1f} "
+              f"{split[3]:>8.1f}  {r['design']}")
 
 
 if __name__ == "__main__":

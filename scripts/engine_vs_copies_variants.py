@@ -67,6 +67,8 @@ with reusing_runners():
             h = head_to_head(plan, graph, els, lanes, src, 3, 1.5, check="none")
             rows.append({"code": os.environ.get("TAG", ""), "model": model, "variant": variant, "engine": round(h["plan_fps"]),
                          "copies": round(h["copies_fps"]), "ratio": round(h["ratio"], 3),
-                         "rounds": [round(x, 3) for x in h["round_ratios"]]})
+                         "rounds": [round(x, 3) for x in h["round_ratios"]],
+                         "engine_gpu": round(sum(v for e, v in h.get("plan_per_element_fps", {}).items() if e in lanes)),
+                         "copies_gpu": round(sum(v for e, v in h.get("copies_per_element_fps", {}).items() if e in lanes))})
             print(json.dumps(rows[-1]), flush=True)
 json.dump(rows, open(os.path.join(os.environ.get("OUT", "."), f"evc_{os.environ.get('TAG', '')}_{os.getpid()}.json"), "w"), indent=1)

@@ -35,11 +35,14 @@ def head_to_head(plan: Plan, graph: CnnGraph, parallel: list, lanes: dict[str, i
     from hetflow.runtime.pilot import frames_for
 
     plan_fps, copies_fps, plan_p99, copies_p99 = [], [], [], []
+    plan_split: list[dict] = []
+    copies_split: list[dict] = []
 
     def copies() -> None:
         r = measure_parallel(graph, parallel, source, warmup=5, seconds=seconds, lanes=lanes)
         copies_fps.append(r.throughput)
         copies_p99.append(r.latency["p99"])
+        copies_split.append(r.notes.get("per_element_fps", {}))
 
     def the_plan() -> None:
         # a plan without a prediction (one built by hand) runs as long at the copies' last rate
@@ -48,6 +51,7 @@ def head_to_head(plan: Plan, graph: CnnGraph, parallel: list, lanes: dict[str, i
         r = run_plan(plan, graph, frames, max(5, frames // 10), check=check)
         plan_fps.append(r.throughput)
         plan_p99.append(r.latency["p99"])
+        plan_split.append(r.notes.get("per_element_fps", {}))
 
     for i in range(repeats):
         copies_first = i % 2 == 0 or not plan.predicted.get("throughput")
@@ -56,7 +60,17 @@ def head_to_head(plan: Plan, graph: CnnGraph, parallel: list, lanes: dict[str, i
                else "the plan, then the parallel copies"))
         for side in ((copies, the_plan) if copies_first else (the_plan, copies)):
             side()
-    return summary(plan_fps, copies_fps, plan_p99, copies_p99)
+    out = summary(plan_fps, copies_fps, plan_p99, copies_p99)
+    out["plan_per_element_fps"] = median_split(plan_split)
+    out["copies_per_element_fps"] = median_split(copies_split)
+    return out
+
+
+def median_split(runs: list[dict]) -> dict[str, float]:
+    """Each element's median frames/s over `runs` (an element absent from a run counts 0
+    there): which elements one side's lead or lag came from."""
+    names = sorted({el for r in runs for el in r})
+    return {el: statistics.median(r.get(el, 0.0) for r in runs) for el in names} if runs else {}
 
 
 def summary(plan_fps: list[float], copies_fps: list[float], plan_p99: list[float] | None = None,

@@ -229,12 +229,17 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     done_lock = threading.Lock()
     parts: dict[int, int] = {}  # frame -> output actors that delivered it so far
     outputs: dict[int, dict[str, np.ndarray]] = {}  # kept outputs, until released
+    # which element delivered each frame (the last, where several output actors do): where a
+    # plan's frames came from, as the parallel baseline reports its copies'
+    delivering = sorted({el for ms in members.values() for el in ms})
+    delivered_by = np.full(frames, -1, np.int16)
 
-    def deliver(f: int, outs: dict[str, np.ndarray]) -> None:
+    def deliver(f: int, outs: dict[str, np.ndarray], by: int) -> None:
         now = time.perf_counter()
-        if n_out == 1:  # one writer per frame: no lock (two dict stores)
+        if n_out == 1:  # one writer per frame: no lock (array and dict stores)
             if keep_outputs(f):
                 outputs[f] = outs
+            delivered_by[f] = by
             order.complete(f, now)
             return
         with done_lock:
@@ -242,6 +247,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                 outputs.setdefault(f, {}).update(outs)
             got = parts.pop(f, 0) + 1
             if got == n_out:
+                delivered_by[f] = by
                 order.complete(f, now)
             else:
                 parts[f] = got
@@ -253,6 +259,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         `submit`/`collect`). A driver resumes it once that wait is over; a failure stops
         the run naming the element, lane, stage, phase and layers."""
         el = members[actor][j]
+        me_index = delivering.index(el)
         steps = [(fi, pp.runner(el, fi.phase, lane),
                   [(chans[c.name], c.tensor, f"channel {c.name} (from {c.src})") for c in fi.recv],
                   [(chans[c.name], c.tensor, f"space in channel {c.name} (to {c.dst})")
@@ -305,7 +312,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                 if p == last:
                     del frame_tensors[f]
                     if delivers:
-                        deliver(f, {t: local[t] for t in delivers})
+                        deliver(f, {t: local[t] for t in delivers}, me_index)
                     if stop.is_set():
                         return
         except GeneratorExit:  # closed by its driver: the run stopped
@@ -321,6 +328,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         frame, fire, deliver; no per-frame table of tensors. Its cost per frame is the driving
         thread's, which the other threads' compute waits on for the interpreter."""
         el = members[actor][j]
+        me_index = delivering.index(el)
         fi, runner = step[0], step[1]
         take, names, delivers, stop = dispatch[actor].take, fi.inputs, writes[actor], control.stop
         clock = time.perf_counter
@@ -345,7 +353,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                 if trace:
                     state.events.append((me, actor, fi.phase, f, t0, t1))
                 if delivers:
-                    deliver(f, {t: out[t] for t in delivers})
+                    deliver(f, {t: out[t] for t in delivers}, me_index)
                 if stop.is_set():
                     return
         except GeneratorExit:  # closed by its driver: the run stopped
@@ -491,4 +499,10 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                            t_start, complete, plan.predicted, frames_ahead(plan.mapping),
                            order.completed_at.tolist(),
                            float(entered.max()) if complete and n else None)
+    counted = np.bincount(delivered_by[report.warmup:n][delivered_by[report.warmup:n] >= 0],
+                          minlength=len(delivering))
+    if counted.sum() and report.throughput == report.throughput:
+        report.notes["per_element_fps"] = {
+            el: float(report.throughput * c / counted.sum())
+            for el, c in zip(delivering, counted) if c}
     return report, kept, state

@@ -26,11 +26,17 @@ def test_the_sides_alternate_and_the_ratio_is_of_the_medians(monkeypatch):
 
     def measure_parallel(graph, parallel, source, warmup, seconds, lanes):
         calls.append(("copies", seconds))
-        return RunReport("copies", 10, 0, next(copies), {"p50": 0.0, "p99": next(copies_p99)})
+        fps = next(copies)
+        return RunReport("copies", 10, 0, fps, {"p50": 0.0, "p99": next(copies_p99)},
+                         notes={"per_element_fps": {"gpu0": fps * 0.9, "cpu0": fps * 0.1}})
 
     def run_plan(plan, graph, frames, warmup, check="first", **_):
         calls.append(("plan", frames))
-        return RunReport("plan", frames, warmup, next(plans), {"p50": 0.0, "p99": next(plans_p99)})
+        fps = next(plans)
+        # the plan's first run has no CPU frames: absent there, it counts 0 in the median
+        split = {"gpu0": fps} if len(calls) == 2 else {"gpu0": fps * 0.8, "cpu0": fps * 0.2}
+        return RunReport("plan", frames, warmup, fps, {"p50": 0.0, "p99": next(plans_p99)},
+                         notes={"per_element_fps": split})
 
     monkeypatch.setattr("hetflow.runtime.baselines.measure_parallel", measure_parallel)
     monkeypatch.setattr("hetflow.runtime.api.run_plan", run_plan)
@@ -48,6 +54,9 @@ def test_the_sides_alternate_and_the_ratio_is_of_the_medians(monkeypatch):
     assert h["plan_p99"] == pytest.approx(0.012) and h["copies_p99"] == pytest.approx(0.030)
     assert h["p99_ratio"] == pytest.approx(0.4)
     assert h["round_p99_ratios"] == pytest.approx([0.25, 2.5, 0.4])
+    # where each side's frames came from: each element's median over the rounds
+    assert h["copies_per_element_fps"] == pytest.approx({"gpu0": 180.0, "cpu0": 20.0})
+    assert h["plan_per_element_fps"] == pytest.approx({"gpu0": 150.0, "cpu0": 18.0})
     # a plan without a prediction runs as long at the copies' rate just measured
     calls.clear()
     copies, plans = iter([400.0, 100.0]), iter([1.0, 1.0])

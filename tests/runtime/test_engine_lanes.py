@@ -63,6 +63,23 @@ def test_k_lanes_keep_k_frames_in_flight():
     assert most == 4
 
 
+def test_the_report_says_which_elements_delivered_the_frames():
+    """A whole-model group of a laned GPU and a CPU core: each element's share of the frames
+    counted, as frames/s adding up to the plan's rate (the parallel baseline's split)."""
+    graph = GRAPHS[1]
+    plan = laned_plan(graph, {l.name: "gpu0|cpu0" for l in graph.layers}, {"gpu0": 3})
+    fake_gpu.reset(slow=0.002)
+    try:
+        report = run_plan(plan, graph, frames=120, warmup=6, check="all")
+    finally:
+        fake_gpu.reset()
+    assert report.throughput > 0, report
+    split = report.notes["per_element_fps"]
+    assert report.checked_frames == 120 and report.max_abs_error < 1e-4
+    assert set(split) <= {"gpu0", "cpu0"} and split.get("gpu0", 0.0) > 0
+    assert sum(split.values()) == pytest.approx(report.throughput)
+
+
 def test_the_driver_asks_only_the_oldest_runs_whether_they_are_done():
     """Runs are looked at in launch order, up to the first not done: about one question per
     firing and one per wait, not one per lane at every step (k per firing)."""
