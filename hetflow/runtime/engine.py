@@ -364,6 +364,54 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         finally:
             busy[(el, lane)] = spent
 
+    def copy_lanes(actor: str, j: int) -> None:
+        """Member j's lanes of an actor of one phase and no channels (a whole-model copy on a
+        GPU): launch a frame on every free lane, then wait for the oldest run and deliver it,
+        as the parallel baseline's loop does (`backends.inflight`). The driving thread does
+        nothing else a frame: where it is the GPU's bottleneck (a slow core, or the other
+        threads holding the interpreter) its every microsecond is frames."""
+        el = members[actor][j]
+        me_index = delivering.index(el)
+        fi = schedule[actor][0]
+        runners = [pp.runner(el, fi.phase, lane) for lane in range(lanes[el])]
+        take, names, delivers, stop = dispatch[actor].take, fi.inputs, writes[actor], control.stop
+        clock = time.perf_counter
+        free = collections.deque(range(len(runners)))
+        in_flight: collections.deque[tuple[int, int, float]] = collections.deque()  # lane, f, t0
+        spent = [0.0] * len(runners)
+        lane = 0
+        try:
+            while True:
+                while free and (f := take(j)) is not None:
+                    try:
+                        x = inputs(f)
+                    except BaseException as e:
+                        control.fail(f"frame source, frame {f}: {type(e).__name__}: {e}")
+                        return
+                    lane = free.popleft()
+                    first_start[f] = t0 = clock()
+                    runners[lane].submit({t: x[t] for t in names})
+                    in_flight.append((lane, f, t0))
+                if not in_flight or stop.is_set():
+                    return
+                lane, f, t0 = in_flight.popleft()
+                out = runners[lane].collect()
+                free.append(lane)
+                t1 = clock()
+                spent[lane] += t1 - t0
+                if trace:
+                    state.events.append((f"{el}/lane{lane}", actor, fi.phase, f, t0, t1))
+                if delivers:
+                    deliver(f, {t: out[t] for t in delivers}, me_index)
+        except BaseException as e:  # any failure stops the whole run, naming where it happened
+            control.fail(fault_text(el, f"lane {lane}, {fi.where}", e))
+        finally:
+            for lane_left, _, _ in in_flight:  # a run left in flight by a stop: free the lane
+                with contextlib.suppress(Exception):
+                    runners[lane_left].collect()
+            for i, b in enumerate(spent):
+                busy[(el, i)] = b
+
     def wait_once(oldest_run: Any, waits: list[tuple], me: str,
                   wake: threading.Event | None) -> None:
         """Block until a wait may be over (at most POLL for a channel), saying what the lowest
@@ -399,6 +447,11 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         # lanes overlap where the runners launch runs without waiting for them (a GPU's)
         on_device = k > 1 and launches(pp.runner(el, fi.phase, lane)
                                        for fi in schedule[actor] for lane in range(k))
+        if on_device and len(schedule[actor]) == 1 and not schedule[actor][0].recv \
+                and not schedule[actor][0].send:
+            pin_current_thread(caller_cores_of(
+                (pp.runner(el, schedule[actor][0].phase, lane) for lane in range(k)), element))
+            return copy_lanes(actor, j)
         gens = [firings_of(actor, j, lane, on_device, f"{el}/lane{lane}" if k > 1 else el)
                 for lane in range(k)]
         wake = wakes.get((actor, j))
