@@ -105,3 +105,29 @@ def test_a_bench_runs_its_best_plan_head_to_head(tmp_path, monkeypatch):
 def plans_by_design(mb) -> dict[str, str]:
     return {r["name"].removeprefix("hetflow "): r["design"] for r in mb.rows
             if r["kind"] == "plan" and not r.get("infeasible")}
+
+
+def _row(name, fps, design, pilot):
+    pilots = [{"design": "other", "pilot_throughput": 1.0}]
+    if pilot is not None:
+        pilots.append({"design": design, "pilot_throughput": pilot, "chosen": True})
+    return {"name": f"hetflow {name}", "throughput": fps, "design": design, "pilots": pilots}
+
+
+@pytest.mark.parametrize("balanced_pilot, balanced_design, chosen", [
+    (9300.0, "cpu0-4|cpu5-9|cpu10-14|gpu0 x24", "hetflow balanced"),  # 1.06x its pilot
+    (9100.0, "cpu0-4|cpu5-9|cpu10-14|gpu0 x24", "hetflow single"),  # 1.04x: within the noise
+    (9900.0, "copies", "hetflow single"),  # one design: nothing to choose
+    (None, "cpu0-4|cpu5-9|cpu10-14|gpu0 x24", "hetflow single"),  # no pilot: no choice made
+])
+def test_the_balanced_plan_runs_as_the_best_only_if_it_piloted_past_the_margin(
+        balanced_pilot, balanced_design, chosen):
+    """The bench's one sample never decides (the balanced plan's 9,500 here would): its pilot
+    against the best throughput plan's pilot, by more than the pilots' noise."""
+    from hetflow.bench.core import best_throughput_row
+
+    rows = [_row("single", 8700.0, "copies", 8750.0), _row("pipeline", 8600.0, "gpu0 x24", 8700.0),
+            _row("balanced", 9500.0, balanced_design, balanced_pilot)]
+    said = []
+    assert best_throughput_row(rows, said.append)["name"] == chosen
+    assert bool(said) == (chosen == "hetflow balanced")
