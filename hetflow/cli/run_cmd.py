@@ -26,6 +26,10 @@ def print_report(reports) -> None:
         if r.utilisation:
             console.print(f"{r.name} utilisation: " + ", ".join(
                 f"{e} {u:.0%}" for e, u in sorted(r.utilisation.items())))
+        split = r.notes.get("per_element_fps") or {}
+        if len(split) > 1:  # where a replica group's frames came from
+            console.print(f"{r.name} frames/s delivered by: " + ", ".join(
+                f"{e} {v:.1f}" for e, v in sorted(split.items(), key=lambda kv: -kv[1])))
         if not r.complete:
             console.print(f"{r.name}: interrupted after {r.frames} frames", style="yellow")
 

@@ -54,3 +54,14 @@ def test_progress_through_a_pipe_is_plain_lines(hetflow, plan_file):
     assert code == 0, err
     assert err.startswith("hetflow: preparing sessions ...\nhetflow: preparing cpu0 phase 0")
     assert "measured" in out
+
+
+def test_the_run_says_which_elements_delivered_the_frames(hetflow, plan_file, monkeypatch):
+    def grouped_run(plan, graph, frames, warmup, *args, **kwargs) -> RunReport:
+        return RunReport("plan", 20, 2, 500.0, latency_stats([2e-3] * 18),
+                         notes={"per_element_fps": {"cpu1": 100.0, "gpu0": 400.0}})
+
+    monkeypatch.setattr(api, "run_plan", grouped_run)
+    code, out, err = hetflow("run", plan_file)
+    assert code == 0, err
+    assert "plan frames/s delivered by: gpu0 400.0, cpu1 100.0" in out
