@@ -381,6 +381,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         spent = [0.0] * len(runners)
         lane = 0
         try:
+            pin_current_thread(caller_cores_of(runners, plan.elements[el]))
             while True:
                 while free and (f := take(j)) is not None:
                     try:
@@ -449,8 +450,6 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                                        for fi in schedule[actor] for lane in range(k))
         if on_device and len(schedule[actor]) == 1 and not schedule[actor][0].recv \
                 and not schedule[actor][0].send:
-            pin_current_thread(caller_cores_of(
-                (pp.runner(el, schedule[actor][0].phase, lane) for lane in range(k)), element))
             return copy_lanes(actor, j)
         gens = [firings_of(actor, j, lane, on_device, f"{el}/lane{lane}" if k > 1 else el)
                 for lane in range(k)]
@@ -552,6 +551,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                            t_start, complete, plan.predicted, frames_ahead(plan.mapping),
                            order.completed_at.tolist(),
                            float(entered.max()) if complete and n else None)
+    # the steady rate split by each element's share of the frames after the warm-up
     counted = np.bincount(delivered_by[report.warmup:n][delivered_by[report.warmup:n] >= 0],
                           minlength=len(delivering))
     if counted.sum() and report.throughput == report.throughput:

@@ -151,3 +151,31 @@ def test_a_stopped_run_leaves_its_lanes_free_for_the_next():
     finally:
         pp.close()
         fake_gpu.reset()
+
+
+def test_a_lane_that_fails_stops_the_run_naming_the_element_and_lane():
+    """A whole-model copy on a laned GPU: a failing run stops the run with an error naming the
+    element, the lane and the stage; the other lanes' runs in flight are collected."""
+    from hetflow.errors import RuntimeFault
+    from hetflow.runtime.engine import prepare, run_prepared
+
+    graph = GRAPHS[2]
+    plan = laned_plan(graph, {l.name: "gpu0" for l in graph.layers}, {"gpu0": 3})
+    fake_gpu.reset(slow=0.002)
+    pp = prepare(plan, graph)
+    broken = pp.runner("gpu0", 0, 2)
+    real = broken.collect
+
+    def collect():
+        real()
+        raise ValueError("device lost")
+
+    broken.collect = collect
+    try:
+        with pytest.raises(RuntimeFault, match=r"gpu0.*lane 2.*ValueError: device lost"):
+            run_prepared(pp, random_source(graph), frames=30)
+        assert all(r._pending is None for r in [pp.runner("gpu0", 0, i) for i in range(3)])
+    finally:
+        broken.collect = real
+        pp.close()
+        fake_gpu.reset()
