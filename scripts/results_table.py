@@ -99,12 +99,15 @@ def lanes_summary(paths: list[str], share: float = 0.5, floor: float = 0.9, with
 
 
 def head_to_heads(notes: dict) -> str:
-    """The medians of a bench's head to heads: the best plan's x parallel; the balanced plan's
-    x parallel and p99 / parallel's, met or missed (against the floor and cap it ran under)."""
+    """The medians of a bench's head to heads: the best plan's x parallel (naming the balanced
+    plan where it ran as the best throughput plan); the balanced plan's x parallel and p99 /
+    parallel's, met or missed (against the floor and cap it ran under)."""
     from hetflow.bench.core import balanced_pair_kept
 
     h, b = notes.get("head_to_head"), notes.get("head_to_head_balanced")
     out = f"{h['ratio']:.3f}" if h else "-"
+    if h and h.get("plan") == "balanced":  # the balanced design piloted past the margin
+        out += " (balanced)"
     if b and b.get("p99_ratio") is not None:
         met = balanced_pair_kept(b)
         out += f"; {b['ratio']:.2f}, {b['p99_ratio']:.2f} ({'met' if met else 'missed'})"
