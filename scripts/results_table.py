@@ -66,8 +66,8 @@ def lanes_summary(paths: list[str], share: float = 0.5, floor: float = 0.9, with
                   ) -> None:
     d = load(paths)
     print("| model | GPU, 1 lane | parallel (GPU lanes + CPU copies) | best plan | x parallel | "
-          "x 1-lane GPU | balanced: x parallel, p99 / parallel's | head to head: best plan; "
-          "balanced | predicted / measured, each plan |")
+          "x 1-lane GPU | balanced: x parallel, p99 / parallel's | head to head: best plan "
+          "[its rounds' median, 90%+]; balanced | predicted / measured, each plan |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     n_pred = n_ok = 0
     for m in d["models"]:
@@ -99,13 +99,19 @@ def lanes_summary(paths: list[str], share: float = 0.5, floor: float = 0.9, with
 
 
 def head_to_heads(notes: dict) -> str:
-    """The medians of a bench's head to heads: the best plan's x parallel (naming the balanced
+    """The medians of a bench's head to heads: the best plan's x parallel, with the interval
+    that holds its paired rounds' median (`head_to_head.median_interval`; naming the balanced
     plan where it ran as the best throughput plan); the balanced plan's x parallel and p99 /
     parallel's, met or missed (against the floor and cap it ran under)."""
     from hetflow.bench.core import balanced_pair_kept
 
+    from hetflow.bench.head_to_head import median_interval
+
     h, b = notes.get("head_to_head"), notes.get("head_to_head_balanced")
     out = f"{h['ratio']:.3f}" if h else "-"
+    interval = median_interval(h.get("round_ratios") or []) if h else None
+    if interval:  # the paired rounds' median, 90% or more (93% at eight rounds)
+        out += f" [{interval[0]:.2f}-{interval[1]:.2f}]"
     if h and h.get("plan") == "balanced":  # the balanced design piloted past the margin
         out += " (balanced)"
     if b and b.get("p99_ratio") is not None:

@@ -573,6 +573,10 @@ def head_to_head_line(h: dict) -> str:
     the balanced plan, its rate floor and latency cap as shares of the copies')."""
     rounds = h.get("round_ratios") or []
     spread = (f"; rounds {min(rounds):.3f}-{max(rounds):.3f}" if len(rounds) > 1 else "")
+    interval = h.get("round_ratio_interval")
+    if interval:
+        spread += (f"; the rounds' median {interval[2]:.0%} within "
+                   f"{interval[0]:.3f}-{interval[1]:.3f}")
     line = (f"head to head, {h['repeats']} rounds alternately: hetflow {h['plan']} "
             f"{h['plan_fps']:.1f} frames/s, parallel copies {h['copies_fps']:.1f}: "
             f"{h['ratio']:.3f}x (medians{spread})")

@@ -12,6 +12,7 @@ each against the copies'), and a p99 of one run moves several times as far as it
 """
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Callable
 
@@ -66,6 +67,26 @@ def head_to_head(plan: Plan, graph: CnnGraph, parallel: list, lanes: dict[str, i
     return out
 
 
+def median_interval(xs: list[float], level: float = 0.9) -> tuple[float, float, float] | None:
+    """A distribution-free interval for the median of `xs` (lo, hi, its confidence): the
+    order statistics x(k) and x(n-k+1) for the largest k that covers the median with at least
+    `level` (each sample falls on either side of the median with chance 1/2, so the count
+    below is Binomial(n, 1/2)). None with too few samples (five for 90%). Paired rounds of a
+    head to head give the plan's ratio to the copies a precision: where the plan runs the
+    copies' own design, an interval across 1.0 says the two are not told apart.
+    """
+    xs = sorted(xs)
+    n = len(xs)
+    k = 0
+    while k + 1 <= n // 2 and 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n \
+            <= 1 - level:
+        k += 1
+    if k == 0:
+        return None
+    confidence = 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n
+    return xs[k - 1], xs[n - k], confidence
+
+
 def median_split(runs: list[dict]) -> dict[str, float]:
     """Each element's median frames/s over `runs` (an element absent from a run counts 0
     there): which elements one side's lead or lag came from."""
@@ -82,6 +103,9 @@ def summary(plan_fps: list[float], copies_fps: list[float], plan_p99: list[float
            # each round's plan / copies: how far one side's lead holds from round to round
            "round_ratios": [p / c for p, c in zip(plan_fps, copies_fps)]}
     out["ratio"] = out["plan_fps"] / out["copies_fps"]
+    interval = median_interval(out["round_ratios"])
+    if interval is not None:
+        out["round_ratio_interval"] = list(interval)
     if plan_p99 and copies_p99 and statistics.median(copies_p99) > 0:
         out.update(plan_p99_runs=plan_p99, copies_p99_runs=copies_p99,
                    plan_p99=statistics.median(plan_p99), copies_p99=statistics.median(copies_p99),

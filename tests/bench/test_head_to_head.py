@@ -2,6 +2,7 @@ import os
 import statistics
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from hetflow.bench.core import BenchSettings, balanced_pair_kept, head_to_head_line
 from hetflow.bench.head_to_head import head_to_head
@@ -131,3 +132,34 @@ def test_the_balanced_plan_runs_as_the_best_only_if_it_piloted_past_the_margin(
     said = []
     assert best_throughput_row(rows, said.append)["name"] == chosen
     assert bool(said) == (chosen == "hetflow balanced")
+
+
+def _coverage(n: int, k: int) -> float:
+    """Oracle: the chance that [x(k), x(n-k+1)] holds the median, by counting every pattern of
+    samples below or above it (each side with chance 1/2)."""
+    import itertools
+
+    hit = sum(1 for signs in itertools.product((0, 1), repeat=n)
+              if sum(signs) >= k and n - sum(signs) >= k)
+    return hit / 2 ** n
+
+
+@settings(max_examples=60, deadline=None)
+@given(xs=st.lists(st.floats(0.5, 1.5, allow_nan=False), min_size=1, max_size=12),
+       level=st.sampled_from([0.8, 0.9, 0.95]))
+def test_the_rounds_median_interval_covers_as_it_says(xs, level):
+    from hetflow.bench.head_to_head import median_interval
+
+    got = median_interval(xs, level)
+    n, ordered = len(xs), sorted(xs)
+    if got is None:  # not even the widest interval reaches the level
+        assert _coverage(n, 1) < level
+        return
+    lo, hi, confidence = got
+    k = ordered.index(lo) + 1 if ordered.count(lo) == 1 else None
+    assert lo <= statistics.median(xs) <= hi
+    assert confidence == pytest.approx(next(_coverage(n, j) for j in range(n // 2, 0, -1)
+                                            if _coverage(n, j) >= level))
+    assert confidence >= level
+    if k is not None:  # the narrowest interval at the level: one step in falls short
+        assert k == n // 2 or _coverage(n, k + 1) < level
