@@ -264,8 +264,6 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                   [(chans[c.name], c.tensor, f"channel {c.name} (from {c.src})") for c in fi.recv],
                   [(chans[c.name], c.tensor, f"space in channel {c.name} (to {c.dst})")
                    for c in fi.send]) for fi in schedule[actor]]
-        if len(steps) == 1 and not steps[0][2] and not steps[0][3]:
-            return (yield from copy_firings(actor, j, lane, on_device, me, steps[0]))
         source, delivers, stop = reads[actor], writes[actor], control.stop
         last = len(steps) - 1
         spent, fi = 0.0, None
@@ -323,17 +321,20 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         finally:
             busy[(el, lane)] = spent
 
-    def copy_firings(actor: str, j: int, lane: int, on_device: bool, me: str, step: tuple):
-        """`firings_of` for an actor of one phase and no channels (a whole-model copy): take a
-        frame, fire, deliver; no per-frame table of tensors. Its cost per frame is the driving
-        thread's, which the other threads' compute waits on for the interpreter."""
+    def copy_loop(actor: str, j: int) -> None:
+        """Member j of an actor of one phase and no channels (a whole-model copy), on an
+        element without launching lanes: take a frame, fire, deliver; no per-frame table of
+        tensors. Its cost per frame is the driving thread's, which the other threads' compute
+        waits on for the interpreter."""
         el = members[actor][j]
         me_index = delivering.index(el)
-        fi, runner = step[0], step[1]
+        fi = schedule[actor][0]
+        runner = pp.runner(el, fi.phase)
         take, names, delivers, stop = dispatch[actor].take, fi.inputs, writes[actor], control.stop
         clock = time.perf_counter
         spent = 0.0
         try:
+            pin_current_thread(caller_cores_of([runner], plan.elements[el]))
             while (f := take(j)) is not None:
                 try:
                     x = inputs(f)
@@ -341,28 +342,21 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                     control.fail(f"frame source, frame {f}: {type(e).__name__}: {e}")
                     return
                 t0 = first_start[f] = clock()
-                feeds = {t: x[t] for t in names}
-                if on_device:
-                    runner.submit(feeds)
-                    yield "device", runner, f, ""
-                    out = runner.collect()
-                else:
-                    out = runner.run(feeds)
+                out = runner.run({t: x[t] for t in names})
                 t1 = clock()
                 spent += t1 - t0
                 if trace:
-                    state.events.append((me, actor, fi.phase, f, t0, t1))
+                    state.events.append((el, actor, fi.phase, f, t0, t1))
                 if delivers:
                     deliver(f, {t: out[t] for t in delivers}, me_index)
                 if stop.is_set():
                     return
-        except GeneratorExit:  # closed by its driver: the run stopped
-            raise
         except BaseException as e:  # any failure stops the whole run, naming where it happened
-            control.fail(fault_text(el, f"lane {lane}, {fi.where}" if lanes[el] > 1 else fi.where,
-                                    e))
+            control.fail(fault_text(el, fi.where, e))
         finally:
-            busy[(el, lane)] = spent
+            busy[(el, 0)] = spent
+            for lane in range(1, lanes[el]):  # lanes that cannot overlap: the first runs all
+                busy[(el, lane)] = 0.0
 
     def copy_lanes(actor: str, j: int) -> None:
         """Member j's lanes of an actor of one phase and no channels (a whole-model copy on a
@@ -448,9 +442,9 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         # lanes overlap where the runners launch runs without waiting for them (a GPU's)
         on_device = k > 1 and launches(pp.runner(el, fi.phase, lane)
                                        for fi in schedule[actor] for lane in range(k))
-        if on_device and len(schedule[actor]) == 1 and not schedule[actor][0].recv \
+        if len(schedule[actor]) == 1 and not schedule[actor][0].recv \
                 and not schedule[actor][0].send:
-            return copy_lanes(actor, j)
+            return copy_lanes(actor, j) if on_device else copy_loop(actor, j)
         gens = [firings_of(actor, j, lane, on_device, f"{el}/lane{lane}" if k > 1 else el)
                 for lane in range(k)]
         wake = wakes.get((actor, j))
