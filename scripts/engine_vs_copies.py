@@ -20,7 +20,7 @@ from hetflow.mapping.mapping import Mapping, describe_design, group_name
 from hetflow.mapping.plan import Plan
 from hetflow.model import resolve_model
 from hetflow.platform import resolve_platform
-from hetflow.platform.configs import resolve_config
+from hetflow.platform.configs import finest_config
 from hetflow.runtime.api import load_plan_model
 from hetflow.runtime.inputs import random_source
 
@@ -44,7 +44,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args()
     plat = resolve_platform("auto", check_devices=True)
-    finest = resolve_config(plat, {cl.name: [1] * len(plat.free_cores(cl)) for cl in plat.clusters})
+    finest = finest_config(plat)
     els = [e for e in finest.elements if e.backend != "none"]
     lanes = {e.name: a.lanes for e in els if e.kind == "gpu"}
     gpus = set(lanes)

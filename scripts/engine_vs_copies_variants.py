@@ -21,13 +21,13 @@ from hetflow.mapping.mapping import Mapping, group_name
 from hetflow.mapping.plan import Plan
 from hetflow.model import resolve_model
 from hetflow.platform import resolve_platform
-from hetflow.platform.configs import resolve_config
+from hetflow.platform.configs import finest_config
 from hetflow.runtime.inputs import random_source
 import hetflow.backends as B, hetflow.backends.affinity as A
 import hetflow.runtime.engine as E
 
 plat = resolve_platform("auto", check_devices=True)
-finest = resolve_config(plat, {cl.name: [1] * len(plat.free_cores(cl)) for cl in plat.clusters})
+finest = finest_config(plat)
 els_all = [e for e in finest.elements if e.backend != "none"]
 rows = []
 orig_cc = A.control_cores

@@ -25,7 +25,7 @@ import hetflow.backends.torch_cuda as tc
 from hetflow.backends.reuse import reusing_runners, runners_for
 from hetflow.model import resolve_model
 from hetflow.platform import resolve_platform
-from hetflow.platform.configs import resolve_config
+from hetflow.platform.configs import finest_config
 from hetflow.runtime.baselines import measure_parallel
 from hetflow.runtime.inputs import random_source
 
@@ -135,8 +135,7 @@ def lock_table(model: str, gpu) -> list[dict]:
 
 def main() -> None:
     plat = resolve_platform("auto", check_devices=True)
-    finest = resolve_config(plat, {cl.name: [1] * len(plat.free_cores(cl))
-                                   for cl in plat.clusters})
+    finest = finest_config(plat)
     els = [e for e in finest.elements if e.backend != "none"]
     gpu = next(e for e in els if e.kind == "gpu")
     out = {"lanes": LANES, "rounds": ROUNDS, "seconds": SECONDS, "models": {}}

@@ -78,12 +78,11 @@ def main() -> None:
     from hetflow.backends.reuse import reusing_runners
     from hetflow.model import resolve_model
     from hetflow.platform import resolve_platform
-    from hetflow.platform.configs import resolve_config
+    from hetflow.platform.configs import finest_config
     from hetflow.runtime.inputs import random_source
 
     plat = resolve_platform("auto", check_devices=True)
-    finest = resolve_config(plat, {cl.name: [1] * len(plat.free_cores(cl))
-                                   for cl in plat.clusters})
+    finest = finest_config(plat)
     els = [e for e in finest.elements if e.backend != "none"]
     gpu = next(e for e in els if e.kind == "gpu")
     cpus = [e for e in els if e.kind == "cpu"]

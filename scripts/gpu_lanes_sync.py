@@ -14,7 +14,7 @@ from hetflow.backends import backend_for
 from hetflow.model import resolve_model
 from hetflow.model.subnet import extract_subnet
 from hetflow.platform import resolve_platform
-from hetflow.platform.configs import resolve_config
+from hetflow.platform.configs import finest_config
 from hetflow.profile.lanes import _time_lanes, running_beside
 from hetflow.profile.measure import random_feeds
 
@@ -22,7 +22,7 @@ from hetflow.profile.measure import random_feeds
 def main(models: list[str]) -> None:
     plat = resolve_platform("auto", check_devices=True)
     gpu = next(e for e in plat.all_elements() if e.kind == "gpu")
-    finest = resolve_config(plat, {cl.name: [1] * len(plat.free_cores(cl)) for cl in plat.clusters})
+    finest = finest_config(plat)
     cpus = [e for e in finest.elements if e.kind == "cpu"]
     rows = []
     for name in models:

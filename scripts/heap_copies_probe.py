@@ -14,14 +14,13 @@ import hetflow.runtime.baselines as baselines
 from hetflow.backends.reuse import reusing_runners
 from hetflow.model import resolve_model
 from hetflow.platform import resolve_platform
-from hetflow.platform.configs import resolve_config
+from hetflow.platform.configs import finest_config
 from hetflow.runtime.inputs import random_source
 
 
 def main(model: str) -> None:
     plat = resolve_platform("auto")
-    finest = resolve_config(plat, {cl.name: [1] * len(plat.free_cores(cl))
-                                   for cl in plat.clusters})
+    finest = finest_config(plat)
     els = [e for e in finest.elements if e.backend != "none"]
     graph = resolve_model(model, fuse=True)
     src = random_source(graph)

@@ -10,14 +10,14 @@ from hetflow.mapping.mapping import Mapping
 from hetflow.mapping.plan import Plan
 from hetflow.model import resolve_model
 from hetflow.platform import resolve_platform
-from hetflow.platform.configs import resolve_config
+from hetflow.platform.configs import finest_config
 from hetflow.runtime.api import run_plan
 from hetflow.runtime.baselines import measure_single
 from hetflow.runtime.inputs import random_source
 
 tag = os.environ["TAG"]
 plat = resolve_platform("auto", check_devices=True)
-finest = resolve_config(plat, {cl.name: [1] * len(plat.free_cores(cl)) for cl in plat.clusters})
+finest = finest_config(plat)
 gpu = next(e for e in finest.elements if e.kind == "gpu")
 rows = []
 for spec in sys.argv[1:]:

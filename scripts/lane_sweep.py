@@ -10,13 +10,13 @@ from hetflow.backends.reuse import reusing_runners, runners_for, runners_for_man
 from hetflow.model import resolve_model
 from hetflow.model.subnet import extract_subnet
 from hetflow.platform import resolve_platform
-from hetflow.platform.configs import resolve_config
+from hetflow.platform.configs import finest_config
 from hetflow.profile.lanes import _time_lanes, running_beside
 from hetflow.profile.measure import random_feeds
 
 COUNTS = [int(x) for x in os.environ.get("COUNTS", "1,4,8,12,16,24").split(",")]
 plat = resolve_platform("auto", check_devices=True)
-finest = resolve_config(plat, {cl.name: [1] * len(plat.free_cores(cl)) for cl in plat.clusters})
+finest = finest_config(plat)
 els = [e for e in finest.elements if e.backend != "none"]
 gpu = next(e for e in els if e.kind == "gpu")
 cpus = [e for e in els if e.kind == "cpu"]

@@ -14,7 +14,7 @@ import time
 from hetflow.backends.reuse import release, reusing_runners, runners_for_many
 from hetflow.model import resolve_model
 from hetflow.platform import resolve_platform
-from hetflow.platform.configs import resolve_config
+from hetflow.platform.configs import finest_config
 from hetflow.runtime.baselines import measure_parallel
 from hetflow.runtime.inputs import random_source
 
@@ -33,7 +33,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args()
     plat = resolve_platform("auto")
-    finest = resolve_config(plat, {cl.name: [1] * len(plat.free_cores(cl)) for cl in plat.clusters})
+    finest = finest_config(plat)
     els = [e for e in finest.elements if e.kind == "cpu"]
     path = os.path.join(os.environ.get("OUT", "."), "shared_sessions.json")
     rows = []

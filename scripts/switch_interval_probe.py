@@ -24,7 +24,7 @@ from hetflow.bench.head_to_head import head_to_head
 from hetflow.mapping.mapping import describe_design
 from hetflow.model import resolve_model
 from hetflow.platform import resolve_platform
-from hetflow.platform.configs import resolve_config
+from hetflow.platform.configs import finest_config, resolve_config
 from hetflow.runtime.inputs import random_source
 
 
@@ -49,8 +49,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     a = ap.parse_args()
     plat = resolve_platform("auto", check_devices=True)
-    finest = resolve_config(plat, {cl.name: [1] * len(plat.free_cores(cl))
-                                   for cl in plat.clusters})
+    finest = finest_config(plat)
     copies = [e for e in finest.elements if e.backend != "none"]
     copy_lanes = {e.name: a.lanes for e in copies if e.kind == "gpu"}
     intervals = [float(x) for x in a.intervals.split(",")]

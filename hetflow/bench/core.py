@@ -164,12 +164,10 @@ def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
 
 def baseline_elements(platform):
     """(peak-single candidates, parallel-copy elements) of a platform."""
-    from hetflow.platform.configs import default_config, resolve_config
+    from hetflow.platform.configs import default_config, finest_config
 
     singles = [e for e in default_config(platform).elements if e.backend != "none"]
-    finest = resolve_config(platform, {cl.name: [1] * len(platform.free_cores(cl))
-                                       for cl in platform.clusters})
-    parallel = [e for e in finest.elements if e.backend != "none"]
+    parallel = [e for e in finest_config(platform).elements if e.backend != "none"]
     return singles, parallel
 
 

@@ -150,6 +150,12 @@ def default_config(platform: Platform) -> PeConfig:
     return build_config(platform, {name: (n,) if n else () for name, n in sizes.items()})
 
 
+def finest_config(platform: Platform) -> PeConfig:
+    """Each free core its own element, beside the devices: where the parallel copies run."""
+    return build_config(platform, {cl.name: (1,) * len(platform.free_cores(cl))
+                                   for cl in platform.clusters})
+
+
 def parse_config_label(platform: Platform, label: str) -> dict[str, tuple[int, ...]]:
     """'big:3+1 little:2' -> {'big': (3, 1), 'little': (2,)}; 'little:0' leaves it unused."""
     parts: dict[str, tuple[int, ...]] = {}

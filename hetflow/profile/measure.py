@@ -491,16 +491,15 @@ def _measure_lanes(prof: Profile, graph: "CnnGraph", platform: "Platform",
                    elements: list[ProcessingElement], bar: _Progress, seconds: float) -> None:
     """The lane table of every GPU element; the busy runs keep single-thread copies on every
     core that no GPU drives (what the data-parallel baseline runs beside the GPU)."""
-    from hetflow.platform.configs import resolve_config
+    from hetflow.platform.configs import finest_config
 
     from .lanes import measure_lanes
 
     gpus = [e for e in elements if e.kind == "gpu"]
     if not gpus:
         return
-    finest = resolve_config(platform, {cl.name: [1] * len(platform.free_cores(cl))
-                                       for cl in platform.clusters})
-    busy = [e for e in finest.elements if e.kind == "cpu" and e.backend != "none"]
+    busy = [e for e in finest_config(platform).elements
+            if e.kind == "cpu" and e.backend != "none"]
     for g in gpus:
         task = bar.task(f"{g.name} lanes")
         prof.gpu_lanes[g.name] = measure_lanes(graph, g, busy, seconds=seconds)

@@ -7,7 +7,7 @@ from hetflow.errors import InputError
 from hetflow.platform import (CpuCluster, Platform, cluster_partitions, configurations,
                               count_configurations, distinct_elements, integer_partitions,
                               load_platform, platform_from_dict)
-from hetflow.platform.configs import partition_count, resolve_config
+from hetflow.platform.configs import finest_config, partition_count, resolve_config
 from hetflow.platform.spec import cpu_element_name
 
 
@@ -67,6 +67,18 @@ def test_driving_core_belongs_to_the_gpu_only():
         assert all(5 not in e.cores for e in cfg.elements if e.kind == "cpu")
         cpu_cores = sorted(c for e in cfg.elements if e.kind == "cpu" for c in e.cores)
         assert cpu_cores == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("name", ["hikey970", "jetson_tx2"])
+def test_the_finest_configuration_is_one_element_per_free_core_beside_the_devices(name):
+    """The last of the configurations (all parts of one core), found without enumerating."""
+    p = load_platform(name)
+    finest = finest_config(p)
+    assert finest == list(configurations(p))[-1]
+    cpus = [e for e in finest.elements if e.kind == "cpu"]
+    assert all(len(e.cores) == 1 for e in cpus)
+    assert sorted(c for e in cpus for c in e.cores) == sorted(
+        c for cl in p.clusters for c in p.free_cores(cl))
 
 
 def test_six_core_cluster_has_eleven_configurations():
