@@ -14,13 +14,13 @@ import argparse
 import json
 import os
 
+from hetflow.bench.core import baseline_elements
 from hetflow.bench.head_to_head import head_to_head
 from hetflow.dataflow.csdf import cnn_to_csdf
 from hetflow.mapping.mapping import Mapping, describe_design, group_name
 from hetflow.mapping.plan import Plan
 from hetflow.model import resolve_model
 from hetflow.platform import resolve_platform
-from hetflow.platform.configs import finest_config
 from hetflow.runtime.api import load_plan_model
 from hetflow.runtime.inputs import random_source
 
@@ -44,8 +44,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args()
     plat = resolve_platform("auto", check_devices=True)
-    finest = finest_config(plat)
-    els = [e for e in finest.elements if e.backend != "none"]
+    _, els = baseline_elements(plat)  # the parallel copies' elements
     lanes = {e.name: a.lanes for e in els if e.kind == "gpu"}
     gpus = set(lanes)
     rows = []

@@ -14,21 +14,18 @@ VARIANTS (space-separated) picks some; TAG names the code in the rows ($OUT/evc_
 Alternate two versions as scripts/lane_driver_ab.py does.
 Usage: [VARIANTS="all cpus"] [TAG=new] python scripts/engine_vs_copies_variants.py MODEL ..."""
 import json, os, sys
+from engine_vs_copies import whole_model_plan
 from hetflow.backends.reuse import reusing_runners
+from hetflow.bench.core import baseline_elements
 from hetflow.bench.head_to_head import head_to_head
-from hetflow.dataflow.csdf import cnn_to_csdf
-from hetflow.mapping.mapping import Mapping, group_name
-from hetflow.mapping.plan import Plan
 from hetflow.model import resolve_model
 from hetflow.platform import resolve_platform
-from hetflow.platform.configs import finest_config
 from hetflow.runtime.inputs import random_source
 import hetflow.backends as B, hetflow.backends.affinity as A
 import hetflow.runtime.engine as E
 
 plat = resolve_platform("auto", check_devices=True)
-finest = finest_config(plat)
-els_all = [e for e in finest.elements if e.backend != "none"]
+_, els_all = baseline_elements(plat)  # the parallel copies' elements
 rows = []
 orig_cc = A.control_cores
 import time as _time
@@ -59,11 +56,7 @@ with reusing_runners():
             E.RELEASE_POLL = 0.02 if variant == "all_poll_20ms" else 0.005
             InFlight.submit = (burning(float(variant[5:])) if variant.startswith("burn_")
                                else orig_submit)
-            actor = group_name([e.name for e in els])
-            mapping = Mapping({l.name: actor for l in graph.layers}, "maximal", lanes=lanes)
-            app = cnn_to_csdf(graph, mapping.assignment, "maximal")
-            plan = Plan(graph.name, graph.model_hash, graph.source, plat.name, mapping, app,
-                        {e.name: e for e in els}, 2, {"throughput": 0.0}, "copies", fuse=True)
+            plan = whole_model_plan(graph, plat.name, els, lanes)
             h = head_to_head(plan, graph, els, lanes, src, 3, 1.5, check="none")
             rows.append({"code": os.environ.get("TAG", ""), "model": model, "variant": variant, "engine": round(h["plan_fps"]),
                          "copies": round(h["copies_fps"]), "ratio": round(h["ratio"], 3),

@@ -23,9 +23,9 @@ import numpy as np
 
 import hetflow.backends.torch_cuda as tc
 from hetflow.backends.reuse import reusing_runners, runners_for
+from hetflow.bench.core import baseline_elements
 from hetflow.model import resolve_model
 from hetflow.platform import resolve_platform
-from hetflow.platform.configs import finest_config
 from hetflow.runtime.baselines import measure_parallel
 from hetflow.runtime.inputs import random_source
 
@@ -135,8 +135,7 @@ def lock_table(model: str, gpu) -> list[dict]:
 
 def main() -> None:
     plat = resolve_platform("auto", check_devices=True)
-    finest = finest_config(plat)
-    els = [e for e in finest.elements if e.backend != "none"]
+    _, els = baseline_elements(plat)  # the parallel copies' elements
     gpu = next(e for e in els if e.kind == "gpu")
     out = {"lanes": LANES, "rounds": ROUNDS, "seconds": SECONDS, "models": {}}
     with reusing_runners():

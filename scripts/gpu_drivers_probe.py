@@ -76,14 +76,13 @@ def measure(model: str, graph, src, members: list, lanes: dict, procs: list,
 
 def main() -> None:
     from hetflow.backends.reuse import reusing_runners
+    from hetflow.bench.core import baseline_elements
     from hetflow.model import resolve_model
     from hetflow.platform import resolve_platform
-    from hetflow.platform.configs import finest_config
     from hetflow.runtime.inputs import random_source
 
     plat = resolve_platform("auto", check_devices=True)
-    finest = finest_config(plat)
-    els = [e for e in finest.elements if e.backend != "none"]
+    _, els = baseline_elements(plat)  # the parallel copies' elements
     gpu = next(e for e in els if e.kind == "gpu")
     cpus = [e for e in els if e.kind == "cpu"]
     # the second driver of the same device, on the last CPU copy's core

@@ -12,16 +12,15 @@ import sys
 
 import hetflow.runtime.baselines as baselines
 from hetflow.backends.reuse import reusing_runners
+from hetflow.bench.core import baseline_elements
 from hetflow.model import resolve_model
 from hetflow.platform import resolve_platform
-from hetflow.platform.configs import finest_config
 from hetflow.runtime.inputs import random_source
 
 
 def main(model: str) -> None:
     plat = resolve_platform("auto")
-    finest = finest_config(plat)
-    els = [e for e in finest.elements if e.backend != "none"]
+    _, els = baseline_elements(plat)  # the parallel copies' elements
     graph = resolve_model(model, fuse=True)
     src = random_source(graph)
     frozen_heap = baselines.frozen_heap

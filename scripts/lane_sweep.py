@@ -7,17 +7,16 @@ Writes $OUT/lane_sweep.json ({model: {"1core_kN" | "2cores_kN" | "busy14_kN": {"
 import json, os, sys, time
 from dataclasses import replace
 from hetflow.backends.reuse import reusing_runners, runners_for, runners_for_many, release
+from hetflow.bench.core import baseline_elements
 from hetflow.model import resolve_model
 from hetflow.model.subnet import extract_subnet
 from hetflow.platform import resolve_platform
-from hetflow.platform.configs import finest_config
 from hetflow.profile.lanes import _time_lanes, running_beside
 from hetflow.profile.measure import random_feeds
 
 COUNTS = [int(x) for x in os.environ.get("COUNTS", "1,4,8,12,16,24").split(",")]
 plat = resolve_platform("auto", check_devices=True)
-finest = finest_config(plat)
-els = [e for e in finest.elements if e.backend != "none"]
+_, els = baseline_elements(plat)  # the parallel copies' elements
 gpu = next(e for e in els if e.kind == "gpu")
 cpus = [e for e in els if e.kind == "cpu"]
 print("gpu", gpu.name, gpu.cores, "cpus", len(cpus), flush=True)

@@ -20,11 +20,13 @@ import os
 import statistics
 
 from engine_vs_copies import whole_model_plan
+
+from hetflow.bench.core import baseline_elements
 from hetflow.bench.head_to_head import head_to_head
 from hetflow.mapping.mapping import describe_design
 from hetflow.model import resolve_model
 from hetflow.platform import resolve_platform
-from hetflow.platform.configs import finest_config, resolve_config
+from hetflow.platform.configs import resolve_config
 from hetflow.runtime.inputs import random_source
 
 
@@ -49,8 +51,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     a = ap.parse_args()
     plat = resolve_platform("auto", check_devices=True)
-    finest = finest_config(plat)
-    copies = [e for e in finest.elements if e.backend != "none"]
+    _, copies = baseline_elements(plat)  # the parallel copies' elements
     copy_lanes = {e.name: a.lanes for e in copies if e.kind == "gpu"}
     intervals = [float(x) for x in a.intervals.split(",")]
     path = os.path.join(os.environ.get("OUT", "."), "switch_interval_probe.json")
