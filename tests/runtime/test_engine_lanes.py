@@ -2,6 +2,7 @@
 still equal the reference frame by frame and in order; the baselines run lanes too; a plan
 asking for lanes on a CPU element is refused naming it. A stand-in GPU backend (tests/fake_gpu)
 runs the lanes on the CPU so this runs without CUDA."""
+import dataclasses
 import os
 
 import pytest
@@ -64,10 +65,15 @@ def test_k_lanes_keep_k_frames_in_flight():
 
 
 def test_the_report_says_which_elements_delivered_the_frames():
-    """A whole-model group of a laned GPU and a CPU core: each element's share of the frames
-    counted, as frames/s adding up to the plan's rate (the parallel baseline's split)."""
+    """A whole-model group of a laned device and an unlaned one (the direct lane loop and the
+    plain copy loop): each element's share of the frames counted, as frames/s adding up to the
+    plan's rate (the parallel baseline's split). Both members are stand-ins that take
+    milliseconds a frame: a CPU core runs this small graph's 120 frames inside one release
+    poll, too short a run for any steady rate."""
     graph = GRAPHS[1]
     plan = laned_plan(graph, {l.name: "gpu0|cpu0" for l in graph.layers}, {"gpu0": 3})
+    plan = dataclasses.replace(plan, elements={**plan.elements,
+                                               "cpu0": fake_gpu.gpu("cpu0", CORES[-1])})
     fake_gpu.reset(slow=0.002)
     try:
         report = run_plan(plan, graph, frames=120, warmup=6, check="all")
