@@ -7,7 +7,7 @@ import math
 import sys
 from pathlib import Path
 
-from hetflow.bench.core import best_throughput_row, pilot_rate
+from hetflow.bench.core import best_throughput_row, pilot_rate, run_label
 
 ROOT = Path(__file__).resolve().parent.parent / "docs" / "results" / "lanes_h100"
 
@@ -30,7 +30,7 @@ def main() -> None:
             others = [r for r in plans if r is not bal]
             best = max(others, key=lambda r: r["throughput"]) if others else bal
             ours, theirs = pilot_rate(best), pilot_rate(bal)
-            ratio = theirs / ours if ours and theirs and bal.get("design") != best.get("design") \
+            ratio = theirs / ours if ours and theirs and run_label(bal) != run_label(best) \
                 else math.nan
             h = m["notes"].get("head_to_head") or {}
             hb = m["notes"].get("head_to_head_balanced") or {}

@@ -533,6 +533,13 @@ def searched_under_tail(search: Callable[[dict], list], options: dict, settings:
     return search(options)
 
 
+def run_label(row: dict) -> str:
+    """The plan kind whose run a plan row's figures are: its own, or that of the plan with the
+    same mapping (`run_of`). Design strings name stages and lanes, not cut points, so two
+    pipelines over the same elements share a design string but not a run."""
+    return row.get("run_of") or row["name"].removeprefix("hetflow ")
+
+
 def pilot_rate(row: dict) -> float | None:
     """The pilot rate (frames/s) of the design a plan row ran: measured before its run."""
     return next((t.get("pilot_throughput") for t in row.get("pilots") or ()
@@ -555,7 +562,7 @@ def best_throughput_row(ran_plans: list[dict], log: Callable[[str], None] = lamb
         return ran_plans[0]
     best = max(throughput, key=lambda r: r["throughput"])
     bal = next((r for r in ran_plans if r["name"] == "hetflow balanced"), None)
-    if bal is None or bal.get("design") == best.get("design"):
+    if bal is None or run_label(bal) == run_label(best):  # one mapping, one run: no choice
         return best
     ours, theirs = pilot_rate(best), pilot_rate(bal)
     if ours and theirs and theirs > CHALLENGE * ours:

@@ -108,27 +108,30 @@ def plans_by_design(mb) -> dict[str, str]:
             if r["kind"] == "plan" and not r.get("infeasible")}
 
 
-def _row(name, fps, design, pilot):
+def _row(name, fps, design, pilot, run_of=None):
     pilots = [{"design": "other", "pilot_throughput": 1.0}]
     if pilot is not None:
         pilots.append({"design": design, "pilot_throughput": pilot, "chosen": True})
-    return {"name": f"hetflow {name}", "throughput": fps, "design": design, "pilots": pilots}
+    return {"name": f"hetflow {name}", "throughput": fps, "design": design, "pilots": pilots,
+            **({"run_of": run_of} if run_of else {})}
 
 
-@pytest.mark.parametrize("balanced_pilot, balanced_design, chosen", [
-    (9300.0, "cpu0-4|cpu5-9|cpu10-14|gpu0 x24", "hetflow balanced"),  # 1.06x its pilot
-    (9100.0, "cpu0-4|cpu5-9|cpu10-14|gpu0 x24", "hetflow single"),  # 1.04x: within the noise
-    (9900.0, "copies", "hetflow single"),  # one design: nothing to choose
-    (None, "cpu0-4|cpu5-9|cpu10-14|gpu0 x24", "hetflow single"),  # no pilot: no choice made
+@pytest.mark.parametrize("balanced_pilot, balanced_design, run_of, chosen", [
+    (9300.0, "cpu0-4|cpu5-9|cpu10-14|gpu0 x24", None, "hetflow balanced"),  # 1.06x its pilot
+    (9100.0, "cpu0-4|cpu5-9|cpu10-14|gpu0 x24", None, "hetflow single"),  # 1.04x: noise
+    (9900.0, "copies", "single", "hetflow single"),  # one mapping, one run: nothing to choose
+    (9900.0, "copies", None, "hetflow balanced"),  # one design string, other cuts: its own run
+    (None, "cpu0-4|cpu5-9|cpu10-14|gpu0 x24", None, "hetflow single"),  # no pilot: no choice
 ])
 def test_the_balanced_plan_runs_as_the_best_only_if_it_piloted_past_the_margin(
-        balanced_pilot, balanced_design, chosen):
+        balanced_pilot, balanced_design, run_of, chosen):
     """The bench's one sample never decides (the balanced plan's 9,500 here would): its pilot
-    against the best throughput plan's pilot, by more than the pilots' noise."""
+    against the best throughput plan's pilot, by more than the pilots' noise. Plans compare by
+    run (mapping), not by design string, which names no cut points."""
     from hetflow.bench.core import best_throughput_row
 
     rows = [_row("single", 8700.0, "copies", 8750.0), _row("pipeline", 8600.0, "gpu0 x24", 8700.0),
-            _row("balanced", 9500.0, balanced_design, balanced_pilot)]
+            _row("balanced", 9500.0, balanced_design, balanced_pilot, run_of)]
     said = []
     assert best_throughput_row(rows, said.append)["name"] == chosen
     assert bool(said) == (chosen == "hetflow balanced")
