@@ -17,6 +17,8 @@ def print_report(reports) -> None:
         t.add_column(c, justify="left" if c == "run" else "right")
     for r in reports:
         pred = r.predicted.get("throughput") if r.predicted else None
+        if r.notes.get("arrival_rate"):  # the rate was the clock's, not the plan's
+            pred = None
         t.add_row(r.name, f"{r.throughput:.1f}", f"{r.latency['p50'] * 1e3:.2f}",
                   f"{r.latency['p90'] * 1e3:.2f}", f"{r.latency['p99'] * 1e3:.2f}",
                   f"{pred:.1f}" if pred else "-", f"{pred / r.throughput:.2f}" if pred else "-",
@@ -30,8 +32,22 @@ def print_report(reports) -> None:
         if len(split) > 1:  # where a replica group's frames came from
             console.print(f"{r.name} frames/s delivered by: " + ", ".join(
                 f"{e} {v:.1f}" for e, v in sorted(split.items(), key=lambda kv: -kv[1])))
+        if r.notes.get("arrival_rate"):
+            console.print(arrival_line(r), highlight=False)
         if not r.complete:
             console.print(f"{r.name}: interrupted after {r.frames} frames", style="yellow")
+
+
+def arrival_line(r) -> str:
+    """Whether a plan fed on a clock kept up with it: frames it could not take in time queue,
+    and their latency grows with the run."""
+    rate, cap = r.notes["arrival_rate"], (r.predicted or {}).get("throughput")
+    kept = r.throughput >= 0.98 * rate
+    line = (f"{r.name}: frames arrived at {rate:.1f} frames/s and left at {r.throughput:.1f}: "
+            + ("it kept up" if kept else "it fell behind, frames queued"))
+    if cap:
+        line += f" (predicted capacity {cap:.1f} frames/s)"
+    return line
 
 
 def register(app: typer.Typer) -> None:
@@ -58,6 +74,11 @@ def register(app: typer.Typer) -> None:
         engine: Literal["local", "ray"] = typer.Option("local", "--engine",
                                                        help="local (threads) or ray"),
         address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address"),
+        rate: Optional[float] = typer.Option(None, "--rate", callback=positive,
+                                             help="frames arrive at this many per second, as "
+                                                  "from a camera; latency counts from each "
+                                                  "frame's arrival (default: as fast as the "
+                                                  "plan takes them)"),
     ) -> None:
         """Run a plan's CSDF application on this machine; outputs are checked in order.
 
@@ -75,7 +96,7 @@ def register(app: typer.Typer) -> None:
         with progress("preparing sessions ...", quiet=json_out) as log:
             report = run_plan(plan, graph, frames, warmup, input_spec, check,
                               trace_path=trace, stall_timeout=stall_timeout, progress=log,
-                              engine=engine, address=address)
+                              engine=engine, address=address, rate=rate)
         if json_out:
             print_json({**report.to_dict(), "interrupted": not report.complete})
         else:

@@ -1,8 +1,11 @@
 """`run_plan`: load the plan's model, build the sessions, stream frames, check, report."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Callable
+
+import numpy as np
 
 from hetflow.errors import InputError
 from hetflow.mapping.plan import Plan
@@ -49,12 +52,14 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
              progress: Callable[[str], None] | None = None,
              on_frame: Callable[[int], None] | None = None, engine: str = "local",
              address: str | None = None, runtime_env: dict | None = None,
-             max_inflight: int | None = None) -> RunReport:
+             max_inflight: int | None = None, rate: float | None = None) -> RunReport:
     """Stream `frames` frames through the plan and report the steady rate after `warmup`,
     latencies, utilisation and the reference check of the kept outputs (`check`: first
     `check_frames`, all or none). `engine`: local (threads of this process) or ray (one Ray
     actor per element, on its node: `address` of the cluster, `runtime_env` of the workers,
-    at most `max_inflight` frames submitted, default `schedule.frames_in_flight`)."""
+    at most `max_inflight` frames submitted, default `schedule.frames_in_flight`). `rate`:
+    frames arrive at this many a second, as from a camera, and each frame's latency counts
+    from its arrival (local engine); default: fed as fast as the plan takes them."""
     from .check import check_outputs
     from .trace import write_trace
 
@@ -64,6 +69,10 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
         raise InputError("--frames must be at least 2")
     if engine not in ("local", "ray"):
         raise InputError(f"--engine {engine!r}: use local or ray")
+    if rate is not None and not (0 < rate < math.inf):
+        raise InputError(f"--rate {rate}: frames per second must be a positive number")
+    if rate is not None and engine != "local":
+        raise InputError("--rate: frames on a clock run on the local engine only")
     if engine == "ray":
         from .ray_engine import import_ray
 
@@ -97,11 +106,14 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
         with reusing_runners():
             pp = prepare(plan, graph, progress)
             try:
-                report, kept, state = run_prepared(pp, source, frames, warmup, keep,
-                                                   stall_timeout, trace, on_frame)
+                report, kept, state = run_prepared(
+                    pp, source, frames, warmup, keep, stall_timeout, trace, on_frame,
+                    None if rate is None else np.arange(frames) / rate)
             finally:
                 pp.close()
         events = state.events
+    if rate is not None:
+        report.notes["arrival_rate"] = rate
     if kept:
         report.max_abs_error = check_outputs(graph, plan.app, kept, source)
         report.checked_frames = len(kept)

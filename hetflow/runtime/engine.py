@@ -44,6 +44,8 @@ from .report import RunReport, stream_report
 from .schedule import Dispatch, InOrder, channel_windows, firings, phase_sequence
 
 RELEASE_POLL = 0.005  # how often the calling thread looks for completed frames
+ARRIVAL_POLL = 0.0002  # s: how often a device's driver with a free lane looks for the
+# next frame's arrival while its oldest run is still in flight
 
 
 class FrameChannel:
@@ -189,9 +191,10 @@ def prepare(plan: Plan, graph: CnnGraph, progress: Callable[[str], None] | None 
 @dataclass
 class RunState:
     """What a run leaves besides its report: trace events (element, actor, phase, frame, start,
-    end)."""
+    end) and when its clock started (perf_counter; frames on a clock arrive from then)."""
 
     events: list = field(default_factory=list)
+    started: float = math.nan
 
 
 def first_frame_wait(plan: Plan) -> float:
@@ -204,9 +207,13 @@ def first_frame_wait(plan: Plan) -> float:
 def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]], frames: int,
                  warmup: int = 0, keep_outputs: Callable[[int], bool] = lambda f: False,
                  stall_timeout: float = 30.0, trace: bool = False,
-                 on_frame: Callable[[int], None] | None = None) -> tuple[RunReport, dict, RunState]:
+                 on_frame: Callable[[int], None] | None = None,
+                 arrivals: np.ndarray | None = None) -> tuple[RunReport, dict, RunState]:
     """Stream `frames` frames through the pipeline. Returns the report, the kept outputs
-    {frame: {tensor: array}} and the trace events."""
+    {frame: {tensor: array}} and the trace events. `arrivals`: seconds after the start at
+    which each frame arrives (a camera's clock): no element takes a frame before it, and its
+    latency counts from it, time spent queued included; None: every frame is there from the
+    start, the stream fed as fast as the plan takes it."""
     from hetflow.backends import caller_cores_of, control_cores, pin_current_thread, pinned
     from hetflow.backends.inflight import launches
 
@@ -233,6 +240,12 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     # plan's frames came from, as the parallel baseline reports its copies'
     delivering = sorted({el for ms in members.values() for el in ms})
     delivered_by = np.full(frames, -1, np.int16)
+
+    arrive_at: np.ndarray | None = None  # absolute arrival times, set at the start
+
+    def entry_time(f: int, now: float) -> float:
+        """When frame f entered: its arrival where frames arrive on a clock, else now."""
+        return now if arrive_at is None else float(arrive_at[f])
 
     def deliver(f: int, outs: dict[str, np.ndarray], by: int) -> None:
         now = time.perf_counter()
@@ -276,6 +289,8 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                 if local is None:
                     local = frame_tensors[f] = {}
                     if source:
+                        while arrive_at is not None and time.perf_counter() < arrive_at[f]:
+                            yield "arrive", None, f, f"frame {f}'s arrival"
                         try:
                             x = inputs(f)
                         except BaseException as e:
@@ -283,7 +298,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                             return
                         local.update({t: x[t] for t in source})
                         if first_start[f] != first_start[f]:  # not yet started (NaN)
-                            first_start[f] = time.perf_counter()
+                            first_start[f] = entry_time(f, time.perf_counter())
                 fi, runner, recv, send = steps[p]
                 for ch, t, what in recv:
                     got, item = ch.try_get(f)
@@ -336,12 +351,15 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         try:
             pin_current_thread(caller_cores_of([runner], plan.elements[el]))
             while (f := take(j)) is not None:
+                if arrive_at is not None and stop.wait(max(0.0, arrive_at[f] - clock())):
+                    return
                 try:
                     x = inputs(f)
                 except BaseException as e:
                     control.fail(f"frame source, frame {f}: {type(e).__name__}: {e}")
                     return
-                t0 = first_start[f] = clock()
+                t0 = clock()
+                first_start[f] = entry_time(f, t0)
                 out = runner.run({t: x[t] for t in names})
                 t1 = clock()
                 spent += t1 - t0
@@ -374,21 +392,38 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
         in_flight: collections.deque[tuple[int, int, float]] = collections.deque()  # lane, f, t0
         spent = [0.0] * len(runners)
         lane = 0
+        waiting: int | None = None  # a frame taken that has not arrived yet
         try:
             pin_current_thread(caller_cores_of(runners, plan.elements[el]))
             while True:
-                while free and (f := take(j)) is not None:
+                while free:
+                    if waiting is None and (waiting := take(j)) is None:
+                        break
+                    if arrive_at is not None and clock() < arrive_at[waiting]:
+                        break
+                    f, waiting = waiting, None
                     try:
                         x = inputs(f)
                     except BaseException as e:
                         control.fail(f"frame source, frame {f}: {type(e).__name__}: {e}")
                         return
                     lane = free.popleft()
-                    first_start[f] = t0 = clock()
+                    t0 = clock()
+                    first_start[f] = entry_time(f, t0)
                     runners[lane].submit({t: x[t] for t in names})
                     in_flight.append((lane, f, t0))
-                if not in_flight or stop.is_set():
+                if stop.is_set() or not (in_flight or waiting is not None):
                     return
+                if waiting is not None and free and arrive_at is not None:
+                    # a lane is free for a frame yet to arrive: whichever comes first, that
+                    # frame or the oldest run's end
+                    ahead = arrive_at[waiting] - clock()
+                    if not in_flight:
+                        stop.wait(max(0.0, ahead))
+                        continue
+                    if not runners[in_flight[0][0]].finished():
+                        time.sleep(max(0.0, min(ahead, ARRIVAL_POLL)))
+                        continue
                 lane, f, t0 = in_flight.popleft()
                 out = runners[lane].collect()
                 free.append(lane)
@@ -407,21 +442,39 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
             for i, b in enumerate(spent):
                 busy[(el, i)] = b
 
+    def over(kind: str, ch: Any, f: int) -> bool:
+        """Whether a generator's wait is over: a frame in its channel, room in it, or the
+        frame's arrival."""
+        if kind == "get":
+            return ch.has(f)
+        if kind == "put":
+            return ch.has_room(f)
+        return time.perf_counter() >= arrive_at[f]
+
     def wait_once(oldest_run: Any, waits: list[tuple], me: str,
                   wake: threading.Event | None) -> None:
-        """Block until a wait may be over (at most POLL for a channel), saying what the lowest
-        frame waits on; Stopped once the run stops. The oldest run in flight on a device is
-        waited for first; else, with several lanes, `wake` (set by the channels the lanes use
-        on every put and take), else the one channel wait."""
+        """Block until a wait may be over (at most POLL for a channel, up to the next arrival
+        for a frame yet to arrive), saying what the lowest frame waits on; Stopped once the run
+        stops. The oldest run in flight on a device is waited for first; else, with several
+        lanes, `wake` (set by the channels the lanes use on every put and take), else the one
+        wait."""
         if control.stop.is_set():
             raise Stopped
+        due = [arrive_at[w[2]] for w in waits if w[0] == "arrive"]
+        ahead = max(0.0, min(due) - time.perf_counter()) if due else POLL
         if oldest_run is not None:
-            oldest_run.wait()
+            if not due:
+                oldest_run.wait()
+            elif not oldest_run.finished():  # whichever comes first: the run's end or a frame
+                time.sleep(min(ahead, ARRIVAL_POLL))
             return
         kind, ch, f, what = min(waits, key=lambda w: w[2])
         control.waiting[me] = what
+        limit = min(POLL, ahead)
         if wake is not None:
-            wake.wait(POLL)
+            wake.wait(limit)
+        elif kind == "arrive":
+            control.stop.wait(limit)
         elif kind == "get":
             ch.wait_for(f, POLL)
         else:
@@ -475,7 +528,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                     control.waiting[el] = "running"  # before the firing: it may hang
                     resume(in_flight.popleft()[0])
                 for i, (kind, ch, f, _) in list(waits.items()) if waits else ():
-                    if ch.has(f) if kind == "get" else ch.has_room(f):
+                    if over(kind, ch, f):
                         moved = True
                         control.waiting[el] = "running"
                         del waits[i]
@@ -527,11 +580,18 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
 
     # this thread only releases frames and watches: off the cores of the stages
     with frozen_heap(), pinned(control_cores(plan.elements.values())):
-        t_start = time.perf_counter()  # after the heap is frozen (a full collection first)
+        t_start = state.started = time.perf_counter()  # after the heap is frozen (a full
+        # collection first)
+        patience = stall_timeout + first_frame_wait(plan)
+        if arrivals is not None:
+            arrive_at = t_start + np.asarray(arrivals, dtype=float)
+            # frames that come on a clock: a frame held back for later ones waits for them
+            patience += float(np.max(np.diff(arrivals), initial=0.0)) * (
+                frames_ahead(plan.mapping) + 1)
         try:  # (a Ctrl-C while they start stops those started)
             for t in threads:
                 t.start()
-            complete = supervise(release, control, stall_timeout + first_frame_wait(plan))
+            complete = supervise(release, control, patience)
         finally:
             stop_threads(control, threads)
     control.raise_fault()

@@ -65,3 +65,21 @@ def test_the_run_says_which_elements_delivered_the_frames(hetflow, plan_file, mo
     code, out, err = hetflow("run", plan_file)
     assert code == 0, err
     assert "plan frames/s delivered by: gpu0 400.0, cpu1 100.0" in out
+
+
+def test_frames_on_a_clock_say_whether_the_plan_kept_up(hetflow, plan_file):
+    args = ("run", plan_file, "--frames", "20", "--warmup", "2", "--rate", "100")
+    code, out, err = hetflow(*args, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["notes"]["arrival_rate"] == 100 and report["checked_frames"] == 8
+    code, out, err = hetflow(*args)
+    assert code == 0, err
+    assert "plan: frames arrived at 100.0 frames/s" in out
+
+
+def test_a_rate_that_is_none_or_goes_with_ray_exits_two(hetflow, plan_file):
+    code, out, err = hetflow("run", plan_file, "--rate", "0")
+    assert code == 2 and "--rate" in err and "Traceback" not in err
+    code, out, err = hetflow("run", plan_file, "--rate", "5", "--engine", "ray")
+    assert code == 2 and "--rate: frames on a clock run on the local engine only" in err
