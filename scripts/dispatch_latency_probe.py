@@ -3,8 +3,9 @@ times: the whole model on a weighted group of NCPU CPU members (TC seconds a fra
 GPU-like member with K lanes (TG seconds a frame, the lanes overlapping fully), run by the real
 engine with runners that sleep those times (the interpreter lock given up, as a device wait or
 an ONNX Runtime call gives it up). Any gap between the predicted latency and the measured p99
-is then the model's or the runtime's, not the hardware's.
-Usage: python scripts/dispatch_latency_probe.py TG TC K NCPU {dynamic,static} FRAMES"""
+is then the model's or the runtime's, not the hardware's. With RATE, frames arrive on a clock of
+RATE frames/s (`hetflow run --rate`) and the analysis' latency at that period is the prediction.
+Usage: python scripts/dispatch_latency_probe.py TG TC K NCPU {dynamic,static} FRAMES [RATE]"""
 import json
 import sys
 import time
@@ -13,7 +14,8 @@ from dataclasses import replace
 import numpy as np
 
 from hetflow.mapping.plan import Plan
-from hetflow.mapping.problem import Problem, build_app, evaluate, saturated_latency
+from hetflow.dataflow.analysis import latency
+from hetflow.mapping.problem import Problem, build_app, evaluate, saturated_latency, timed_graph
 from hetflow.mapping.strategies.single import weighted_group
 from hetflow.model.synthetic import random_cnn_graph
 from hetflow.platform.spec import ProcessingElement
@@ -22,6 +24,7 @@ from hetflow.runtime.inputs import random_source
 
 TG, TC, K, NCPU = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 MODE, FRAMES = sys.argv[5], int(sys.argv[6])
+RATE = float(sys.argv[7]) if len(sys.argv) > 7 else None
 graph = random_cnn_graph(3, 0)
 outs = {t: np.zeros(1, np.float32) for t in graph.outputs}
 
@@ -47,7 +50,8 @@ class Sleep:
     def wait(self):
         time.sleep(max(0.0, self.deadline - time.perf_counter()))
 
-    def collect(self):
+    def collect(self):  # as a device's runner does, it returns once the run has ended
+        self.wait()
         return outs
 
 
@@ -75,10 +79,14 @@ for phases in app.phases.values():
             runners[(e.name, ph.index)] = Sleep(t)
             if e.kind == "gpu":
                 more[(e.name, ph.index)] = [Sleep(t) for _ in range(K - 1)]
-report = run_prepared(PreparedPlan(plan, graph, runners, more), random_source(graph), FRAMES)
-report = report if hasattr(report, "latency") else report[0]
+report = run_prepared(PreparedPlan(plan, graph, runners, more), random_source(graph), FRAMES,
+                      arrivals=None if RATE is None else np.arange(FRAMES) / RATE)[0]
+paced = {}
+if RATE is not None:
+    lg = timed_graph(problem, app, mapping, for_latency=True)
+    paced = {"rate_fps": RATE, "predicted_latency_at_rate_s": latency(lg, 1 / RATE).steady}
 print(json.dumps({"tg_s": TG, "tc_s": TC, "lanes": K, "cpu_members": NCPU, "dispatch": MODE,
-                  "frames": FRAMES, "predicted_fps": metrics.throughput,
+                  "frames": FRAMES, **paced, "predicted_fps": metrics.throughput,
                   "predicted_latency_s": metrics.latency,
                   "predicted_latency_saturated_s": saturated_latency(problem, mapping),
                   "measured_fps": report.throughput,
