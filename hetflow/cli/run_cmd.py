@@ -41,12 +41,15 @@ def print_report(reports) -> None:
 def arrival_line(r) -> str:
     """Whether a plan fed on a clock kept up with it: frames it could not take in time queue,
     and their latency grows with the run."""
-    rate, cap = r.notes["arrival_rate"], (r.predicted or {}).get("throughput")
+    rate, predicted = r.notes["arrival_rate"], r.predicted or {}
+    cap, lat = predicted.get("throughput"), predicted.get("latency")
     kept = r.throughput >= 0.98 * rate
     line = (f"{r.name}: frames arrived at {rate:.1f} frames/s and left at {r.throughput:.1f}: "
             + ("it kept up" if kept else "it fell behind, frames queued"))
     if cap:
-        line += f" (predicted capacity {cap:.1f} frames/s)"
+        line += f" (predicted: {cap:.1f} frames/s at most"
+        line += (f"; latency {lat * 1e3:.2f} ms with frames on a clock at that rate)"
+                 if isinstance(lat, (int, float)) and lat < float("inf") else ")")
     return line
 
 
