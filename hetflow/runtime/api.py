@@ -59,7 +59,7 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
     actor per element, on its node: `address` of the cluster, `runtime_env` of the workers,
     at most `max_inflight` frames submitted, default `schedule.frames_in_flight`). `rate`:
     frames arrive at this many a second, as from a camera, and each frame's latency counts
-    from its arrival (local engine); default: fed as fast as the plan takes them."""
+    from its arrival; default: fed as fast as the plan takes them."""
     from .check import check_outputs
     from .trace import write_trace
 
@@ -71,8 +71,6 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
         raise InputError(f"--engine {engine!r}: use local or ray")
     if rate is not None and not (0 < rate < math.inf):
         raise InputError(f"--rate {rate}: frames per second must be a positive number")
-    if rate is not None and engine != "local":
-        raise InputError("--rate: frames on a clock run on the local engine only")
     if engine == "ray":
         from .ray_engine import import_ray
 
@@ -90,12 +88,13 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
             "none": lambda f: False}[check]
     warmup = min(warmup, frames // 4)
     trace = trace_path is not None
+    arrivals = None if rate is None else np.arange(frames) / rate
     if engine == "ray":
         from .ray_engine import run_on_ray
 
         report, kept, events = run_on_ray(plan, graph, source, frames, warmup, keep,
                                           stall_timeout, progress, on_frame, trace, address,
-                                          runtime_env, max_inflight)
+                                          runtime_env, max_inflight, arrivals)
     else:
         from hetflow.backends.reuse import reusing_runners
 
@@ -106,9 +105,8 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
         with reusing_runners():
             pp = prepare(plan, graph, progress)
             try:
-                report, kept, state = run_prepared(
-                    pp, source, frames, warmup, keep, stall_timeout, trace, on_frame,
-                    None if rate is None else np.arange(frames) / rate)
+                report, kept, state = run_prepared(pp, source, frames, warmup, keep,
+                                                   stall_timeout, trace, on_frame, arrivals)
             finally:
                 pp.close()
         events = state.events

@@ -216,6 +216,7 @@ class _Frame:
     start_ref: Any  # the first firing's stamp
     refs: dict[str, Any] = field(default_factory=dict)  # tensor -> ref, as firings are handed out
     member: dict[str, int] = field(default_factory=dict)  # actor -> member taking the frame
+    arrived: float | None = None  # wall-clock arrival, for frames on a clock
 
 
 class RayPipeline:
@@ -294,8 +295,12 @@ class RayPipeline:
     # ---- streaming ----
     def run(self, inputs: Callable[[int], dict[str, np.ndarray]], frames: int, warmup: int = 0,
             keep_outputs: Callable[[int], bool] = lambda f: False, stall_timeout: float = 30.0,
-            on_frame: Callable[[int], None] | None = None, max_inflight: int | None = None
+            on_frame: Callable[[int], None] | None = None, max_inflight: int | None = None,
+            arrivals: np.ndarray | None = None
             ) -> tuple[RunReport, dict[int, dict[str, np.ndarray]]]:
+        """Stream the frames (`arrivals`: seconds after the start at which each arrives, as
+        `engine.run_prepared` takes them: none is handed out earlier and its latency counts
+        from its arrival)."""
         # a global bound, unlike the local engine's per-channel windows: a fast stage may run
         # ahead of a slow one by up to this many frames
         # an interleaved element starts frames ahead of the ones it finishes
@@ -308,20 +313,34 @@ class RayPipeline:
         kept: dict[int, dict[str, np.ndarray]] = {}
         complete = True
         t_start = last_entry = time.perf_counter()
+        wall_start = time.time()
+
+        def collect_oldest() -> None:
+            self._collect(self._close(pending.pop(0), opened), stall_timeout, done_at,
+                          latencies, kept, keep_outputs, on_frame)
+
         try:
             for f, i in self._order(frames):
                 fr = opened.get(f)
                 if fr is None:
                     while len(pending) >= window:
-                        self._collect(self._close(pending.pop(0), opened), stall_timeout,
-                                      done_at, latencies, kept, keep_outputs, on_frame)
+                        collect_oldest()
+                    if arrivals is not None:
+                        # until frame f arrives, collect the frames that are done meanwhile
+                        while (left := t_start + arrivals[f] - time.perf_counter()) > 0:
+                            if pending and self._done(pending[0], min(left, POLL)):
+                                collect_oldest()
+                            elif not pending:
+                                time.sleep(left)
                     fr = opened[f] = self._open(f, inputs(f))
                     last_entry = time.perf_counter()
+                    if arrivals is not None:
+                        fr.arrived = wall_start + float(arrivals[f])
+                        last_entry = t_start + float(arrivals[f])
                     pending.append(fr)
                 self._fire(fr, self.firings[i])
             while pending:
-                self._collect(self._close(pending.pop(0), opened), stall_timeout, done_at,
-                              latencies, kept, keep_outputs, on_frame)
+                collect_oldest()
         except KeyboardInterrupt:
             complete = False
         # workers count busy seconds since they started: take off what earlier runs counted
@@ -397,6 +416,16 @@ class RayPipeline:
             loads.append(len(q))
         return min(range(len(members)), key=lambda j: (loads[j], j))
 
+    def _done(self, fr: _Frame, timeout: float) -> bool:
+        """Whether frame `fr` is ready to collect, waiting up to `timeout` s: every firing
+        handed out and its outputs computed (False where a firing is still to hand out)."""
+        if len(fr.tasks) != len(self.firings):
+            time.sleep(timeout)
+            return False
+        refs = [fr.refs[t] for t in self.graph.outputs] + [fr.start_ref]
+        ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        return len(ready) == len(refs)
+
     def _collect(self, fr: _Frame, stall_timeout: float, done_at, latencies, kept, keep,
                  on_frame) -> None:
         ray = self.ray
@@ -420,7 +449,8 @@ class RayPipeline:
             raise self._fault(e, fr) from None
         now_wall, now = time.time(), time.perf_counter()
         done_at.append(now)
-        latencies.append(max(0.0, now_wall - values[-1][0]))
+        latencies.append(max(0.0, now_wall - (values[-1][0] if fr.arrived is None
+                                              else fr.arrived)))
         if keep(fr.frame):
             kept[fr.frame] = {t: np.asarray(v) for t, v in zip(fr.outputs, values[:-1])}
         if on_frame:
@@ -537,7 +567,8 @@ def run_on_ray(plan: Plan, graph: CnnGraph, source: Callable[[int], dict], frame
                warmup: int, keep: Callable[[int], bool], stall_timeout: float,
                progress: Callable[[str], None] | None, on_frame: Callable[[int], None] | None,
                trace: bool, address: str | None, runtime_env: dict | None,
-               max_inflight: int | None) -> tuple[RunReport, dict, list[tuple]]:
+               max_inflight: int | None, arrivals: np.ndarray | None = None
+               ) -> tuple[RunReport, dict, list[tuple]]:
     """`run_plan(..., engine="ray")`: the report, the kept outputs and the trace events. Ray:
     the connection this process has, else `address`, else a new local instance."""
     laned = {e: k for e, k in plan.mapping.lanes.items() if k > 1}
@@ -549,7 +580,7 @@ def run_on_ray(plan: Plan, graph: CnnGraph, source: Callable[[int], dict], frame
         pipe = RayPipeline(plan, graph, runtime_env, progress, trace=trace)
         try:
             report, kept = pipe.run(source, frames, warmup, keep, stall_timeout, on_frame,
-                                    max_inflight)
+                                    max_inflight, arrivals)
             return report, kept, pipe.events() if trace else []
         finally:
             pipe.close()

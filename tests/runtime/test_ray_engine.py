@@ -115,6 +115,22 @@ def test_interleaved_orders_run_on_their_nodes_in_order(cluster, plan_for, tmp_p
                                                                       round_frames))
 
 
+def test_frames_on_a_clock_are_handed_out_no_sooner_than_they_arrive(cluster, plan_for):
+    """At 20 frames/s the 12 frames take at least 11 / 20 s, however fast the nodes go (these
+    tiny stages go far faster); outputs equal the reference, and the rate is the clock's."""
+    graph = GRAPHS[0]
+    names = [l.name for l in graph.layers]
+    assignment = {l: ("n0:pe0" if i < len(names) // 2 else "n1:pe1") for i, l in enumerate(names)}
+    plan = plan_for(graph, assignment, policy="maximal")
+    rate, frames = 20.0, 12
+    report = run_plan(plan, graph, engine="ray", frames=frames, warmup=2, check="all",
+                      stall_timeout=60, rate=rate)
+    assert report.checked_frames == frames and report.max_abs_error < 1e-4
+    assert report.notes["arrival_rate"] == rate
+    assert report.notes["wall_s"] >= (frames - 1) / rate
+    assert 0 < report.throughput <= rate + 1 / report.notes["window_s"], report
+
+
 def test_dynamic_dispatch_gives_every_frame_to_one_member_in_order(cluster, plan_for):
     graph = GRAPHS[3]
     names = [l.name for l in graph.layers]
