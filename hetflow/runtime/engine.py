@@ -580,8 +580,8 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
 
     # this thread only releases frames and watches: off the cores of the stages
     with frozen_heap(), pinned(control_cores(plan.elements.values())):
-        t_start = state.started = time.perf_counter()  # after the heap is frozen (a full
-        # collection first)
+        # after the heap is frozen (a full collection first)
+        t_start = state.started = time.perf_counter()
         patience = stall_timeout + first_frame_wait(plan)
         if arrivals is not None:
             arrive_at = t_start + np.asarray(arrivals, dtype=float)
