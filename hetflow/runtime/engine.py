@@ -241,11 +241,9 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     delivering = sorted({el for ms in members.values() for el in ms})
     delivered_by = np.full(frames, -1, np.int16)
 
-    arrive_at: np.ndarray | None = None  # absolute arrival times, set at the start
-
-    def entry_time(f: int, now: float) -> float:
-        """When frame f entered: its arrival where frames arrive on a clock, else now."""
-        return now if arrive_at is None else float(arrive_at[f])
+    # absolute arrival times, set at the start; a frame enters at its arrival where frames
+    # arrive on a clock, else when it is first taken
+    arrive_at: np.ndarray | None = None
 
     def deliver(f: int, outs: dict[str, np.ndarray], by: int) -> None:
         now = time.perf_counter()
@@ -298,7 +296,8 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                             return
                         local.update({t: x[t] for t in source})
                         if first_start[f] != first_start[f]:  # not yet started (NaN)
-                            first_start[f] = entry_time(f, time.perf_counter())
+                            first_start[f] = (time.perf_counter() if arrive_at is None
+                                              else arrive_at[f])
                 fi, runner, recv, send = steps[p]
                 for ch, t, what in recv:
                     got, item = ch.try_get(f)
@@ -359,7 +358,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                     control.fail(f"frame source, frame {f}: {type(e).__name__}: {e}")
                     return
                 t0 = clock()
-                first_start[f] = entry_time(f, t0)
+                first_start[f] = t0 if arrive_at is None else arrive_at[f]
                 out = runner.run({t: x[t] for t in names})
                 t1 = clock()
                 spent += t1 - t0
@@ -409,7 +408,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                         return
                     lane = free.popleft()
                     t0 = clock()
-                    first_start[f] = entry_time(f, t0)
+                    first_start[f] = t0 if arrive_at is None else arrive_at[f]
                     runners[lane].submit({t: x[t] for t in names})
                     in_flight.append((lane, f, t0))
                 if stop.is_set() or not (in_flight or waiting is not None):
@@ -606,8 +605,8 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
                            order.completed_at.tolist(),
                            float(entered.max()) if complete and n else None)
     # the steady rate split by each element's share of the frames after the warm-up
-    counted = np.bincount(delivered_by[report.warmup:n][delivered_by[report.warmup:n] >= 0],
-                          minlength=len(delivering))
+    by = delivered_by[report.warmup:n]
+    counted = np.bincount(by[by >= 0], minlength=len(delivering))
     if counted.sum() and report.throughput == report.throughput:
         report.notes["per_element_fps"] = {
             el: float(report.throughput * c / counted.sum())
