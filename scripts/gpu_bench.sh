@@ -1,27 +1,25 @@
 #!/usr/bin/env bash
-# The GPU machine's benchmark (issues 5 and 6): hetflow bench over the papers' nine CNNs on one
-# GPU + 16 CPU cores, plans against the baselines measured in the same run.
-# Usage (repository root on the GPU machine, .whl/ holding the wheels the device lacks: onnx2torch, pydantic, pydantic_core, annotated_types, typing_inspection):
-#   bash scripts/gpu_bench.sh [MODEL ...]
-# Since the bench pilots three designs per plan kind (PILOTS=1: trust the prediction), the nine
-# CNNs take longer than one 10-minute device call: run them in two calls, e.g.
-#   bash scripts/gpu_bench.sh alexnet vgg19 googlenet tiny_yolo_v2 resnet18
-#   bash scripts/gpu_bench.sh densenet121 emotion_ferplus mobilenet_v2 squeezenet1_0
-# and read both halves as one table: python scripts/results_table.py A/bench.json B/bench.json
-# Writes $OUT/bench.log, $OUT/bench.json and $OUT/results.tgz (plans, traces, report).
-set -uo pipefail
+# hetflow bench of several CNNs on a GPU machine: every model's plans against the baselines
+# measured in the same run, on the GPU and the CPU cores hetflow detects. Writes
+# $OUT/bench.json (every row, and per model the basis of each prediction), $OUT/bench.txt (the
+# printed tables) and $OUT/report/ (the HTML report and every plan that ran).
+set -euo pipefail
+usage="usage: scripts/gpu_bench.sh [-h] [MODEL|FILE.onnx ...]
+  MODEL: zoo names or ONNX files (default: the papers' nine CNNs)
+  env: OUT (default ./out), PYTHON (default python3), STRATEGIES (default single,pipeline),
+       PILOTS (default 3), BUDGET (seconds for all models; default: --quick's 80 s a model)"
+case "${1:-}" in -h|--help) echo "$usage"; exit 0 ;; esac
 OUT=${OUT:-./out}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 3
-export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HETFLOW_CACHE=/tmp/hfcache
-MODELS=${*:-alexnet vgg19 googlenet tiny_yolo_v2 resnet18 densenet121 emotion_ferplus mobilenet_v2 squeezenet1_0}
-nvidia-smi -L
-python3 -m hetflow platform detect 2>&1 | tail -20
-REPORT=/tmp/hetflow-report
-mkdir -p $REPORT
-timeout ${BENCH_TIMEOUT:-540} python3 -m hetflow bench $MODELS --quick --strategies ${STRATEGIES:-single,pipeline} --pilots ${PILOTS:-3} --report $REPORT 2>&1 | tee "$OUT/bench.log"
-rc=${PIPESTATUS[0]}
-cp $REPORT/bench.json "$OUT/bench.json" 2>/dev/null
-tar czf "$OUT/results.tgz" -C $REPORT . 2>/dev/null
-echo "bench rc=$rc"
-exit $rc
+PYTHON=${PYTHON:-python3}
+MODELS=("$@")
+if [ ${#MODELS[@]} -eq 0 ]; then
+  MODELS=(alexnet vgg19 googlenet tiny_yolo_v2 resnet18 densenet121 emotion_ferplus mobilenet_v2
+          squeezenet1_0)
+fi
+mkdir -p "$OUT/report"
+nvidia-smi -L || echo "note: nvidia-smi not found; hetflow detects the elements itself"
+"$PYTHON" -m hetflow platform detect
+"$PYTHON" -m hetflow bench "${MODELS[@]}" --quick --strategies "${STRATEGIES:-single,pipeline}" \
+  --pilots "${PILOTS:-3}" ${BUDGET:+--budget "$BUDGET"} --report "$OUT/report" | tee "$OUT/bench.txt"
+cp "$OUT/report/bench.json" "$OUT/bench.json"
+echo "wrote $OUT/bench.json and $OUT/bench.txt"
