@@ -24,7 +24,7 @@ Why not Ray compiled graphs: a compiled graph runs every node once per `execute`
 group's member takes only some frames (by a pattern, or dynamically), and its zero-copy channel
 buffers may not be held across executions while a worker keeps tensors for later phases. Where
 it fits (no replica groups) it measured slower than plain calls on a 2-core machine
-(`python -m hetflow.bench.ray_bench --compiled`; numbers in docs/ray.md).
+(docs/ray.md has the figures).
 
 Faults: every wait on Ray has a timeout. A phase that raises stops the run with RuntimeFault
 naming element, node, stage, phase and layers; a lost actor or node stops it naming the element

@@ -561,12 +561,3 @@ def test_bad_feeds_and_elements_raise_backend_error():
             runner.run({"x": np.zeros(4, np.float32)})
     finally:
         runner.close()
-
-
-@needs_cuda
-def test_whole_model_cuda_graph_fps():
-    from hetflow.bench.gpu_backend import whole_model_cuda_graph_fps
-
-    r = whole_model_cuda_graph_fps(onnx.load(resolve_model("squeezenet1_0").source),
-                                   seconds=0.2)
-    assert min(r["graph_fps"], r["run_fps"], r["graph_async_fps"], r["graph_ms"]) > 0

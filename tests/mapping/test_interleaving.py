@@ -2,13 +2,12 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hetflow.bench.interleave_bench import load_bounds
-from hetflow.bench.search_bench import synthetic_problem
 from hetflow.errors import InputError
 from hetflow.mapping.mapping import Mapping
 from hetflow.mapping.plan import Plan
 from hetflow.mapping.planner import make_plan
 from hetflow.mapping.problem import evaluate, timed_graph
+from synthetic_server import load_bounds, synthetic_problem
 
 
 SQUEEZENET = synthetic_problem("squeezenet1_0", gpu_speedup=5.0)  # estimated times, GPU 5x a core
