@@ -37,7 +37,7 @@ def control_cores(elements: Iterable) -> set[int]:
     """Cores for the runtime's own threads (frame sources, the output collector): ones no CPU
     element computes on, so that a woken control thread never preempts a CPU stage's ONNX
     Runtime pool thread (a parallel layer waits for its slowest thread; measured on the GPU
-    machine, docs/results/multi_app.md). GPU driver cores first: their worker mostly waits on
+    machine with several CNNs at once). GPU driver cores first: their worker mostly waits on
     the device. Empty (leave the threads unpinned) when every core computes."""
     elements = list(elements)
     allowed = current_affinity()

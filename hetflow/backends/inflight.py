@@ -4,8 +4,7 @@ see `base`) overlap; others run each frame as it is submitted, one at a time.
 
 Why one thread and not a thread per lane: on the H100 machine a thread per lane, all on the
 GPU's driving core, ran a fast CNN's 16-24 lanes 5-20% slower and up to +-15% from one half
-second to the next; one thread launching and collecting in order ran steadier and faster
-(docs/results/lanes_h100, "One thread drives a GPU's lanes")."""
+second to the next; one thread launching and collecting in order ran steadier and faster."""
 from __future__ import annotations
 
 from collections import deque

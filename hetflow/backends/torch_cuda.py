@@ -2,8 +2,8 @@
 
 - Weights and activations stay on the device inside a sub-network; only its border tensors cross
   the bus. Small batch-1 CNN layers are launch-bound, so the forward is captured once as a CUDA
-  graph on static device buffers and replayed (1.0-5x over eager on an H200, most for MobileNetV2;
-  docs/results/gpu_backend_check.md). `cuda_graph=False` runs eager; a forward that cannot be
+  graph on static device buffers and replayed (1.0-5x over eager on an H200, most for
+  MobileNetV2). `cuda_graph=False` runs eager; a forward that cannot be
   captured (an op that reads a device value on the host) falls back to eager and says why in
   `runner.fallback_reason`.
 - Borders: each input is written into a persistent pinned host buffer and copied to the device
@@ -11,7 +11,7 @@
   pinned buffer; one wait for that stream per run. The copies are captured inside the CUDA
   graph with the forward (`graph_copies`, the default), so a run is one launch: on the H100
   machine this halved the driving thread's time per submit (emotion_ferplus 40 -> 20 us,
-  alexnet 68 -> 42; `scripts/lane_launch_probe.py`, docs/results/lanes_h100); where that
+  alexnet 68 -> 42); where that
   capture fails, the copies are launched beside the graph.
 - Returned arrays: each output is copied from the device into the runner's own pinned buffer,
   and the run returns a pageable copy of it, which the caller owns (the pipeline hands it to
@@ -20,7 +20,7 @@
   a block and every consumer free one from its own thread: in GPU/CPU pipelines on the H100
   machine they ran 10-40% slower than the copy (alexnet 2,768-3,049 against 3,318-4,183
   frames/s, densenet121 718-814 against 926-1,152; resnet18 within noise; data-parallel and
-  GPU-only plans unchanged; `scripts/pipeline_gpu_probe.py`, docs/results/lanes_h100).
+  GPU-only plans unchanged).
 - Lanes (`prepare_lanes`): k runners of one sub-network that share one copy of the weights on
   the device; each has its own stream, CUDA graph, static device buffers and pinned host
   buffers. `submit` launches a run (input copies, graph, output copies, then an event) and

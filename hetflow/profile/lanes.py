@@ -34,8 +34,7 @@ if TYPE_CHECKING:
 LANE_COUNTS = (1, 2, 4, 8)  # always timed
 # Timed in turn after those while the last count still raised the rate by MORE_GAIN: an H100
 # ran batch-1 resnet18, mobilenet_v2, googlenet and densenet121 1.25-1.65x faster at 16 lanes
-# than at 8 (tiny_yolo_v2 and squeezenet1_0 no faster), googlenet faster again at 24
-# (docs/results/lanes_h100, "More lanes").
+# than at 8 (tiny_yolo_v2 and squeezenet1_0 no faster), googlenet faster again at 24.
 MORE_COUNTS = (16, 24)
 MORE_GAIN = 1.10
 

@@ -33,11 +33,12 @@ def frozen_heap(switch_interval: float | None = None):
     (runs in several threads): the heap is frozen from the first entry to the last exit, and the
     switch interval of the outermost block holds. Every measured run takes it:
     the engine's and the baselines' copies alike (copies in a process holding 4.2 million
-    objects ran 14-21% slower without it on the 2-core VM, alike with a small heap;
-    scripts/heap_copies_probe.py). `switch_interval` (or
+    objects ran 14-21% slower without it on the 2-core VM, alike with a small heap).
+    `switch_interval` (or
     HETFLOW_SWITCH_INTERVAL, seconds): how long a thread that wants the GIL waits before the
     holder is asked to drop it; Python's 5 ms default lets one busy thread stall a worker
-    whose frame is due (docs/results/multi_app.md measured 0.1 ms against it)."""
+    whose frame is due (with several CNNs at once on the GPU machine, 0.1 ms cut the CPU
+    elements' worst responses from 35-51 ms to 8-11 ms; docs/benchmarks.md)."""
     with _frozen_lock:
         _frozen[0] += 1
         if _frozen[0] == 1:

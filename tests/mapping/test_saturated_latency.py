@@ -26,7 +26,7 @@ def two_stages(t0: float, t1: float, capacity: int) -> tuple[Problem, Mapping]:
 def test_frames_wait_in_front_of_a_slower_second_stage(capacity):
     # cpu0 may run capacity + 1 frames ahead of cpu1 (window plus the frame in hand), so each
     # frame waits that many of cpu1's 20 ms before its own 20 ms. The engine with runners that
-    # sleep these times measured p99 60.9, 82.1 and 121.5 ms (scripts/pipeline_latency_probe.py)
+    # sleep these times measured p99 60.9, 82.1 and 121.5 ms.
     problem, mapping = two_stages(0.010, 0.020, capacity)
     assert saturated_latency(problem, mapping) == pytest.approx(0.020 * (capacity + 2))
     assert evaluate(problem, mapping).latency == pytest.approx(0.030)  # a paced stream's
