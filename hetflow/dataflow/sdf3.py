@@ -30,6 +30,7 @@ import os
 import xml.etree.ElementTree as ET
 from decimal import Decimal
 from pathlib import Path
+from typing import Callable
 
 from hetflow.errors import InputError
 from hetflow.io import atomic_write_text
@@ -313,37 +314,15 @@ def plain_graph(g: CsdfGraph) -> CsdfGraph:
 
     Raises InputError for the cases above that have no plain equivalent here.
     """
-    from .analysis.repetition import repetition_vector
-
-    from .analysis.hsdf import Expander
     from .analysis.orders import processor_schedules
+    from .analysis.repetition import repetition_vector
 
     g.validate()
     q = repetition_vector(g)
     processor_schedules(g, q)  # orders that list each actor's firings of one iteration
     by_name = {a.name: a for a in g.actors}
     ordered = {n for order in g.static_order.values() for n in order}
-    out_of_order = set()  # actors whose firings may end out of start order
-    for a in g.actors:
-        k = a.concurrency
-        if a.name in ordered or k == 1 or a.phases == 1:
-            continue
-        if a.attrs.get("replicate") == "cycle" and k is not None:
-            raise InputError(f"SDF3 export of graph {g.name!r}: actor {a.name!r} is replicated "
-                             f"{k} times over cycles of {a.phases} phases, which plain SDF3 "
-                             f"cannot express without writing the replicas out")
-        if len(set(a.exec_times)) > 1:
-            out_of_order.add(a.name)
-    expander = Expander(g, q)
-    for c in g.channels:
-        if c.capacity is None or c.src != c.dst:
-            continue
-        # a self-loop's space is freed by a start of its own actor: implied by in-order starts
-        # when that firing is not a later one; a later one would be a deadlock
-        e = expander.capacity_edges(c, c.capacity)
-        if any(d < 0 or (d == 0 and u > v) for u, v, d in zip(e.src, e.dst, e.tokens)):
-            raise InputError(f"SDF3 export of graph {g.name!r}: self-loop {c.name!r} is bounded "
-                             f"below what one firing claims; the graph deadlocks")
+    out_of_order = _out_of_order_actors(g, q, ordered)
     taken = [a.name for a in g.actors] + [c.name for c in g.channels]
 
     def fresh(name: str) -> str:
@@ -405,6 +384,48 @@ def plain_graph(g: CsdfGraph) -> CsdfGraph:
         elif a.concurrency is not None and any(t > 0 for t in a.exec_times):
             channels.append(Channel(fresh(f"{a.name}{CONCURRENCY_SUFFIX}"), a.name,
                                     entry(a.name), ones[a.name], ones[a.name], a.concurrency))
+    channels += _order_channels(g, by_name, phases, entry, fresh)
+    plain = CsdfGraph(g.name, actors, channels)
+    plain.validate()
+    return plain
+
+
+def _out_of_order_actors(g: CsdfGraph, q: dict, ordered: set[str]) -> set[str]:
+    """The actors of `g` whose firings may end out of start order (several phases of
+    unequal times, several firings at once, no static order); raises InputError for
+    what plain CSDF cannot express: cycle replicas of several phases, a self-loop bounded
+    below one firing's claim."""
+    from .analysis.hsdf import Expander
+
+    out_of_order = set()  # actors whose firings may end out of start order
+    for a in g.actors:
+        k = a.concurrency
+        if a.name in ordered or k == 1 or a.phases == 1:
+            continue
+        if a.attrs.get("replicate") == "cycle" and k is not None:
+            raise InputError(f"SDF3 export of graph {g.name!r}: actor {a.name!r} is replicated "
+                             f"{k} times over cycles of {a.phases} phases, which plain SDF3 "
+                             f"cannot express without writing the replicas out")
+        if len(set(a.exec_times)) > 1:
+            out_of_order.add(a.name)
+    expander = Expander(g, q)
+    for c in g.channels:
+        if c.capacity is None or c.src != c.dst:
+            continue
+        # a self-loop's space is freed by a start of its own actor: implied by in-order starts
+        # when that firing is not a later one; a later one would be a deadlock
+        e = expander.capacity_edges(c, c.capacity)
+        if any(d < 0 or (d == 0 and u > v) for u, v, d in zip(e.src, e.dst, e.tokens)):
+            raise InputError(f"SDF3 export of graph {g.name!r}: self-loop {c.name!r} is bounded "
+                             f"below what one firing claims; the graph deadlocks")
+    return out_of_order
+
+
+def _order_channels(g: CsdfGraph, by_name: dict, phases: dict[str, int],
+                    entry: Callable[[str], str], fresh: Callable[[str], str]) -> list:
+    """One channel from the end of each firing of a processor's static order to the start
+    of the next (one token on the wrap-around)."""
+    channels = []
     for proc, order in g.static_order.items():
         if not order:
             continue
@@ -421,6 +442,4 @@ def plain_graph(g: CsdfGraph) -> CsdfGraph:
             cons = [int(i == ry) for i in range(phases[y])]
             channels.append(Channel(fresh(f"{proc}__order{j}"), x, entry(y), prod, cons,
                                     int(j + 1 == len(firings))))
-    plain = CsdfGraph(g.name, actors, channels)
-    plain.validate()
-    return plain
+    return channels

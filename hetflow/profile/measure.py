@@ -392,22 +392,7 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
     prof = _new_profile(graph, platform, estimated=False)
     prof.meta.update(method=method, repeats=repeats, warmup=warmup, lane_seconds=lane_seconds,
                      backend_opts=dict(backend_opts or {}))
-    skipped: dict[str, str] = {}
-
-    measurable: list[ProcessingElement] = []
-    for e in wanted:
-        if e.kind == "accel" and e.speed_factor is not None and e.backend == "none":
-            continue  # derived below
-        try:
-            ok, why = type(backend_for(e)).available()
-            if not ok:
-                raise BackendError(f"element {e.name!r}: {why}")
-            measurable.append(e)
-        except BackendError as err:
-            if explicit:
-                raise
-            skipped[e.name] = str(err)
-
+    measurable, skipped = _measurable(wanted, explicit)
     groups = distinct_elements(measurable)
     must = set(required)
     first = {r: m for r, m in groups.items()
@@ -471,20 +456,35 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
         _calibrate_dvfs(prof, platform, measurable)
     else:
         prof.calibration = {"dvfs": False}
-    if overheads:
-        prof.calibration["call_overhead_s"] = overheads
-    if borders:
-        prof.calibration["border_s"] = borders
-    if firing_s is not None:
-        prof.calibration["engine_firing_s"] = firing_s
-    if busy_fps:
-        prof.calibration["busy_fps"] = busy_fps
-        prof.calibration["busy_lanes"] = busy_lanes
+    found = {"call_overhead_s": overheads, "border_s": borders, "engine_firing_s": firing_s,
+             "busy_fps": busy_fps, "busy_lanes": busy_lanes if busy_fps else None}
+    prof.calibration.update({k: v for k, v in found.items() if v is not None and v != {}})
     if skipped:
         prof.meta.setdefault("skipped", {}).update(skipped)
     prof.meta["seconds"] = round(time.perf_counter() - started, 2)
     prof.meta["phase_seconds"] = phase_s
     return prof
+
+
+def _measurable(wanted: list[ProcessingElement], explicit: bool
+                ) -> tuple[list[ProcessingElement], dict[str, str]]:
+    """(the elements of `wanted` whose backend runs here, {element: why not} for the others);
+    an element named `explicit`ly whose backend is missing is an error. Accelerators with a
+    speed factor and no backend are neither: they are derived from the others' times."""
+    measurable, skipped = [], {}
+    for e in wanted:
+        if e.kind == "accel" and e.speed_factor is not None and e.backend == "none":
+            continue
+        try:
+            ok, why = type(backend_for(e)).available()
+            if not ok:
+                raise BackendError(f"element {e.name!r}: {why}")
+            measurable.append(e)
+        except BackendError as err:
+            if explicit:
+                raise
+            skipped[e.name] = str(err)
+    return measurable, skipped
 
 
 def _measure_lanes(prof: Profile, graph: "CnnGraph", platform: "Platform",
