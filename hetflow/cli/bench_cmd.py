@@ -42,7 +42,7 @@ def print_bench(mb) -> None:
         if r.get("pilots"):
             console.print(f"{r['name']}: " + pilot_summary(r["pilots"]), highlight=False)
     if mb.notes.get("head_to_head"):
-        from hetflow.bench.core import head_to_head_line
+        from hetflow.bench.rows import head_to_head_line
 
         console.print(head_to_head_line(mb.notes["head_to_head"]), highlight=False)
         if mb.notes.get("head_to_head_balanced"):
@@ -136,7 +136,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Profile, map and run MODELs against the baselines; print one table per model."""
         started = time.perf_counter()
-        from hetflow.bench.core import QUICK_MODEL_SECONDS, BenchSettings, bench_model, cache_dir
+        from hetflow.bench.core import BenchSettings, bench_model, cache_dir
         from hetflow.errors import HetflowError
         from hetflow.platform import resolve_platform
 
@@ -151,7 +151,9 @@ def register(app: typer.Typer) -> None:
             s.plan_seconds = s.under_load_seconds = 1.0
             s.lane_seconds = 0.5
             if budget is None:
-                s.budget_seconds, s.budget_strict = QUICK_MODEL_SECONDS, False
+                from hetflow.rules import QUICK_MODEL_SECONDS
+
+                s.budget_seconds, s.budget_strict = QUICK_MODEL_SECONDS.value, False
         if frames:
             s.frames = frames
         err_console.print(f"profiles are cached in {cache_dir() / 'profiles'}", highlight=False)

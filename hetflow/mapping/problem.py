@@ -64,7 +64,8 @@ class Problem:
     # per element cost of one backend call, which per-layer profiles leave out: a phase run from
     # layer times costs the sum of its layers plus this once
     element_overhead: dict[str, float] = field(default_factory=dict)
-    contention: dict[str, float] = field(default_factory=dict)  # see apply_contention
+    # element -> the slowdown its times were scaled by (calibration.contended); `alone` undoes it
+    contention: dict[str, float] = field(default_factory=dict)
     # {(element, subnet_key(layers)): s} of one plan's stages timed with all its elements busy
     # at once (hetflow.profile.under_load): used as measured, without the contention factor,
     # and only while that plan is evaluated (another plan loads the machine differently)
@@ -205,18 +206,6 @@ class Problem:
             for j, b in enumerate(self.elements):
                 c[i, j] = i != j and self.shares_cores(a, b)
         return c
-
-    def apply_contention(self, factors: dict[str, float]) -> None:
-        """Scale element times by measured slowdowns under full load (all elements busy at
-        once: shared caches, memory bandwidth, the GIL), as Kang et al. scale by DVFS ratios."""
-        self.contention = dict(factors)
-        self.__dict__.pop("alone", None)
-        self.__dict__.pop("frame_layer_times", None)
-        for name, f in factors.items():
-            if name in self.element_index:
-                self.layer_times[:, self.element_index[name]] *= f
-                if name in self.element_overhead:
-                    self.element_overhead[name] *= f
 
     @cached_property
     def alone(self) -> "Problem":
