@@ -137,7 +137,9 @@ def measure_round_trips(model: str, every: int, seconds: float,
     from hetflow.runtime.baselines import measure_parallel
     from hetflow.runtime.inputs import random_source
 
-    from .core import apply_parallel_baseline, get_profile
+    from hetflow.mapping.calibration import with_contention
+
+    from .core import get_profile
 
     def log(msg: str) -> None:
         print(f"{model}: {msg}", file=sys.stderr, flush=True)
@@ -160,7 +162,9 @@ def measure_round_trips(model: str, every: int, seconds: float,
     # the model (the parallel baseline), applied to the profile's times
     par = measure_parallel(graph, [problem.element(first), problem.element(second)],
                            random_source(graph), warmup=5, seconds=min(seconds, 4.0))
-    factors = apply_parallel_baseline(prof, problem, par, {}, log)
+    problem, step = with_contention(problem, prof, par.notes.get("per_element_fps", {}), {})
+    factors = step["factors"]
+    log("contention factors: " + ", ".join(f"{k} {v:.2f}" for k, v in factors.items()))
     layers = [l.name for l in graph.layers]
     mapping = Mapping({l: second if i % every == every - 1 else first
                        for i, l in enumerate(layers)})

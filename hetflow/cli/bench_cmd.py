@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from hetflow.io import write_json
+from hetflow.rules import QUICK_MODEL_SECONDS
 
 from .common import (check_writable, console, err_console, positive, print_json, progress,
                      strategy_list, strategy_names)
@@ -107,7 +108,8 @@ def register(app: typer.Typer) -> None:
                                        help="comma-separated search strategies, each one of: "
                                             + ", ".join(strategy_names())),
         quick: bool = typer.Option(False, "--quick", help=(
-            "fewer frames and repeats, and a budget of 80 s a model unless --budget is given "
+            "fewer frames and repeats, and a budget of "
+            f"{QUICK_MODEL_SECONDS.value:.0f} s a model unless --budget is given "
             "(kept by shortening measurements, skipping pilots and re-timing, and profiling "
             "fewer core groupings; a model that needs more goes on at the minimums)")),
         frames: Optional[int] = typer.Option(None, "--frames", min=2,
@@ -151,8 +153,6 @@ def register(app: typer.Typer) -> None:
             s.plan_seconds = s.under_load_seconds = 1.0
             s.lane_seconds = 0.5
             if budget is None:
-                from hetflow.rules import QUICK_MODEL_SECONDS
-
                 s.budget_seconds, s.budget_strict = QUICK_MODEL_SECONDS.value, False
         if frames:
             s.frames = frames

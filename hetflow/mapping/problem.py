@@ -1,6 +1,7 @@
 """The mapping problem and the evaluation of one mapping (predicted throughput, latency, ...).
 
-`Problem` holds everything a strategy needs as plain arrays: layer times per element (from a
+`Problem` (immutable: calibration.py's steps return new ones) holds everything a strategy needs
+as plain arrays: layer times per element (from a
 profile), the transfer-time model, element powers, which elements exclude each other (a core can
 be in only one element of a configuration). `evaluate` builds the CSDF app of a mapping
 (Algorithm 2), times it and analyses it; strategies call it as their fitness.
@@ -45,7 +46,7 @@ def _on_curve(curve: dict[int, float], lanes: int) -> float:
     return curve[top] * lanes / top if lanes > top else _between(curve, lanes)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Problem:
     graph: CnnGraph
     elements: list[ProcessingElement]

@@ -1,4 +1,5 @@
 """The problem's cost model: measured sub-networks and contention."""
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -87,14 +88,15 @@ def test_stage_times_under_load_are_used_as_measured(factory):
     p = contended(p, {"cpu0": 2.0, "cpu1": 2.0, "gpu0": 1.5})
     head, tail = layers[:3], layers[3:]
     m = Mapping({l: ("cpu0" if l in head else "gpu0") for l in layers})
-    p.loaded_times = {("cpu0", subnet_key(head)): 4e-3, ("gpu0", subnet_key(tail)): 1e-3}
+    p = replace(p, loaded_times={("cpu0", subnet_key(head)): 4e-3,
+                                 ("gpu0", subnet_key(tail)): 1e-3})
     assert p.actor_time(head, "cpu0") == 4e-3 and p.actor_time(tail, "gpu0") == 1e-3
     # the bottleneck is the 4 ms head (plus the per-firing overhead); transfers are added
     assert evaluate(p, m).throughput == pytest.approx(1 / (4e-3 + p.call_overhead), rel=0.05)
     alone = Mapping({l: "gpu0" for l in layers})
-    p.loaded_times = {("gpu0", subnet_key(layers)): 2e-3}
+    p = replace(p, loaded_times={("gpu0", subnet_key(layers)): 2e-3})
     assert evaluate(p, alone).throughput == pytest.approx(1 / (2e-3 + p.call_overhead))
-    p.loaded_times = {}
+    p = replace(p, loaded_times={})
     assert evaluate(p, alone).throughput != pytest.approx(1 / (2e-3 + p.call_overhead))
 
 
@@ -102,7 +104,7 @@ def test_a_uniform_group_under_load_costs_its_members_mean(factory):
     p = factory.problem(4, factory.elements(2))
     layers = [l.name for l in p.graph.layers]
     key = subnet_key(layers)
-    p.loaded_times = {("cpu0", key): 4e-3, ("cpu1", key): 6e-3}
+    p = replace(p, loaded_times={("cpu0", key): 4e-3, ("cpu1", key): 6e-3})
     assert p.actor_time(layers, "cpu0|cpu1") == pytest.approx(5e-3)
     assert p.actor_time(layers, "cpu1") == 6e-3  # asked per member: that member's
     m = Mapping({l: "cpu0|cpu1" for l in layers})
