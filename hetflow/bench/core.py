@@ -236,15 +236,14 @@ def bench_kinds(ctx: Context, prof, problem, steps: list[dict], calibration: dic
     from hetflow.model.subnet import subnet_key
     from hetflow.runtime import pilot
 
-    from .plans import Shared, kind_settings, plan_kinds, plan_row, refined, run_chosen
-    from . import plans as kinds_module
+    from . import plans  # (its functions looked up at the call: tests spy on them)
 
     settings, log, graph = ctx.settings, ctx.log, ctx.graph
-    shared, rows = Shared(), []
+    shared, rows = plans.Shared(), []
     steps = list(steps)
     whole = subnet_key(l.name for l in graph.layers)
-    for i, kind in enumerate(plan_kinds(settings, baselines.parallel)):
-        k = kind_settings(ctx, i, kind, shared, baselines.parallel)
+    for i, kind in enumerate(plans.plan_kinds(settings, baselines.parallel)):
+        k = plans.kind_settings(ctx, i, kind, shared, baselines.parallel)
         if k is None:
             continue
         t_kind = time.perf_counter()
@@ -261,7 +260,7 @@ def bench_kinds(ctx: Context, prof, problem, steps: list[dict], calibration: dic
         if not candidates:
             rows.append({"name": f"hetflow {kind.label}", "kind": "plan", "infeasible": True})
             continue
-        problem, candidates, tables = kinds_module.time_gpu_stages(
+        problem, candidates, tables = plans.time_gpu_stages(
             graph, problem, candidates, ctx.platform.name, settings.lane_seconds, log)
         if tables:
             for e, per in tables.items():
@@ -278,7 +277,7 @@ def bench_kinds(ctx: Context, prof, problem, steps: list[dict], calibration: dic
         a_priori = dict(plan.predicted)  # from the profile, before this plan's stages ran
         used = problem
         if k["refine"]:
-            plan, used = refined(ctx, plan, problem, prof, k)
+            plan, used = plans.refined(ctx, plan, problem, prof, k)
         shared.plans[kind.label] = plan
         placed = [(e, ps) for a, ps in plan.app.phases.items() for e in group_members(a)]
         basis.setdefault("plan_stage_s", {})[kind.label] = {
@@ -287,10 +286,10 @@ def bench_kinds(ctx: Context, prof, problem, steps: list[dict], calibration: dic
         basis.setdefault("whole_model_in_problem_s", {}).update(
             {e: t for e, t in ((e, problem.subnet_times.get((e, whole)))
                                for e in problem.element_index) if t is not None})
-        r, run_of = run_chosen(ctx, kind.label, plan, shared, k)
+        r, run_of = plans.run_chosen(ctx, kind.label, plan, shared, k)
         if k["expected"] is not None:
             ctx.overruns.append(time.perf_counter() - t_kind - k["expected"])
-        rows.append(plan_row(kind.label, plan, r, a_priori, run_of, tried, k["refine"]))
+        rows.append(plans.plan_row(kind.label, plan, r, a_priori, run_of, tried, k["refine"]))
         if ctx.report_dir is not None:
             save_plan(ctx, kind.label, plan, result)
     return rows, shared.plans

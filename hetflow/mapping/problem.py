@@ -82,7 +82,7 @@ class Problem:
     lane_busy_scale: dict[str, float] = field(default_factory=dict)
     # GPU element -> {k: slowdown} of the whole model alone at k lanes as a longer, later run
     # measured it (the bench's peak-single baseline): it takes the lane table's place there
-    # (from_profile.alone_lane_slowdown); a stage's busy / alone ratio stays the table's own
+    # (calibration.alone_lane_slowdown); a stage's busy / alone ratio stays the table's own
     lane_alone_runs: dict[str, dict[int, float]] = field(default_factory=dict)
     # {(element, subnet_key(layers)): {k: firing at k lanes / at one}} of a stage timed alone at
     # its own lane counts: a stage's lanes share the device by its work, not by its one-lane
