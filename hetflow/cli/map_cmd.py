@@ -10,7 +10,7 @@ from rich.table import Table
 from .common import check_writable, console, print_json, progress, strategy_name, strategy_names
 
 
-def load_problem(model: str, profile_path: Path, platform_arg: Optional[str],
+def load_inputs(model: str, profile_path: Path, platform_arg: Optional[str],
                  capacity: int = 2, input_shape: Optional[list[str]] = None,
                  calibration_path: Optional[Path] = None):
     """(graph, platform, profile, calibration or None) of `hetflow map`'s arguments."""
@@ -22,7 +22,8 @@ def load_problem(model: str, profile_path: Path, platform_arg: Optional[str],
     prof = Profile.load(profile_path)
     graph = resolve_model(model, parse_input_shapes(input_shape), bool(prof.meta.get("fused")))
     platform = resolve_platform(platform_arg or "auto")
-    calibration = load_calibration(calibration_path) if calibration_path else None
+    calibration = (load_calibration(calibration_path, graph.name, platform.name)
+                   if calibration_path else None)
     return graph, platform, prof, calibration
 
 
@@ -141,8 +142,8 @@ def register(app: typer.Typer) -> None:
         opts = parse_options(option)
         if latency_cap_ms is not None:
             opts["latency_cap"] = latency_cap_ms / 1e3
-        graph, plat, prof, calib = load_problem(model, profile, platform, capacity, input_shape,
-                                                calibration)
+        graph, plat, prof, calib = load_inputs(model, profile, platform, capacity, input_shape,
+                                               calibration)
         title = "pilot runs" if pilots > 1 else "search"
         with progress(title, quiet=json_out or pilots == 1) as log:
             plan, result, tried = map_model(graph, plat, prof, strategy, calib, capacity, seed,

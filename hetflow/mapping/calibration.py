@@ -201,8 +201,10 @@ def calibrate(problem: Problem, profile, calibration: Calibration) -> tuple[Prob
     return problem, steps
 
 
-def load_calibration(path) -> Calibration:
-    """A calibration file (JSON, as `hetflow bench --report DIR` writes one per model)."""
+def load_calibration(path, model: str | None = None, platform: str | None = None
+                     ) -> Calibration:
+    """A calibration file (JSON, as `hetflow bench --report DIR` writes one per model); where
+    it names its model and platform, they must be `model` and `platform` (if given)."""
     import json
     from pathlib import Path
 
@@ -219,4 +221,8 @@ def load_calibration(path) -> Calibration:
     if unknown:
         raise InputError(f"calibration {path}: unknown step {unknown[0]!r} (steps: "
                          f"{', '.join(ORDER)})")
+    for what, want in (("model", model), ("platform", platform)):
+        if want is not None and data.get(what, want) != want:
+            raise InputError(f"calibration {path} was made for {what} {data[what]!r}, not "
+                             f"{want!r}")
     return {k: v for k, v in data.items() if k in ORDER}

@@ -62,6 +62,10 @@ def test_a_calibration_file_that_is_not_one_is_refused_naming_it(tmp_path):
     bad.write_text(json.dumps({"contention": {}, "batches": {}}))
     with pytest.raises(InputError, match="bad.calibration.json: unknown step 'batches'"):
         load_calibration(bad)
+    bad.write_text(json.dumps({"model": "resnet18", "contention": {}}))
+    with pytest.raises(InputError, match="made for model 'resnet18', not 'alexnet'"):
+        load_calibration(bad, "alexnet", "vm")
+    assert load_calibration(bad, "resnet18", "vm") == {"contention": {}}
     bad.write_text("[1, 2]")
     with pytest.raises(InputError, match="expected a JSON object"):
         load_calibration(bad)
