@@ -12,7 +12,9 @@ same profile, giving the same cost model:
      "stage_lanes": {element: {subnet key: lane table}}} # GPU stages timed at their lanes
 
 `calibrate` applies the steps in that order (the order `hetflow bench` measures them in) and
-returns the list of steps it applied, with a summary of each one's inputs, for the plan.
+returns the list of steps it applied, with a summary of each one's inputs, for the plan. A bench
+times GPU stages as its searches find them: a plan kind searched before a stage was timed did
+not have its lanes, which `map` given the whole calibration has from the start.
 """
 from __future__ import annotations
 
