@@ -288,3 +288,18 @@ def summary(notes: Mapping[str, Any]) -> str:
 
 def _num(x: float) -> str:
     return f"{x:g}"
+
+
+def over(budget: Budget, settings, model: str, what: str, got) -> None:
+    """A budget that cannot hold the required parts: an error where the budget is strict; else
+    said, and the bench goes on at the minimums."""
+    if settings.budget_strict:
+        raise too_small(budget, model, what, got)
+    budget.log(f"budget: {max(budget.left(), 0.0):.1f} s left cannot hold {what} (about "
+               f"{got.least_s:.1f} s at the least): going on at the minimums, over budget")
+
+
+def too_small(budget: Budget, model: str, what: str, got) -> BudgetError:
+    return BudgetError(f"{budget.seconds:.1f} s of budget for {model} is too small: "
+                       f"{max(budget.left(), 0.0):.1f} s were left for {what}, which need about "
+                       f"{got.least_s:.1f} s at the least (estimated)")

@@ -112,3 +112,40 @@ def summary(plan_fps: list[float], copies_fps: list[float], plan_p99: list[float
                    round_p99_ratios=[p / c for p, c in zip(plan_p99, copies_p99)])
         out["p99_ratio"] = out["plan_p99"] / out["copies_p99"]
     return out
+
+
+def bench_head_to_head(ctx, rows: list[dict], plans: dict, baselines, source) -> dict:
+    """A bench's head to head notes (none where `settings.head_to_head` is 0 or no plan ran):
+    its best throughput plan against the parallel copies (`rows.best_throughput_row`), then the
+    balanced plan likewise, with its rate floor and latency cap."""
+    from .profiles import baseline_elements
+    from .rows import best_throughput_row, head_to_head_line
+
+    s, log = ctx.settings, ctx.log
+    ran_plans = [r for r in rows if r["kind"] == "plan" and not r.get("infeasible")]
+    if s.head_to_head <= 0 or not ran_plans:
+        return {}
+    parallel = baseline_elements(ctx.platform)[1]
+
+    def against_copies(plan) -> dict:
+        return head_to_head(plan, ctx.graph, parallel, baselines.parallel_lanes, source,
+                            s.head_to_head, s.plan_seconds, s.frames, log=log)
+
+    best = best_throughput_row(ran_plans, log)
+    label = best["name"].removeprefix("hetflow ")
+    notes = {"head_to_head": {"plan": label, **against_copies(plans[label])}}
+    log(head_to_head_line(notes["head_to_head"]))
+    bal = next((r for r in ran_plans if r["name"] == "hetflow balanced"), None)
+    if bal is not None and s.balanced_latency_share is not None:
+        # the balanced plan's pair (rate and p99, each against the copies') side by side the
+        # same way: one run's p99 is too noisy a sample to judge a cap by
+        if plans["balanced"].mapping.key() == plans[label].mapping.key():
+            h = {**notes["head_to_head"], "run_of": label}
+        else:
+            log("head to head of the balanced plan:")
+            h = against_copies(plans["balanced"])
+        notes["head_to_head_balanced"] = {
+            **h, "plan": "balanced", "rate_floor": s.balanced_rate_share,
+            "latency_cap": s.balanced_latency_share}
+        log(head_to_head_line(notes["head_to_head_balanced"]))
+    return notes

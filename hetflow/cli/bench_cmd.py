@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from hetflow.io import write_json
+from hetflow.rules import QUICK_MODEL_SECONDS
 
 from .common import (check_writable, console, err_console, positive, print_json, progress,
                      strategy_list, strategy_names)
@@ -42,7 +43,7 @@ def print_bench(mb) -> None:
         if r.get("pilots"):
             console.print(f"{r['name']}: " + pilot_summary(r["pilots"]), highlight=False)
     if mb.notes.get("head_to_head"):
-        from hetflow.bench.core import head_to_head_line
+        from hetflow.bench.rows import head_to_head_line
 
         console.print(head_to_head_line(mb.notes["head_to_head"]), highlight=False)
         if mb.notes.get("head_to_head_balanced"):
@@ -107,7 +108,8 @@ def register(app: typer.Typer) -> None:
                                        help="comma-separated search strategies, each one of: "
                                             + ", ".join(strategy_names())),
         quick: bool = typer.Option(False, "--quick", help=(
-            "fewer frames and repeats, and a budget of 80 s a model unless --budget is given "
+            "fewer frames and repeats, and a budget of "
+            f"{QUICK_MODEL_SECONDS.value:.0f} s a model unless --budget is given "
             "(kept by shortening measurements, skipping pilots and re-timing, and profiling "
             "fewer core groupings; a model that needs more goes on at the minimums)")),
         frames: Optional[int] = typer.Option(None, "--frames", min=2,
@@ -136,7 +138,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Profile, map and run MODELs against the baselines; print one table per model."""
         started = time.perf_counter()
-        from hetflow.bench.core import QUICK_MODEL_SECONDS, BenchSettings, bench_model, cache_dir
+        from hetflow.bench.core import BenchSettings, bench_model, cache_dir
         from hetflow.errors import HetflowError
         from hetflow.platform import resolve_platform
 
@@ -151,7 +153,7 @@ def register(app: typer.Typer) -> None:
             s.plan_seconds = s.under_load_seconds = 1.0
             s.lane_seconds = 0.5
             if budget is None:
-                s.budget_seconds, s.budget_strict = QUICK_MODEL_SECONDS, False
+                s.budget_seconds, s.budget_strict = QUICK_MODEL_SECONDS.value, False
         if frames:
             s.frames = frames
         err_console.print(f"profiles are cached in {cache_dir() / 'profiles'}", highlight=False)

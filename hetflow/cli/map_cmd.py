@@ -10,19 +10,44 @@ from rich.table import Table
 from .common import check_writable, console, print_json, progress, strategy_name, strategy_names
 
 
-def load_problem(model: str, profile_path: Path, platform_arg: Optional[str],
-                 capacity: int = 2, input_shape: Optional[list[str]] = None):
-    from hetflow.mapping.from_profile import problem_from_profile
+def load_inputs(model: str, profile_path: Path, platform_arg: Optional[str],
+                 capacity: int = 2, input_shape: Optional[list[str]] = None,
+                 calibration_path: Optional[Path] = None):
+    """(graph, platform, profile, calibration or None) of `hetflow map`'s arguments."""
+    from hetflow.mapping.calibration import load_calibration
     from hetflow.model import parse_input_shapes, resolve_model
     from hetflow.platform import resolve_platform
     from hetflow.profile.profile import Profile
 
     prof = Profile.load(profile_path)
-    fuse = bool(prof.meta.get("fused", False))
-    graph = resolve_model(model, parse_input_shapes(input_shape), fuse)
+    graph = resolve_model(model, parse_input_shapes(input_shape), bool(prof.meta.get("fused")))
     platform = resolve_platform(platform_arg or "auto")
-    return graph, platform, problem_from_profile(graph, prof, platform, capacity,
-                                                 contention=True), fuse
+    calibration = (load_calibration(calibration_path, graph.name, platform.name)
+                   if calibration_path else None)
+    return graph, platform, prof, calibration
+
+
+def map_model(graph, platform, prof, strategy: str, calibration: dict | None = None,
+              capacity: int = 2, seed: int = 0, options: dict | None = None, pilots: int = 1,
+              interleave: bool = True, log=lambda msg: None):
+    """`hetflow map`: the cost model from the profile and its calibration (the profile's own
+    busy-copies run where no calibration is given; `calibration.calibrate`), the search
+    `hetflow bench` does (`planning.search_kind`), and with `pilots` above 1 the pilots'
+    choice. Returns (plan, its search result, the pilots tried)."""
+    from hetflow.mapping.from_profile import calibrated_problem
+    from hetflow.mapping.planning import search_kind
+    from hetflow.runtime.pilot import choose_plan
+
+    options = dict(options or {})
+    problem, steps = calibrated_problem(graph, prof, platform, capacity, calibration)
+    fuse = bool(prof.meta.get("fused", False))
+    candidates = search_kind(problem, [strategy], platform.name, pilots, seed, fuse, options,
+                             log, interleave=interleave, calibration=steps)
+    plan, result, tried = choose_plan(problem, candidates, graph,
+                                      latency_cap=options.get("latency_cap"), log=log)
+    if tried:
+        plan.search["pilots"] = tried
+    return plan, result, tried
 
 
 def parse_options(items: Optional[list[str]]) -> dict:
@@ -102,35 +127,31 @@ def register(app: typer.Typer) -> None:
         pilots: int = typer.Option(1, "--pilots", min=1,
                                    help="run the best N designs by prediction briefly on this "
                                         "machine and keep the one measured best"),
+        calibration: Optional[Path] = typer.Option(
+            None, "--calibration", help="calibration JSON (`hetflow bench --report DIR` writes "
+                                        "DIR/MODEL.calibration.json): plan from the cost model "
+                                        "that bench planned from (default: the profile's own "
+                                        "busy-copies run, if it has one)"),
         interleave: bool = typer.Option(True, "--interleave/--no-interleave",
                                         help="let an element whose frames leave and come back "
                                              "run phases of later frames meanwhile, where the "
                                              "analysis finds it faster"),
     ) -> None:
         """Search a mapping of the model's layers onto the platform's elements; write a plan."""
-        from hetflow.mapping.planner import search_plan
-
         check_writable(output, pareto)
         opts = parse_options(option)
         if latency_cap_ms is not None:
             opts["latency_cap"] = latency_cap_ms / 1e3
-        graph, plat, problem, fuse = load_problem(model, profile, platform, capacity, input_shape)
-        if pilots > 1:
-            from hetflow.mapping.planner import is_copies_design, search_candidates
-            from hetflow.runtime.pilot import choose_by_pilot, pilot_summary
+        graph, plat, prof, calib = load_inputs(model, profile, platform, capacity, input_shape,
+                                               calibration)
+        title = "pilot runs" if pilots > 1 else "search"
+        with progress(title, quiet=json_out or pilots == 1) as log:
+            plan, result, tried = map_model(graph, plat, prof, strategy, calib, capacity, seed,
+                                            opts, pilots, interleave, log)
+        if tried and not json_out:
+            from hetflow.runtime.pilot import pilot_summary
 
-            candidates = search_candidates(problem, [strategy], plat.name, pilots, seed, fuse,
-                                           opts, interleave=interleave)
-            with progress("pilot runs", quiet=json_out) as log:
-                plan, result, tried = choose_by_pilot(
-                    candidates, graph, latency_cap=opts.get("latency_cap"), log=log,
-                    incumbent=lambda p: is_copies_design(problem, p.mapping))
-            plan.search["pilots"] = tried
-            if tried and not json_out:
-                console.print(pilot_summary(tried), highlight=False)
-        else:
-            plan, result = search_plan(problem, strategy, plat.name, seed, fuse, interleave,
-                                       **opts)
+            console.print(pilot_summary(tried), highlight=False)
         from hetflow.model import parse_input_shapes
 
         # `run` loads the model with the shapes the plan was made for

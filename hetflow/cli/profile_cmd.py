@@ -14,7 +14,7 @@ from .common import check_writable, console, err_console, print_json
 
 def profile_summary(prof, graph) -> dict:
     """What the command reports: per element the sum of layer times against the whole model."""
-    from hetflow.mapping.from_profile import busy_slowdowns
+    from hetflow.mapping.calibration import busy_slowdowns
 
     lanes = prof.calibration.get("busy_lanes", {})
     busy_fps = prof.calibration.get("busy_fps", {})

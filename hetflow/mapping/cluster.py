@@ -61,7 +61,7 @@ class ClusterTransfer:
                              f"{', '.join(sorted(self.profiles)) or 'none'})") from None
 
 
-@dataclass
+@dataclass(frozen=True)
 class ClusterProblem(Problem):
     """A mapping problem over cluster elements: elements of different nodes never share cores."""
 

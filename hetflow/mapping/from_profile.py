@@ -49,74 +49,13 @@ def searched_elements(platform) -> list:
     return list(seen.values())
 
 
-def busy_slowdowns(profile, busy_fps: dict[str, float], skip=()) -> dict[str, float]:
-    """{element: its time per frame while every element ran a whole-model copy (1 / its rate in
-    `busy_fps`) over its time alone (the profile's whole model)}, for the elements with both,
-    less those in `skip`."""
-    out = {}
-    for el, fps in busy_fps.items():
-        alone = profile.whole_model.get(el, {}).get("median")
-        if el not in skip and fps > 0 and alone:
-            out[el] = (1.0 / fps) / alone
-    return out
-
-
-def contention_factors(profile, problem: Problem, busy_fps: dict[str, float]) -> dict[str, float]:
-    """Per element of `problem`: its `busy_slowdowns`, taken per element kind (the median) from
-    the copies measured; 1.0 where nothing was measured, and for a GPU whose lane curve
-    measured beside busy copies carries its slowdown already."""
-    import statistics
-
-    per_kind: dict[str, list[float]] = {}
-    for el, slow in busy_slowdowns(profile, busy_fps, problem.lane_slowdown_busy).items():
-        per_kind.setdefault(profile.elements.get(el, {}).get("kind", "cpu"), []).append(slow)
-    factor = {k: max(1.0, statistics.median(v)) for k, v in per_kind.items()}
-    return {e.name: 1.0 if e.name in problem.lane_slowdown_busy else factor.get(e.kind, 1.0)
-            for e in problem.elements}
-
-
-def busy_lane_scales(problem: Problem, busy_fps: dict[str, float],
-                     lanes: dict[str, int]) -> dict[str, float]:
-    """Per GPU element with a busy lane curve that ran at k lanes beside busy copies at
-    `busy_fps` {element: frames/s}: its firing time there (k / its rate) over the curve's. The
-    lane table took the better of two half-second passes beside the busy copies; a longer run
-    of the same load minutes later read the GPU at 0.72-1.16x the curve on the H200 machine,
-    lowest where the copies fire often (mobilenet_v2, squeezenet1_0, alexnet)."""
-    whole = [l.name for l in problem.graph.layers]
-    out = {}
-    for el, fps in busy_fps.items():
-        k = lanes.get(el, 1)
-        if el not in problem.lane_slowdown_busy or fps <= 0:
-            continue
-        curve_s = (problem.actor_time(whole, el) * problem.slowdown(el, k, busy=True)
-                   / problem.lane_busy_scale.get(el, 1.0))
-        out[el] = (k / fps) / curve_s
-    return out
-
-
-def alone_lane_slowdown(problem: Problem, element: str, lanes: int, fps: float) -> float:
-    """The lane curve's point at `lanes` that a run of the whole model alone on `element` at
-    `fps` frames/s gives: its firing time there (lanes / fps) over the one-lane time. The lane
-    table took the better of two half-second passes; the bench's peak-single baseline, a longer
-    run of the same design, read alexnet's GPU at 24 lanes at 0.59x the table and squeezenet1_0's
-    at 16 lanes at 0.82x on the H100 machine (threads of 16-24 lanes stalling on one driving
-    core), and the plans predicted from the table ran 1.30-1.48x below it. Only that point is
-    replaced: scaling the whole curve by it predicted alexnet's 8 lanes at 0.67x what they ran
-    (the stalls grow with the lanes); the count measured stays a candidate
-    (planner.measured_whole_models) where another now looks best."""
-    whole = [l.name for l in problem.graph.layers]
-    return (lanes / fps) / problem.actor_time(whole, element)
-
-
 def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: int = 2,
                          call_overhead: float | None = None, lanes: bool = True,
-                         contention: bool = False) -> Problem:
-    """`lanes`: give GPU elements the lane curves the profile measured (False: one frame at a
-    time on every GPU, as the multi-CNN runtimes run them). `contention`: scale the elements'
-    times, and the GPUs' busy lane curves, by what the profile measured with a copy on every
-    single core and the GPUs at their busy lane counts at once (`calibration["busy_fps"]`), so
-    that a mapping on several elements is predicted as they run together; a bench measures its
-    own (the parallel baseline) and leaves this off."""
+                         ) -> Problem:
+    """The cost model as the profile measured it, every element alone (`calibrated_problem`
+    adds what was measured with elements busy together). `lanes`: give GPU elements the lane
+    curves the profile measured (False: one frame at a time on every GPU, as the multi-CNN
+    runtimes run them)."""
     profile.check_matches(graph, platform)
     configs = select_configurations(platform)
     elements, seen = [], set()
@@ -169,12 +108,19 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
                     problem.lane_limit[e.name] = int(table["memory"]["max_lanes"])
                 for key, stage in profile.stage_lanes.get(e.name, {}).items():
                     problem.stage_slowdown[(e.name, key)] = slowdown_curves(stage)[0]
-    busy = profile.calibration.get("busy_fps")
-    if contention and busy:
-        problem.apply_contention(contention_factors(profile, problem, busy))
-        problem.lane_busy_scale.update(busy_lane_scales(
-            problem, busy, profile.calibration.get("busy_lanes", {})))
     return problem
+
+
+def calibrated_problem(graph: CnnGraph, profile, platform, capacity_frames: int = 2,
+                       calibration: dict | None = None) -> tuple[Problem, list[dict]]:
+    """The cost model `hetflow map` and `hetflow bench` plan with: the profile's, then the
+    calibration's steps (`calibration.calibrate`; None: the calibration the profile carries,
+    its busy-copies run if it has one). Returns it with the record of the steps applied."""
+    from .calibration import calibrate, profile_calibration
+
+    problem = problem_from_profile(graph, profile, platform, capacity_frames)
+    return calibrate(problem, profile,
+                     profile_calibration(profile) if calibration is None else calibration)
 
 
 def host_copy_per_byte(profile) -> float:

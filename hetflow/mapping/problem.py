@@ -1,6 +1,7 @@
 """The mapping problem and the evaluation of one mapping (predicted throughput, latency, ...).
 
-`Problem` holds everything a strategy needs as plain arrays: layer times per element (from a
+`Problem` (immutable: calibration.py's steps return new ones) holds everything a strategy needs
+as plain arrays: layer times per element (from a
 profile), the transfer-time model, element powers, which elements exclude each other (a core can
 be in only one element of a configuration). `evaluate` builds the CSDF app of a mapping
 (Algorithm 2), times it and analyses it; strategies call it as their fitness.
@@ -45,7 +46,7 @@ def _on_curve(curve: dict[int, float], lanes: int) -> float:
     return curve[top] * lanes / top if lanes > top else _between(curve, lanes)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Problem:
     graph: CnnGraph
     elements: list[ProcessingElement]
@@ -64,7 +65,8 @@ class Problem:
     # per element cost of one backend call, which per-layer profiles leave out: a phase run from
     # layer times costs the sum of its layers plus this once
     element_overhead: dict[str, float] = field(default_factory=dict)
-    contention: dict[str, float] = field(default_factory=dict)  # see apply_contention
+    # element -> the slowdown its times were scaled by (calibration.contended); `alone` undoes it
+    contention: dict[str, float] = field(default_factory=dict)
     # {(element, subnet_key(layers)): s} of one plan's stages timed with all its elements busy
     # at once (hetflow.profile.under_load): used as measured, without the contention factor,
     # and only while that plan is evaluated (another plan loads the machine differently)
@@ -80,7 +82,7 @@ class Problem:
     lane_busy_scale: dict[str, float] = field(default_factory=dict)
     # GPU element -> {k: slowdown} of the whole model alone at k lanes as a longer, later run
     # measured it (the bench's peak-single baseline): it takes the lane table's place there
-    # (from_profile.alone_lane_slowdown); a stage's busy / alone ratio stays the table's own
+    # (calibration.alone_lane_slowdown); a stage's busy / alone ratio stays the table's own
     lane_alone_runs: dict[str, dict[int, float]] = field(default_factory=dict)
     # {(element, subnet_key(layers)): {k: firing at k lanes / at one}} of a stage timed alone at
     # its own lane counts: a stage's lanes share the device by its work, not by its one-lane
@@ -205,18 +207,6 @@ class Problem:
             for j, b in enumerate(self.elements):
                 c[i, j] = i != j and self.shares_cores(a, b)
         return c
-
-    def apply_contention(self, factors: dict[str, float]) -> None:
-        """Scale element times by measured slowdowns under full load (all elements busy at
-        once: shared caches, memory bandwidth, the GIL), as Kang et al. scale by DVFS ratios."""
-        self.contention = dict(factors)
-        self.__dict__.pop("alone", None)
-        self.__dict__.pop("frame_layer_times", None)
-        for name, f in factors.items():
-            if name in self.element_index:
-                self.layer_times[:, self.element_index[name]] *= f
-                if name in self.element_overhead:
-                    self.element_overhead[name] *= f
 
     @cached_property
     def alone(self) -> "Problem":

@@ -15,6 +15,8 @@ from hetflow.errors import HetflowError
 from hetflow.mapping.mapping import describe_design
 from hetflow.mapping.plan import Plan
 from hetflow.model.graph import CnnGraph
+from hetflow.rules import (PILOT_CHALLENGE, PILOT_P99_DRIFT, PILOT_P99_SPREAD, PILOT_RATE_DRIFT,
+                           PILOT_RATE_SPREAD, PILOT_ROOM, PILOT_SAME_RATE)
 
 from .report import RunReport
 
@@ -91,38 +93,17 @@ def choose_by_pilot(candidates: list[tuple[Plan, Any]], graph: CnnGraph | None,
     return (*candidates[pick], tried)
 
 
-# Under a latency cap, a pilot's p99 near the cap is no promise: the data-parallel designs with
-# CPU members that the bench chose on the GPU machine measured their full run's p99 0.66-1.87x
-# their pilot's (runs 20-31). A design with room under the cap whose pilot ran within the
-# pilots' own throughput noise of the fastest is the safer choice.
-ROOM = 0.8  # a pilot p99 at most this share of the cap has room
-SAME_RATE = 0.95  # pilot rates this close are not told apart by a pilot
-# Pilots of one bench on the H200 machine read CPU-group designs up to 8% above what the same
-# designs ran minutes later beside the parallel copies, alternately (docs/results/lanes_h100,
-# runs 32-33: resnet18's 3-core groups piloted 4% above the next design, then ran 0.95x the
-# copies), while the copies' design run by the engine held within 1-5% of the copies: a
-# challenger must beat it by more than that noise.
-CHALLENGE = 1.05
-# Under a cap and a rate floor (the bench's balanced plan: at least 0.9x the parallel copies'
-# rate at no more than half their p99) a pilot is one noisy sample of both. How far a pilot's
-# reading moved to its design's full run seconds later on the GPU machine, log(full / pilot)
-# over the 116 plans of runs 75-97 (`python scripts/pilot_spread.py 75 97`,
-# docs/results/lanes_h100), the engine since one thread drives a GPU's lanes: throughput mean
-# -0.026, spread (sd) 0.073; p99 mean +0.034, spread 0.167; runs 75-86 and 87-97 alone agree
-# (-0.028 / 0.087, +0.002 / 0.195 and -0.024 / 0.054, +0.066 / 0.123). Runs 20-74, on the
-# engines before, spread p99 2.5 times as far (0.43). A p99 still moves twice as far as a
-# rate: a pilot near the cap is a worse bet than one as near the floor.
-RATE_DRIFT, RATE_SPREAD = -0.026, 0.073
-P99_DRIFT, P99_SPREAD = 0.034, 0.167
-
-
+# A pilot is one noisy sample: the margins and spreads it is read with are measured rules
+# (hetflow/rules.py says how each was measured).
 def keep_chance(rate: float, p99: float, floor: float, cap: float) -> tuple[float, float]:
     """The chance that a design piloted at `rate` frames/s and `p99` s keeps both `floor` and
     `cap` in its full run, its reading moving as pilots' readings moved (log-normal, the two
     independent); and the smaller of its two margins in spreads, which still orders designs
     whose chance is nil."""
-    z_rate = (math.log(rate / floor) + RATE_DRIFT) / RATE_SPREAD if rate > 0 else -math.inf
-    z_p99 = (math.log(cap / p99) - P99_DRIFT) / P99_SPREAD if p99 > 0 else math.inf
+    z_rate = ((math.log(rate / floor) + PILOT_RATE_DRIFT.value) / PILOT_RATE_SPREAD.value
+              if rate > 0 else -math.inf)
+    z_p99 = ((math.log(cap / p99) - PILOT_P99_DRIFT.value) / PILOT_P99_SPREAD.value
+             if p99 > 0 else math.inf)
     return _NORMAL.cdf(z_rate) * _NORMAL.cdf(z_p99), min(z_rate, z_p99)
 
 
@@ -141,18 +122,13 @@ def _pick(tried: list[dict], ran: list[int], latency_cap: float | None,
           incumbent: int | None = None, rate_floor: float | None = None) -> int:
     """The index chosen among the pilots that ran.
     Without a cap: the highest throughput, the `incumbent` staying unless beaten by
-    `CHALLENGE`. Cores buy no place: the archived plans for which a design on fewer cores
-    piloted within 2% of a faster one took that one's place ran 0.973x the parallel copies head
-    to head (median of 9; 6 below 1.0), the copies' own design kept 0.999x (median of 71;
-    `python scripts/fewer_cores_replay.py 44 94`).
-    Under a cap: the highest throughput within it (preferring one with room under it at nearly
-    the same rate), else the lowest p99. With a `rate_floor` too: the pilot most likely to keep
-    both in its full run (`keep_chance`). Fewer lanes buy no place: since one thread drives a
-    GPU's lanes, the full runs of the GPU alone at 16-24 lanes read p99s at most 1.52x their
-    pilots' (35 runs of runs 75-97), and the rule that let the same design at fewer lanes
-    with room under the cap replace the likelier choice cost alexnet its margin twice: 16
-    lanes ran 0.937x and 0.902x the copies where 24 ran 0.995x and 0.949x as the peak single
-    baseline, both far under the cap (runs 94 and 97)."""
+    `PILOT_CHALLENGE`. Cores buy no place: a design on fewer cores that piloted within noise of
+    a faster one ran below the copies head to head more often than not.
+    Under a cap: the highest throughput within it (preferring one with room under it,
+    `PILOT_ROOM`, at nearly the same rate, `PILOT_SAME_RATE`), else the lowest p99. With a
+    `rate_floor` too: the pilot most likely to keep both in its full run (`keep_chance`).
+    Fewer lanes buy no place there: a GPU's full run at many lanes stayed far under caps its
+    pilot kept, and choosing fewer lanes for their room cost rate against the floor."""
     def rate(i: int) -> float:
         return tried[i]["pilot_throughput"]
 
@@ -161,7 +137,7 @@ def _pick(tried: list[dict], ran: list[int], latency_cap: float | None,
 
     if latency_cap is None:
         best = max(ran, key=rate)
-        if incumbent is not None and rate(best) < CHALLENGE * rate(incumbent):
+        if incumbent is not None and rate(best) < PILOT_CHALLENGE.value * rate(incumbent):
             best = incumbent
         return best
     if rate_floor is not None:
@@ -170,8 +146,24 @@ def _pick(tried: list[dict], ran: list[int], latency_cap: float | None,
     if not ok:
         return min(ran, key=p99)
     best = max(ok, key=rate)
-    roomy = [i for i in ok if p99(i) <= ROOM * latency_cap and rate(i) >= SAME_RATE * rate(best)]
+    roomy = [i for i in ok if p99(i) <= PILOT_ROOM.value * latency_cap
+             and rate(i) >= PILOT_SAME_RATE.value * rate(best)]
     return max(roomy, key=rate) if roomy else best
+
+
+def choose_plan(problem, candidates: list[tuple[Plan, Any]], graph: CnnGraph | None,
+                seconds: float = 0.4, latency_cap: float | None = None,
+                rate_floor: float | None = None,
+                pilots: dict[tuple, RunReport | HetflowError] | None = None,
+                log: Callable[[str], None] = lambda msg: None) -> tuple[Plan, Any, list[dict]]:
+    """The plan `hetflow map --pilots N` and `hetflow bench` keep of the candidates a search
+    gave (`planning.search_kind`): `choose_by_pilot` with the parallel copies' design as the
+    incumbent; one candidate: that one, nothing run."""
+    from hetflow.mapping.planner import is_copies_design
+
+    return choose_by_pilot(candidates, graph, seconds, latency_cap, pilots, log,
+                           incumbent=lambda p: is_copies_design(problem, p.mapping),
+                           rate_floor=rate_floor)
 
 
 def pilot_summary(tried: list[dict]) -> str:

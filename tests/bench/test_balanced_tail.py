@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hetflow.bench.core import BenchSettings, searched_under_tail
+from hetflow.bench.core import BenchSettings
+from hetflow.mapping.planning import search_kind
 from hetflow.errors import InfeasibleError
 from hetflow.mapping.planner import search_candidates
 from hetflow.mapping.problem import Problem
@@ -13,40 +14,57 @@ from hetflow.model.synthetic import random_cnn_graph
 from hetflow.platform.spec import ProcessingElement
 
 
-def test_the_search_takes_the_cap_over_the_tail_then_the_cap_itself():
+def test_the_search_takes_the_cap_over_the_tail_then_the_cap_itself(monkeypatch):
+    import hetflow.mapping.planner as planner
+
     asked = []
 
+    class Found:
+        search: dict = {}
+
     def search(found_below):
-        def run(opts):
+        def run(problem, strategies, name, count, seed, fuse, opts, log, **kw):
             asked.append(opts["latency_cap"])
             if opts["latency_cap"] < found_below:
                 return []
-            return ["design"]
+            return [(Found(), None)]
         return run
 
+    def kind(tail, log=lambda m: None):
+        return search_kind(None, ["single"], "p", 3, 0, True, {"latency_cap": 0.03}, log,
+                           tail=tail, calibration=[{"step": "profile"}])
+
     said = []
-    s = BenchSettings(balanced_p99_over_predicted=1.5)
-    assert searched_under_tail(search(0.0), {"latency_cap": 0.03}, s, said.append) == ["design"]
+    monkeypatch.setattr(planner, "search_candidates", search(0.0))
+    (got,) = kind(1.5, said.append)
     assert asked == [pytest.approx(0.02)] and not said
+    assert got[0].search["calibration"] == [{"step": "profile"}]  # the plan says its steps
     # nothing within cap / tail: the cap itself, said in the log
     asked.clear()
-    assert searched_under_tail(search(0.025), {"latency_cap": 0.03}, s, said.append) == ["design"]
+    monkeypatch.setattr(planner, "search_candidates", search(0.025))
+    assert len(kind(1.5, said.append)) == 1
     assert asked == [pytest.approx(0.02), 0.03] and "within the cap itself" in said[0]
 
-    def infeasible(opts):
+    def infeasible(problem, strategies, name, count, seed, fuse, opts, log, **kw):
         asked.append(opts["latency_cap"])
         if opts["latency_cap"] < 0.03:
             raise InfeasibleError("nothing fits")
-        return ["design"]
+        return [(Found(), None)]
 
     asked.clear()
-    assert searched_under_tail(infeasible, {"latency_cap": 0.03}, s, said.append) == ["design"]
-    assert asked == [pytest.approx(0.02), 0.03]
+    monkeypatch.setattr(planner, "search_candidates", infeasible)
+    assert len(kind(1.5)) == 1 and asked == [pytest.approx(0.02), 0.03]
     # a tail of 1 (or less): the cap as given, once
     asked.clear()
-    one = BenchSettings(balanced_p99_over_predicted=1.0)
-    searched_under_tail(search(0.0), {"latency_cap": 0.03}, one, said.append)
+    monkeypatch.setattr(planner, "search_candidates", search(0.0))
+    kind(1.0)
     assert asked == [0.03]
+
+
+def test_the_bench_searches_with_the_tail_rule_by_default():
+    from hetflow.rules import BALANCED_TAIL
+
+    assert BenchSettings().balanced_p99_over_predicted == BALANCED_TAIL.value > 1.0
 
 
 def _problem(seed: int) -> tuple[Problem, float]:
@@ -74,8 +92,8 @@ def test_designs_kept_for_a_balanced_plan_leave_room_for_the_tail(seed, share, t
         return search_candidates(problem, ["single", "pipeline"], "p", 3, 0, True, opts,
                                  skip_unfit=True)
 
-    got = searched_under_tail(search, {"latency_cap": cap},
-                              BenchSettings(balanced_p99_over_predicted=tail), lambda m: None)
+    got = search_kind(problem, ["single", "pipeline"], "p", 3, 0, True, {"latency_cap": cap},
+                      tail=tail, skip_unfit=True)
     lat = [plan.predicted["latency"] for plan, _ in got]
     tight = search({"latency_cap": cap / tail})
     if tight:

@@ -4,7 +4,8 @@ import statistics
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hetflow.bench.core import BenchSettings, balanced_pair_kept, head_to_head_line
+from hetflow.bench.core import BenchSettings
+from hetflow.bench.rows import balanced_pair_kept, head_to_head_line
 from hetflow.bench.head_to_head import head_to_head
 from hetflow.runtime.report import RunReport
 
@@ -128,7 +129,7 @@ def test_the_balanced_plan_runs_as_the_best_only_if_it_piloted_past_the_margin(
     """The bench's one sample never decides (the balanced plan's 9,500 here would): its pilot
     against the best throughput plan's pilot, by more than the pilots' noise. Plans compare by
     run (mapping), not by design string, which names no cut points."""
-    from hetflow.bench.core import best_throughput_row
+    from hetflow.bench.rows import best_throughput_row
 
     rows = [_row("single", 8700.0, "copies", 8750.0), _row("pipeline", 8600.0, "gpu0 x24", 8700.0),
             _row("balanced", 9500.0, balanced_design, balanced_pilot, run_of)]

@@ -1,6 +1,7 @@
 """The bench times the GPU stages of its candidate plans at their own lane counts before it
-predicts them: a stage that is part of the model gets its curve and one-lane time into the
-problem (and the profile), and the candidates are predicted again with them, best first. The
+predicts them: a stage that is part of the model gets its curve and one-lane time into a new
+problem (calibration step "stage lanes", its tables returned for the calibration file), and the
+candidates are predicted again with them, best first. The
 stand-in GPU backend (tests/fake_gpu) runs the lanes on the CPU."""
 import os
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 import fake_gpu
-from hetflow.bench.core import time_gpu_stages
+from hetflow.bench.plans import time_gpu_stages
 from hetflow.mapping.mapping import Mapping
 from hetflow.mapping.planner import make_plan
 from hetflow.mapping.problem import Problem, evaluate
@@ -16,7 +17,6 @@ from hetflow.model.subnet import subnet_key
 from hetflow.model.synthetic import random_cnn_graph
 from hetflow.platform.spec import ProcessingElement
 from hetflow.profile.lanes import slowdown_curves
-from hetflow.profile.profile import Profile
 
 CORES = sorted(os.sched_getaffinity(0))
 CURVE = {1: 1.0, 2: 1.3, 4: 2.0}
@@ -30,8 +30,7 @@ def setup(n_layers=8):
     problem = Problem(graph, [gpu, cpu], times, lambda nbytes, src, dst: 0.0 if src == dst
                       else 1e-5, call_overhead=0.0)
     problem.lane_slowdown["gpu0"] = dict(CURVE)
-    prof = Profile(graph.name, graph.model_hash, "test", "0")
-    return graph, problem, prof
+    return graph, problem
 
 
 def candidate(problem, assignment, lanes):
@@ -40,7 +39,7 @@ def candidate(problem, assignment, lanes):
 
 
 def test_a_partial_gpu_stage_is_timed_at_its_lanes_and_the_candidates_predicted_again():
-    graph, problem, prof = setup()
+    graph, problem = setup()
     names = [l.name for l in graph.layers]
     head = names[:5]
     split = candidate(problem, {**{l: "gpu0" for l in head}, **{l: "cpu0" for l in names[5:]}},
@@ -49,15 +48,15 @@ def test_a_partial_gpu_stage_is_timed_at_its_lanes_and_the_candidates_predicted_
     logged = []
     fake_gpu.reset(slow=0.003)
     try:
-        new, again = time_gpu_stages(graph, prof, problem, [alone, split], "test", 0.2,
-                                     logged.append)
+        new, again, tables = time_gpu_stages(graph, problem, [alone, split], "test", 0.2,
+                                             logged.append)
     finally:
         fake_gpu.reset()
     key = subnet_key(head)
     # the partial stage was timed at 1 and 4 lanes; the whole model (the profile has its curve)
     # was not
-    assert list(prof.stage_lanes) == ["gpu0"] and list(prof.stage_lanes["gpu0"]) == [key]
-    table = prof.stage_lanes["gpu0"][key]
+    assert list(tables) == ["gpu0"] and list(tables["gpu0"]) == [key]
+    table = tables["gpu0"][key]
     assert set(table) == {"1", "4"} and all(table[k]["alone"]["n"] > 0 for k in table)
     assert new.stage_slowdown == {("gpu0", key): slowdown_curves(table)[0]}
     assert new.subnet_times[("gpu0", key)] == table["1"]["alone"]["median"]
@@ -73,18 +72,18 @@ def test_a_partial_gpu_stage_is_timed_at_its_lanes_and_the_candidates_predicted_
 
 
 def test_nothing_is_timed_without_a_partial_stage_on_several_lanes():
-    graph, problem, prof = setup()
+    graph, problem = setup()
     names = [l.name for l in graph.layers]
     one_lane = candidate(problem, {**{l: "gpu0" for l in names[:4]},
                                    **{l: "cpu0" for l in names[4:]}}, {"gpu0": 1})
     whole = candidate(problem, {l: "gpu0" for l in names}, {"gpu0": 4})
     cands = [whole, one_lane]
-    new, again = time_gpu_stages(graph, prof, problem, cands, "test", 0.2, lambda m: None)
-    assert new is problem and again is cands and prof.stage_lanes == {}
+    new, again, tables = time_gpu_stages(graph, problem, cands, "test", 0.2, lambda m: None)
+    assert new is problem and again is cands and tables == {}
 
 
 def test_a_stage_that_cannot_be_timed_keeps_the_whole_models_curve(monkeypatch):
-    from hetflow.bench import core
+    from hetflow.bench import plans
     from hetflow.errors import BackendError
     from hetflow.profile import lanes
 
@@ -92,13 +91,14 @@ def test_a_stage_that_cannot_be_timed_keeps_the_whole_models_curve(monkeypatch):
         raise BackendError("gpu0 cannot hold 4 lanes of the stage")
 
     monkeypatch.setattr(lanes, "measure_stage_lanes", fail)
-    graph, problem, prof = setup()
+    graph, problem = setup()
     names = [l.name for l in graph.layers]
     split = candidate(problem, {**{l: "gpu0" for l in names[:5]},
                                 **{l: "cpu0" for l in names[5:]}}, {"gpu0": 4})
     logged = []
-    new, again = core.time_gpu_stages(graph, prof, problem, [split], "test", 0.2, logged.append)
-    assert new.stage_slowdown == {} and prof.stage_lanes == {}
+    new, again, tables = plans.time_gpu_stages(graph, problem, [split], "test", 0.2,
+                                               logged.append)
+    assert new.stage_slowdown == {} and tables == {}
     assert "cannot hold 4 lanes" in logged[-1] and "whole model's curve" in logged[-1]
     assert again[0][0].predicted["throughput"] == pytest.approx(
         split[0].predicted["throughput"])
@@ -115,7 +115,7 @@ def test_a_bench_with_a_laned_gpu_times_every_partial_gpu_stage_of_its_candidate
 
     import hetflow.platform.detect as detect
     import hetflow.profile.measure as measure
-    from hetflow.bench import core
+    from hetflow.bench import plans
     from hetflow.bench.core import BenchSettings, bench_model
     from hetflow.model import load_model
     from hetflow.model.synthetic import random_cnn_model
@@ -129,14 +129,14 @@ def test_a_bench_with_a_laned_gpu_times_every_partial_gpu_stage_of_its_candidate
         link: [[n, 20e-6 + n / 10e9] for n in sizes] for link in ("cpu->gpu", "gpu->cpu")})
     monkeypatch.setenv("HETFLOW_CACHE", str(tmp_path / "cache"))
     calls = []
-    real = core.time_gpu_stages
+    real = plans.time_gpu_stages
 
-    def spy(graph, prof, problem, candidates, *args):
-        out = real(graph, prof, problem, candidates, *args)
+    def spy(graph, problem, candidates, *args):
+        out = real(graph, problem, candidates, *args)
         calls.append((candidates, out[0]))
         return out
 
-    monkeypatch.setattr(core, "time_gpu_stages", spy)
+    monkeypatch.setattr(plans, "time_gpu_stages", spy)
     fake_gpu.gpu()  # the stand-in backend, registered
     model = tmp_path / "small.onnx"
     onnx.save(random_cnn_model(12, 5), model)
@@ -146,7 +146,7 @@ def test_a_bench_with_a_laned_gpu_times_every_partial_gpu_stage_of_its_candidate
                              baseline_seconds=0.3, profile_repeats=3, lane_seconds=0.2)
     fake_gpu.reset(slow=0.002)
     try:
-        mb = bench_model(str(model), plat, settings)
+        mb = bench_model(str(model), plat, settings, report_dir=tmp_path / "rep")
     finally:
         fake_gpu.reset()
     rows = {r["name"]: r for r in mb.rows}
@@ -163,3 +163,9 @@ def test_a_bench_with_a_laned_gpu_times_every_partial_gpu_stage_of_its_candidate
                 if k > 1 and key != whole:
                     assert k in problem.stage_slowdown[("gpu0", key)]
                     assert problem.subnet_times[("gpu0", key)] > 0
+    # the stages timed are the calibration's step "stage lanes", saved for `hetflow map`
+    import json
+
+    saved = json.loads((tmp_path / "rep" / f"{mb.model}.calibration.json").read_text())
+    timed = {key for _, problem in calls for (e, key) in problem.stage_slowdown}
+    assert set(saved.get("stage_lanes", {}).get("gpu0", {})) == timed

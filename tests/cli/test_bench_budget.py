@@ -74,7 +74,8 @@ def test_a_budget_too_small_for_the_profile_fails_the_model_in_one_line(hetflow,
 
 def test_quick_keeps_a_budget_that_goes_on_at_the_minimums_when_a_model_needs_more(hetflow,
                                                                                   small):
-    from hetflow.bench.core import BenchSettings, QUICK_MODEL_SECONDS, bench_model
+    from hetflow.bench.core import BenchSettings, bench_model
+    from hetflow.rules import QUICK_MODEL_SECONDS
     from hetflow.platform import resolve_platform
 
     model, plat = small
@@ -94,6 +95,6 @@ def test_quick_keeps_a_budget_that_goes_on_at_the_minimums_when_a_model_needs_mo
     code, out, err = hetflow("bench", model, "-p", plat, "--quick", "--json")
     assert code == 0, err
     data = json.loads(out)
-    assert data["settings"]["budget_seconds"] == QUICK_MODEL_SECONDS
+    assert data["settings"]["budget_seconds"] == QUICK_MODEL_SECONDS.value
     assert data["settings"]["budget_strict"] is False and not data["failed"]
-    assert data["models"][0]["notes"]["budget"]["spent"] < QUICK_MODEL_SECONDS
+    assert data["models"][0]["notes"]["budget"]["spent"] < QUICK_MODEL_SECONDS.value

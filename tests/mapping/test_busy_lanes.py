@@ -3,7 +3,7 @@ baseline, or the profile's busy run for `hetflow map`)."""
 
 import pytest
 
-from hetflow.mapping.from_profile import busy_lane_scales
+from hetflow.mapping.calibration import busy_lane_scales
 from hetflow.mapping.mapping import Mapping, group_name
 from hetflow.mapping.problem import evaluate
 from tests.mapping.conftest import make_elements, make_problem
@@ -56,9 +56,9 @@ def test_the_busy_lane_count_is_the_busy_curves_best_within_memory():
 
 def test_map_rescales_the_busy_curve_by_the_profiles_busy_run(factory, tmp_path):
     """The profile's busy run read the GPU at half the rate its busy curve promises at 8 lanes:
-    `problem_from_profile(contention=True)` scales the curve as the bench does with its
-    baseline, and leaves it alone without the flag."""
-    from hetflow.mapping.from_profile import problem_from_profile
+    `calibrated_problem` (its step "contention") scales the curve as the bench does with its
+    baseline; the profile's own problem leaves it alone."""
+    from hetflow.mapping.from_profile import calibrated_problem, problem_from_profile
     from hetflow.platform import CpuCluster, Platform
     from hetflow.platform.spec import Gpu
     from hetflow.profile.profile import Profile
@@ -79,7 +79,8 @@ def test_map_rescales_the_busy_curve_by_the_profiles_busy_run(factory, tmp_path)
                             busy_lanes={"gpu0": 8})
     prof = Profile.load(prof.save(tmp_path / "p.json"))
     assert problem_from_profile(graph, prof, plat).lane_busy_scale == {}
-    busy = problem_from_profile(graph, prof, plat, contention=True)
+    busy, steps = calibrated_problem(graph, prof, plat)
+    assert [s["step"] for s in steps] == ["profile", "contention"]
     assert busy.lane_busy_scale["gpu0"] == pytest.approx(2.0)
     assert busy.contention["gpu0"] == 1.0  # its curve carries its slowdown, not a factor
 
@@ -88,7 +89,7 @@ def test_a_longer_run_of_the_gpu_alone_replaces_its_lane_curves_point():
     """The bench's peak-single baseline ran the GPU alone at 8 lanes at 0.6x what the lane
     table promised: the GPU alone is predicted at the measured rate there, the best lane count
     moves to 4, and neither the busy curve nor the other counts change."""
-    from hetflow.mapping.from_profile import alone_lane_slowdown
+    from hetflow.mapping.calibration import alone_lane_slowdown
 
     p = laned_problem()
     layers = [l.name for l in p.graph.layers]
@@ -105,22 +106,18 @@ def test_a_longer_run_of_the_gpu_alone_replaces_its_lane_curves_point():
     assert p.lane_slowdown["gpu0"] == CURVE  # the table itself is kept
 
 
-def test_the_bench_puts_its_single_baselines_into_the_curve():
-    from types import SimpleNamespace as NS
-
-    from hetflow.bench.core import apply_single_baselines
+def test_the_lanes_alone_step_puts_a_baselines_rate_into_a_new_problem():
+    """Step "lanes alone" (the bench's peak-single baseline, as saved in a calibration) gives
+    a new problem with the measured point; the problem given is left as it was. One lane, an
+    element without a lane curve and an empty run change nothing."""
+    from hetflow.mapping.calibration import with_lanes_alone
 
     p = laned_problem()
     layers = [l.name for l in p.graph.layers]
     t1 = p.actor_time(layers, "gpu0")
-    said = []
-    singles = [p.element("cpu0"), p.element("gpu0")]
-    apply_single_baselines(p, singles, {"gpu0": 8}, [NS(throughput=250.0),
-                                                     NS(throughput=2.0 / t1)], said.append)
-    assert p.lane_alone_runs == {"gpu0": {8: pytest.approx(8 / 2.0)}}
-    assert len(said) == 1 and "gpu0 alone at 8 lanes" in said[0]
-    # one lane, or no lane curve: nothing to replace
-    q = laned_problem()
-    apply_single_baselines(q, singles, {"gpu0": 1}, [NS(throughput=250.0), NS(throughput=9.0)],
-                           said.append)
-    assert q.lane_alone_runs == {} and len(said) == 1
+    q, summary = with_lanes_alone(p, {"gpu0": {"8": 2.0 / t1}, "cpu0": {"8": 250.0}})
+    assert q.lane_alone_runs == {"gpu0": {8: pytest.approx(8 / 2.0)}}
+    assert p.lane_alone_runs == {} and q is not p
+    assert summary == {"frames_per_s": {"gpu0": {8: pytest.approx(2.0 / t1, rel=1e-3)}}}
+    r, _ = with_lanes_alone(p, {"gpu0": {1: 9.0, 4: 0.0}})
+    assert r.lane_alone_runs == {}

@@ -194,7 +194,7 @@ def test_the_gpu_alone_at_a_count_a_longer_run_measured_is_a_candidate():
     """The bench's baseline ran the GPU alone at 16 lanes well below the lane table: 8 lanes,
     read by the table alone, now look best, and the 16 lanes that run measured are piloted
     beside them."""
-    from hetflow.mapping.from_profile import alone_lane_slowdown
+    from hetflow.mapping.calibration import alone_lane_slowdown
     from hetflow.mapping.mapping import Mapping
     from hetflow.mapping.planner import measured_whole_models
     from hetflow.mapping.problem import evaluate

@@ -1,4 +1,5 @@
 """The problem's cost model: measured sub-networks and contention."""
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -6,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hetflow.mapping.calibration import contended
 from hetflow.mapping.from_profile import measured_subnets
 from hetflow.mapping.mapping import Mapping
 from hetflow.mapping.problem import evaluate
@@ -24,10 +26,14 @@ def test_contention_slows_a_mapping_over_several_elements_but_not_one_alone(fact
     p = factory.problem(8, factory.elements(2, 1))
     alone, shared = on(p, "gpu0"), on(p, "cpu0", "gpu0")
     before = [evaluate(p, m).throughput for m in (alone, shared)]
-    p.apply_contention({"cpu0": 2.0, "cpu1": 2.0, "gpu0": 1.5})
-    assert evaluate(p, alone).throughput == pytest.approx(before[0])
-    assert evaluate(p, shared).throughput < before[1] / 1.4
-    assert p.alone.contention == {} and p.contention["gpu0"] == 1.5
+    q = contended(p, {"cpu0": 2.0, "cpu1": 2.0, "gpu0": 1.5})
+    assert evaluate(q, alone).throughput == pytest.approx(before[0])
+    assert evaluate(q, shared).throughput < before[1] / 1.4
+    assert q.alone.contention == {} and q.contention["gpu0"] == 1.5
+    # a new problem: the one given keeps its times, and scaling again replaces, not compounds
+    assert p.contention == {} and evaluate(p, shared).throughput == pytest.approx(before[1])
+    again = contended(q, {"cpu0": 2.0, "cpu1": 2.0, "gpu0": 1.5})
+    assert np.allclose(again.layer_times, q.layer_times)
 
 
 def test_a_stage_that_was_measured_whole_costs_what_was_measured(factory):
@@ -48,7 +54,7 @@ def test_a_stage_that_was_measured_whole_costs_what_was_measured(factory):
     summed = p.actor_time(layers[:3], "cpu0")  # not measured whole: the sum of its layers
     assert summed == pytest.approx(sum(p.layer_times[i, 0] for i in range(3))
                                    + p.element_overhead.get("cpu0", 0.0))
-    p.apply_contention({"cpu1": 2.0})
+    p = contended(p, {"cpu1": 2.0})
     assert p.actor_time(layers, "cpu1") == pytest.approx(12e-3)
     assert p.alone.actor_time(layers, "cpu1") == pytest.approx(6e-3)
 
@@ -79,17 +85,18 @@ def test_stage_times_under_load_are_used_as_measured(factory):
     scaled again by the contention factor), the one-element plan included."""
     p = factory.problem(6, factory.elements(2, 1))
     layers = [l.name for l in p.graph.layers]
-    p.apply_contention({"cpu0": 2.0, "cpu1": 2.0, "gpu0": 1.5})
+    p = contended(p, {"cpu0": 2.0, "cpu1": 2.0, "gpu0": 1.5})
     head, tail = layers[:3], layers[3:]
     m = Mapping({l: ("cpu0" if l in head else "gpu0") for l in layers})
-    p.loaded_times = {("cpu0", subnet_key(head)): 4e-3, ("gpu0", subnet_key(tail)): 1e-3}
+    p = replace(p, loaded_times={("cpu0", subnet_key(head)): 4e-3,
+                                 ("gpu0", subnet_key(tail)): 1e-3})
     assert p.actor_time(head, "cpu0") == 4e-3 and p.actor_time(tail, "gpu0") == 1e-3
     # the bottleneck is the 4 ms head (plus the per-firing overhead); transfers are added
     assert evaluate(p, m).throughput == pytest.approx(1 / (4e-3 + p.call_overhead), rel=0.05)
     alone = Mapping({l: "gpu0" for l in layers})
-    p.loaded_times = {("gpu0", subnet_key(layers)): 2e-3}
+    p = replace(p, loaded_times={("gpu0", subnet_key(layers)): 2e-3})
     assert evaluate(p, alone).throughput == pytest.approx(1 / (2e-3 + p.call_overhead))
-    p.loaded_times = {}
+    p = replace(p, loaded_times={})
     assert evaluate(p, alone).throughput != pytest.approx(1 / (2e-3 + p.call_overhead))
 
 
@@ -97,7 +104,7 @@ def test_a_uniform_group_under_load_costs_its_members_mean(factory):
     p = factory.problem(4, factory.elements(2))
     layers = [l.name for l in p.graph.layers]
     key = subnet_key(layers)
-    p.loaded_times = {("cpu0", key): 4e-3, ("cpu1", key): 6e-3}
+    p = replace(p, loaded_times={("cpu0", key): 4e-3, ("cpu1", key): 6e-3})
     assert p.actor_time(layers, "cpu0|cpu1") == pytest.approx(5e-3)
     assert p.actor_time(layers, "cpu1") == 6e-3  # asked per member: that member's
     m = Mapping({l: "cpu0|cpu1" for l in layers})
@@ -188,7 +195,7 @@ def test_map_predicts_with_the_contention_the_profile_measured(factory, tmp_path
     `contention` the two cores' times double, so the copies on both are predicted at half the
     rate (hand-worked: 2 frames per 2 x 4 ms + the call overhead), while a mapping on one core
     (the machine to itself) is predicted as without; without the flag nothing is scaled."""
-    from hetflow.mapping.from_profile import problem_from_profile
+    from hetflow.mapping.from_profile import calibrated_problem, problem_from_profile
     from hetflow.platform import CpuCluster, Platform
     from hetflow.profile.profile import Profile
 
@@ -202,7 +209,7 @@ def test_map_predicts_with_the_contention_the_profile_measured(factory, tmp_path
     prof.calibration["busy_fps"] = {"cpu0": 125.0, "cpu1": 125.0}  # 8 ms a frame, busy
     prof = Profile.load(prof.save(tmp_path / "p.json"))
     plain = problem_from_profile(graph, prof, plat)
-    busy = problem_from_profile(graph, prof, plat, contention=True)
+    busy, _ = calibrated_problem(graph, prof, plat)
     assert not plain.contention and busy.contention == {"cpu0": 2.0, "cpu1": 2.0, "cpu0-1": 2.0}
     layers = [l.name for l in graph.layers]
     copies = Mapping({l: "cpu0|cpu1" for l in layers})

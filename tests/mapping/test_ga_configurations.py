@@ -1,6 +1,7 @@
 """The GA compares configurations by analysed throughput, not by fitness values that do not
 compare across configurations (Eq. 3.1 is 0 on any one-element configuration); the max-load
 fitness minimises the bottleneck element's time."""
+from dataclasses import replace
 import numpy as np
 import pytest
 
@@ -13,7 +14,7 @@ pytest.importorskip("pymoo")
 
 def test_a_one_element_configuration_does_not_win_by_its_zero_fitness(factory):
     p = factory.problem(8, factory.elements(4), seed=2)
-    p.configurations = [["cpu0"], ["cpu0", "cpu1", "cpu2", "cpu3"]]
+    p = replace(p, configurations=[["cpu0"], ["cpu0", "cpu1", "cpu2", "cpu3"]])
     r = search(p, seed=1, final="fitness", pop_size=24, epochs=15, stall=5)
     alone = evaluate(p, Mapping({l.name: "cpu0" for l in p.graph.layers})).throughput
     assert r.notes["runs"][0]["best_fitness"] == 0.0  # the one-element configuration's
@@ -26,7 +27,7 @@ def test_max_load_fitness_is_never_worse_than_its_seeds(factory):
 
     p = factory.problem(10, factory.elements(3), seed=4)
     names = [e.name for e in p.elements]
-    p.configurations = [names]
+    p = replace(p, configurations=[names])
     r = search(p, seed=0, fitness="max_load", final="fitness", pop_size=40, epochs=30, stall=10)
     enc = Encoding(p, names, True)
     model = LoadBalanceModel.build(enc)

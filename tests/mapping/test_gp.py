@@ -92,7 +92,7 @@ def test_no_conv_layer(factory):
     p = factory.problem(4, factory.elements(2), seed=0)
     g = p.graph
     relus = [dataclasses.replace(l, op_type="Relu") for l in g.layers]
-    p.graph = CnnGraph(g.name, relus, g.tensors, g.inputs, g.outputs, g.model_hash)
+    p = dataclasses.replace(p, graph=CnnGraph(g.name, relus, g.tensors, g.inputs, g.outputs, g.model_hash))
     with pytest.raises(InputError, match="no Conv"):
         gp.search(p)
     with pytest.raises(InputError, match="not in the model"):

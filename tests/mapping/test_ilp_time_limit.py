@@ -1,5 +1,6 @@
 """The ILP keeps the solutions it found when the time limit stops it on another configuration,
 says which configurations went unsolved, and is not an input error when none was solved."""
+from dataclasses import replace
 import pytest
 
 from hetflow.errors import InfeasibleError, InputError
@@ -10,7 +11,7 @@ pytest.importorskip("scipy")
 
 def test_solutions_found_are_kept_when_time_runs_out_on_another_configuration(factory, monkeypatch):
     p = factory.problem(6, factory.elements(3), seed=1)
-    p.configurations = [["cpu0", "cpu1"], ["cpu0", "cpu1", "cpu2"]]
+    p = replace(p, configurations=[["cpu0", "cpu1"], ["cpu0", "cpu1", "cpu2"]])
     real = ilp.solve_config
     shares = []
 

@@ -2,6 +2,8 @@
 firing takes its one-lane time times the measured slowdown at k; plans take the fewest lanes
 that keep the best predicted throughput; lanes on a CPU element or beyond the device memory are
 refused naming the element."""
+import dataclasses
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -191,7 +193,7 @@ def test_the_host_bound_is_the_one_measured_at_the_plans_lane_count(factory):
     layers = [l.name for l in p.graph.layers]
     t1 = p.actor_time(layers, "gpu0")
     p.host_time["gpu0"] = {8: 0.1 * t1, 16: 0.5 * t1}
-    p.call_overhead = 0.0
+    p = dataclasses.replace(p, call_overhead=0.0)
 
     def rate(k):
         return evaluate(p, Mapping({l: "gpu0" for l in layers}, lanes={"gpu0": k})).throughput

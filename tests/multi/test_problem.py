@@ -1,3 +1,4 @@
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -14,7 +15,7 @@ from multi_helpers import app_problem, elements
 def test_calibrate_to_whole_scales_each_element_to_its_measured_model_time():
     a = app_problem(6, 1, 0.05, 1)
     p = a.problem
-    p.element_overhead = {"cpu0": 1e-4}
+    p = replace(p, element_overhead={"cpu0": 1e-4})
     sums = p.layer_times.sum(axis=0).copy()
     prof = SimpleNamespace(whole_model={"cpu0": {"median": 2 * sums[0] + 1e-4}}, subnet_times={})
     factors = calibrate_to_whole(p, prof)

@@ -5,8 +5,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hetflow.mapping.mapping import Mapping
-from hetflow.runtime.pilot import CHALLENGE, choose_by_pilot, frames_for, pilot_summary
+from hetflow.rules import (PILOT_CHALLENGE, PILOT_P99_DRIFT, PILOT_P99_SPREAD, PILOT_RATE_DRIFT,
+                           PILOT_RATE_SPREAD)
+from hetflow.runtime.pilot import choose_by_pilot, frames_for, pilot_summary
 from hetflow.runtime.report import RunReport
+
+CHALLENGE = PILOT_CHALLENGE.value
 
 
 class _Plan:
@@ -91,21 +95,25 @@ def test_with_a_rate_floor_the_likeliest_to_keep_both_wins(monkeypatch):
 
 
 def test_with_a_rate_floor_a_p99_at_the_cap_loses_to_room_under_it(monkeypatch):
-    """Run 88, googlenet's balanced pilots (floor 4,861 frames/s, cap 17.9 ms): 3-core groups
-    beside the GPU piloted 1.07x the floor at 0.99 of the cap (its full run then read 18.9 ms),
-    4-core groups 1.06x at 0.90, the GPU alone 1.003x at 0.29, two 7-8-core groups 1.05x at
-    0.59: a p99 moves five times as far as a rate from pilot to run, so the last."""
-    _fake_runs(monkeypatch, {"g3": (5204.0, 0.0178), "g4": (5168.0, 0.0162),
-                             "gpu": (4875.0, 0.0052), "g8": (5085.0, 0.0105)})
-    cands = [(_Plan(n, 1000.0), None) for n in ("g3", "g4", "gpu", "g8")]
-    plan, _, tried = choose_by_pilot(cands, None, latency_cap=0.0179, rate_floor=4861.0)
-    assert next(iter(plan.app.phases)) == "g8"
+    """A p99 moves further from pilot to run than a rate: a design piloted just under the cap
+    loses to one with room under it (three p99 spreads) that piloted a little slower (still
+    above the floor); the summary says each pilot's chance."""
+    floor, cap = 1000.0, 0.01
+    _fake_runs(monkeypatch, {
+        "at_cap": (floor * math.exp(2.0 * PILOT_RATE_SPREAD.value), 0.99 * cap),
+        "roomy": (floor * math.exp(1.5 * PILOT_RATE_SPREAD.value),
+                  cap * math.exp(-3.0 * PILOT_P99_SPREAD.value))})
+    cands = [(_Plan(n, 1000.0), None) for n in ("at_cap", "roomy")]
+    plan, _, tried = choose_by_pilot(cands, None, latency_cap=cap, rate_floor=floor)
+    assert next(iter(plan.app.phases)) == "roomy"
     assert "chance to keep floor and cap" in pilot_summary(tried)
 
 
 def test_keep_chance_follows_the_pilots_noise_model():
-    from hetflow.runtime.pilot import (P99_DRIFT, P99_SPREAD, RATE_DRIFT, RATE_SPREAD,
-                                       keep_chance)
+    from hetflow.runtime.pilot import keep_chance
+
+    RATE_DRIFT, RATE_SPREAD = PILOT_RATE_DRIFT.value, PILOT_RATE_SPREAD.value
+    P99_DRIFT, P99_SPREAD = PILOT_P99_DRIFT.value, PILOT_P99_SPREAD.value
 
     # a pilot whose reading, moved by the mean drift, sits on both bounds: a half each way
     rate, p99 = 1000.0 * math.exp(-RATE_DRIFT), 0.01 * math.exp(-P99_DRIFT)
@@ -134,42 +142,38 @@ def test_a_rate_floor_choice_is_never_beaten_on_both_counts(pilots, cap, floor):
 
 
 def test_where_no_pilot_kept_cap_and_floor_the_least_miss_wins(monkeypatch):
-    """Run 76, googlenet's balanced pilots (floor 4,866 frames/s, cap 14.5 ms): CPU groups
-    beside the GPU at 5,071 and 23.0 ms (1.6x the cap), the GPU alone at 4,816 and 5.9 ms (1%
-    under the floor), GPU/CPU pipelines at half the floor: the GPU alone."""
-    _fake_runs(monkeypatch, {"groups": (5070.9, 0.0230), "gpu": (4815.9, 0.0059),
-                             "pipe": (2475.7, 0.0135)})
-    cands = [(_Plan(n, 1000.0), None) for n in ("groups", "gpu", "pipe")]
-    plan, _, _ = choose_by_pilot(cands, None, latency_cap=0.0145, rate_floor=4866.0)
-    assert next(iter(plan.app.phases)) == "gpu"
+    """No pilot kept both: a design 1% under the floor and far under the cap wins over one
+    above the floor at 1.6x the cap, and over one at half the floor."""
+    _fake_runs(monkeypatch, {"over_cap": (1040.0, 0.016), "under_floor": (990.0, 0.004),
+                             "slow": (500.0, 0.009)})
+    cands = [(_Plan(n, 1000.0), None) for n in ("over_cap", "under_floor", "slow")]
+    plan, _, _ = choose_by_pilot(cands, None, latency_cap=0.01, rate_floor=1000.0)
+    assert next(iter(plan.app.phases)) == "under_floor"
 
 
 def test_with_a_rate_floor_p99s_far_under_the_cap_go_to_the_faster(monkeypatch):
-    """Run 65, tiny_yolo_v2's balanced pilots: a GPU/CPU pipeline at 7.4 ms, the GPU alone at
-    7.9 ms and 19% faster, against a 52.5 ms cap: the GPU alone. A lower p99 far under the cap
-    buys nothing: the pipeline at 5.0 ms still loses on the floor."""
-    _fake_runs(monkeypatch, {"pipe": (2362.0, 0.0074), "gpu": (2801.0, 0.0079),
-                             "groups": (2642.0, 0.0193)})
-    cands = [(_Plan(n, 1000.0), None) for n in ("pipe", "gpu", "groups")]
-    plan, _, _ = choose_by_pilot(cands, None, latency_cap=0.0525, rate_floor=2120.0)
-    assert next(iter(plan.app.phases)) == "gpu"
-    _fake_runs(monkeypatch, {"pipe": (2362.0, 0.0050), "gpu": (2801.0, 0.0079),
-                             "groups": (2642.0, 0.0193)})
-    plan, _, _ = choose_by_pilot(cands, None, latency_cap=0.0525, rate_floor=2120.0)
-    assert next(iter(plan.app.phases)) == "gpu"
+    """A lower p99 far under the cap buys nothing: the faster design wins, whether or not the
+    other's p99 is lower still."""
+    for pipe_p99 in (0.0074, 0.0050):
+        _fake_runs(monkeypatch, {"pipe": (2362.0, pipe_p99), "gpu": (2801.0, 0.0079),
+                                 "groups": (2642.0, 0.0193)})
+        cands = [(_Plan(n, 1000.0), None) for n in ("pipe", "gpu", "groups")]
+        plan, _, _ = choose_by_pilot(cands, None, latency_cap=0.0525, rate_floor=2120.0)
+        assert next(iter(plan.app.phases)) == "gpu"
 
 
-def test_with_a_rate_floor_fewer_lanes_buy_no_place(monkeypatch):
-    """Run 97 (H200 machine), alexnet's balanced pilots (floor 8,816 frames/s, cap 16.6 ms): the
-    GPU alone at 24 lanes piloted 9,851 at 2.8 ms, at 16 lanes 9,264 at 2.0 ms. Both far under
-    the cap, the 24 lanes are the likelier to keep the floor; the 16, chosen then for their
-    room, ran 0.902x the copies."""
-    _fake_runs(monkeypatch, {"x24": (9851.5, 0.00279), "x16": (9263.9, 0.00205),
-                             "groups": (10263.5, 0.01813)})
-    cands = [(_Plan(n, 1000.0), None) for n in ("groups", "x16", "x24")]
-    plan, _, tried = choose_by_pilot(cands, None, latency_cap=0.01662, rate_floor=8816.0)
-    assert next(iter(plan.app.phases)) == "x24"
-    assert tried[2]["keep_chance"] > tried[1]["keep_chance"]
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.8, 1.3), st.floats(1e-3, 0.3)), min_size=2, max_size=6,
+                unique_by=lambda p: round(p[0], 3)))
+def test_with_a_rate_floor_room_far_under_the_cap_buys_no_place(pilots):
+    """Every pilot far under the cap (at most 0.3 of it) and near the floor: the fastest is
+    chosen, however much lower another's p99 (fewer lanes, fewer frames in flight)."""
+    from hetflow.runtime.pilot import _pick
+
+    floor, cap = 1000.0, 0.01
+    tried = [{"pilot_throughput": r * floor, "pilot_latency_p99": l * cap} for r, l in pilots]
+    i = _pick(tried, list(range(len(tried))), cap, None, floor)
+    assert pilots[i][0] == max(r for r, _ in pilots)
 
 
 def test_the_copies_design_stays_unless_beaten_by_more_than_the_noise(monkeypatch):

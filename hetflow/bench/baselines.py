@@ -1,0 +1,103 @@
+"""A bench's baselines: the whole model on the best single element and copied on every element
+at once. Besides their rows they are measurements the plans' cost model is calibrated with (a
+GPU alone at its lanes, every element busy at once): `Baselines.calibration`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hetflow.runtime.report import RunReport
+
+from .budget import Facts, plan_extra
+from .rows import run_row
+
+
+@dataclass
+class Baselines:
+    rows: list[dict[str, Any]]
+    best_single: RunReport
+    parallel: RunReport
+    parallel_lanes: dict[str, int]  # GPU element -> its lanes beside the busy copies
+    # plain data for calibration.calibrate: "lanes_alone" and "contention" where measured
+    calibration: dict[str, Any] = field(default_factory=dict)
+
+
+def _decide(ctx, problem, prof, singles, parallel, references: int) -> tuple[float, int]:
+    """(seconds per baseline run, one-lane reference rows) the budget allows."""
+    from .budget import over
+
+    alone = {e: st["median"] for e, st in prof.whole_model.items() if e in problem.element_index}
+    frame_s = max(alone.values(), default=0.01)
+    s, budget = ctx.settings, ctx.budget
+    if budget is None:
+        return s.baseline_seconds, references
+    got = budget.decide("the baselines", Facts(
+        frame_s, sum(1 / alone.get(e.name, frame_s) for e in parallel), ctx.kinds,
+        baselines=True, references=references, pilots=s.pilot_candidates,
+        refine=s.refine, plan_extra_s=plan_extra(ctx.build_s, ctx.overruns)))
+    if not got.ok:
+        what = "its baselines" + (f" (after its profile took {ctx.profile_s:.1f} s; the "
+                                  f"profile is cached for the next bench)" if ctx.profile_s
+                                  else "")
+        over(budget, s, ctx.graph.name, what, got)
+    if references and "reference rows (one lane)" in got.dropped:
+        budget.skip("reference rows (one lane)", "the baselines run at their best lane "
+                    "counts only")
+        references = 0
+    return budget.settings(got, "baseline_seconds")["baseline_seconds"], references
+
+
+def run_baselines(ctx, problem, prof, source) -> Baselines:
+    """Run the peak-single and parallel-copies baselines (and, where the budget allows, their
+    one-lane references). A GPU runs at the lane count its profile found best: alone for the
+    single element, beside busy CPU copies for the parallel baseline."""
+    from hetflow.runtime.baselines import measure_parallel, measure_single
+
+    from .profiles import baseline_elements
+
+    log, graph = ctx.log, ctx.graph
+    singles, parallel = baseline_elements(ctx.platform)
+    solo_lanes = {e.name: problem.best_lanes(e.name, busy=False) for e in singles
+                  if e.name in problem.lane_slowdown}
+    par_lanes = {e.name: problem.best_lanes(e.name, busy=True) for e in parallel
+                 if e.name in problem.lane_slowdown}
+    references = sum(k > 1 for k in solo_lanes.values()) + any(k > 1 for k in par_lanes.values())
+    seconds, references = _decide(ctx, problem, prof, singles, parallel, references)
+    single_reports, reference, lanes_alone = [], [], {}
+    for e in singles:
+        best = solo_lanes.get(e.name, 1)
+        for k in sorted({1, best}) if references else [best]:
+            log(f"baseline: whole model on {e.name}" + (f", {k} lanes" if k > 1 else ""))
+            r = measure_single(graph, e, source, warmup=5, seconds=seconds, lanes=k)
+            (single_reports if k == best else reference).append(r)
+            if k == best and k > 1 and r.throughput > 0:
+                lanes_alone.setdefault(e.name, {})[k] = r.throughput
+    best_single = max(single_reports, key=lambda r: r.throughput)
+    rows = [run_row(f"peak single ({best_single.name.split(':', 1)[1]})", "baseline",
+                    best_single)]
+    rows += [run_row(f"reference: single {r.name.split(':', 1)[1]}, 1 lane", "reference", r)
+             for r in reference]
+    log(f"baseline: parallel copies on {', '.join(e.name for e in parallel)}"
+        + "".join(f", {e} x{k} lanes" for e, k in par_lanes.items() if k > 1))
+    # the better of two passes: every prediction rests on this run's contention (a pass read
+    # the copies 1.9x and the GPU 2.1x slower than the same copies a minute later), and a
+    # baseline read low flatters every plan against it
+    passes = [measure_parallel(graph, parallel, source, warmup=5, seconds=seconds,
+                               lanes=par_lanes) for _ in range(2)]
+    par = max(passes, key=lambda r: r.throughput)
+    par.notes["passes_fps"] = [r.throughput for r in passes]
+    log("parallel copies: " + ", ".join(f"{r.throughput:.1f}" for r in passes)
+        + " frames/s in two passes; the better one is the baseline")
+    rows.append(run_row("parallel copies" + "".join(f" ({e} x{k} lanes)" for e, k in
+                                                    par_lanes.items() if k > 1), "baseline", par))
+    if references and any(k > 1 for k in par_lanes.values()):
+        log("reference: parallel copies with one lane per GPU")
+        par1 = measure_parallel(graph, parallel, source, warmup=5, seconds=seconds,
+                                name="parallel, 1 lane")
+        rows.append(run_row("reference: parallel copies, 1 lane per GPU", "reference", par1))
+    calibration: dict[str, Any] = {"lanes_alone": lanes_alone} if lanes_alone else {}
+    if ctx.settings.contention:
+        calibration["contention"] = {
+            "busy_fps": dict(par.notes.get("per_element_fps", {})), "busy_lanes": par_lanes,
+            "source": "the bench's parallel baseline"}
+    return Baselines(rows, best_single, par, par_lanes, calibration)

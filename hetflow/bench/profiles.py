@@ -1,0 +1,126 @@
+"""The bench's profile: reused from the cache where one was made for this model and platform
+with everything the bench reads, else measured (in a time limit, where a budget gives one) and
+cached."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+from hetflow.errors import HetflowError
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("HETFLOW_CACHE", Path.home() / ".cache" / "hetflow"))
+
+
+def get_profile(graph, platform, repeats: int, log: Callable[[str], None]):
+    """Reuse a cached profile made for this model and platform; else measure and cache it."""
+    prof = cached_profile(graph, platform, log)
+    return (prof, 0.0) if prof is not None else measure_profile(graph, platform, repeats, log)
+
+
+def _profile_path(graph, platform) -> Path:
+    return (cache_dir() / "profiles" /
+            f"{graph.name}-{graph.model_hash[:12]}-{platform.platform_hash[:12]}.json")
+
+
+def cached_profile(graph, platform, log: Callable[[str], None], partial: bool = False):
+    """The cached profile made for this model and platform, or None; one that a time limit cut
+    short (some element shapes not measured) only where `partial`."""
+    from hetflow.profile.lanes import lanes_complete
+    from hetflow.profile.profile import Profile
+
+    path = _profile_path(graph, platform)
+    if path.exists():
+        try:
+            prof = Profile.load(path)
+            prof.check_matches(graph, platform)
+            if prof.meta.get("partial") and not partial:
+                return None
+            gpus = [e.name for e in platform.all_elements() if e.kind == "gpu"
+                    and e.name in prof.layer_times]
+            cpus = [e.name for e in platform.all_elements() if e.kind == "cpu"
+                    and e.backend != "none" and e.name in prof.layer_times]
+            borders = prof.calibration.get("border_s", {})
+            handoffs = all("handoff" in prof.comm.get(link, {}) for link in prof.comm_raw
+                           if "gpu" in link)
+            # else made before lanes, the firings' border costs, the GPU links' hand-offs,
+            # lane counts past 8 or the engine's cost per firing were measured
+            if (all(g in prof.gpu_lanes and lanes_complete(prof.gpu_lanes[g]) for g in gpus)
+                    and all(c in borders for c in cpus) and handoffs
+                    and "engine_firing_s" in prof.calibration):
+                log(f"reusing profile {path}")
+                return prof
+        except HetflowError:
+            pass
+    return None
+
+
+def profiled_elements(platform) -> list:
+    from hetflow.mapping.from_profile import searched_elements
+
+    return [e for e in searched_elements(platform) if e.backend != "none"]
+
+
+def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
+                    lane_seconds: float = 1.0, time_limit_s: float | None = None):
+    """Measure the profile of this model on this platform and cache it: (profile, seconds).
+    With `time_limit_s`, the baselines' element shapes come first and the others only while
+    the limit holds (profile_model)."""
+    from hetflow.profile import profile_model
+
+    path = _profile_path(graph, platform)
+    needed = profiled_elements(platform)
+    log(f"profiling {graph.name} on {platform.name} ({len(graph.layers)} layers, "
+        f"{len(needed)} elements)")
+    t0 = time.perf_counter()
+    singles, parallel = baseline_elements(platform)
+    # no busy-copies run of its own: the bench's parallel baseline measures that load, longer
+    prof = profile_model(graph, platform, elements=needed, repeats=repeats, progress=False,
+                         contention=False,
+                         lane_seconds=lane_seconds, time_limit_s=time_limit_s,
+                         required=[e.name for e in (*singles, *parallel)])
+    prof.save(path)
+    log("profiled: " + ", ".join(f"{k} {v:.1f} s" for k, v in
+                                 prof.meta.get("phase_seconds", {}).items())
+        + f"; the engine's cost per firing {prof.engine_firing() * 1e6:.1f} us")
+    for g, table in prof.gpu_lanes.items():
+        if table.get("seconds"):
+            log(f"lane table of {g}: " + ", ".join(f"{k} {v:.1f} s"
+                                                   for k, v in table["seconds"].items()))
+    if prof.meta.get("partial"):
+        log(f"profile within {time_limit_s:.1f} s: the search leaves out the core groups "
+            f"{', '.join(prof.meta['partial'])}")
+    return prof, time.perf_counter() - t0
+
+
+def baseline_elements(platform):
+    """(peak-single candidates, parallel-copy elements) of a platform."""
+    from hetflow.platform.configs import default_config, finest_config
+
+    singles = [e for e in default_config(platform).elements if e.backend != "none"]
+    parallel = [e for e in finest_config(platform).elements if e.backend != "none"]
+    return singles, parallel
+
+
+def probe(graph, element) -> tuple[float, float]:
+    """(seconds to build the whole model's runner on `element`, seconds of one frame there).
+    Inside reusing_runners the runner is kept: the profile and the baselines take it again."""
+    from contextlib import nullcontext
+
+    from hetflow.backends import pinned
+    from hetflow.backends.reuse import release, runners_for
+    from hetflow.profile.measure import random_feeds, time_runner
+
+    t0 = time.perf_counter()
+    runner = runners_for(graph, [l.name for l in graph.layers], element)[0]
+    build_s = time.perf_counter() - t0
+    try:
+        with pinned(runner.caller_cores) if runner.caller_cores else nullcontext():
+            times = time_runner(runner, random_feeds(graph, graph.inputs), 3, 1,
+                                end_to_end=True)
+    finally:
+        release([runner])
+    return build_s, sorted(times)[1]
