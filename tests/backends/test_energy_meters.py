@@ -106,7 +106,7 @@ def test_several_packages_wrap_each_on_their_own(tmp_path):
     z0 = zone(tmp_path, "intel-rapl:0", "package-0", RANGE - 10e6)
     z1 = zone(tmp_path, "intel-rapl:1", "package-1", 0)
     meters, _ = rapl_meters(tmp_path)
-    clock = iter([0.0, 0.0, 1.0, 1.0])
+    clock = iter([0.0] * 4 + [1.0] * 4)  # two reads of the clock around each counter's
     s = EnergySampler(meters, clock=lambda: next(clock))
     s.sample()
     (z0 / "energy_uj").write_text(f"{int(20e6)}\n")  # wrapped: 30 J
