@@ -27,16 +27,17 @@ def part_of(e: ProcessingElement) -> str:
     return "cpu" if e.kind == "cpu" else e.name
 
 
-def local_meters(elements: Mapping[str, ProcessingElement], powercap: Path = POWERCAP
+def local_meters(elements: Mapping[str, ProcessingElement], powercap: Path | None = None
                  ) -> tuple[dict[str, list[EnergyMeter]], dict[str, str]]:
-    """The counters of this machine for each part the elements use, and why a part has none."""
+    """The counters of this machine for each part the elements use, and why a part has none
+    (`powercap`: where powercap's sysfs is, default /sys/class/powercap)."""
     parts = {part_of(e) for e in elements.values()}
     gpus = {part_of(e): e.device_index for e in elements.values()
             if e.kind == "gpu" and e.device_index is not None}
     nvml, missing = nvml_meters(gpus)
     meters: dict[str, list[EnergyMeter]] = {m.name: [m] for m in nvml}
     if "cpu" in parts:
-        rapl, why = rapl_meters(powercap)
+        rapl, why = rapl_meters(powercap or POWERCAP)
         if rapl:
             meters["cpu"] = list(rapl)
         else:
@@ -73,7 +74,7 @@ class EnergyRecorder:
 
 
 def start_energy(elements: Mapping[str, ProcessingElement], local: bool = True,
-                 powercap: Path = POWERCAP) -> EnergyRecorder:
+                 powercap: Path | None = None) -> EnergyRecorder:
     """Start reading the counters of the parts `elements` use; with `local` False (elements
     on other nodes) none is read and every part is modelled."""
     if local:

@@ -110,3 +110,36 @@ def test_on_other_nodes_every_part_is_modelled():
     assert all(m.startswith("modelled (the elements may run on other nodes")
                for m in e["method"].values())
     assert rec.sampler._thread is None
+
+
+def test_run_plan_measures_a_gpu_through_nvml_over_its_window(monkeypatch, tmp_path):
+    """The whole path: a plan on a (fake) GPU and a CPU core, an NVML whose counter draws a
+    steady 250 W, no RAPL: the run's report has the GPU measured, the CPU without a figure."""
+    import time
+    import types
+
+    import fake_gpu
+    import hetflow.runtime.energy as energy_mod
+    from hetflow.runtime.api import run_plan
+    from test_engine_lanes import GRAPHS, laned_plan
+
+    nvml = types.ModuleType("pynvml")
+    nvml.NVMLError = type("NVMLError", (Exception,), {})
+    nvml.nvmlInit = lambda: None
+    nvml.nvmlDeviceGetHandleByIndex = lambda i: i
+    nvml.nvmlDeviceGetTotalEnergyConsumption = lambda h: int(250e3 * time.perf_counter())
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(energy_mod, "POWERCAP", tmp_path / "absent")
+    graph = GRAPHS[0]
+    names = [l.name for l in graph.layers]
+    plan = laned_plan(graph, {n: "gpu0" if i < 5 else "cpu0" for i, n in enumerate(names)}, {})
+    fake_gpu.reset()
+    r = run_plan(plan, graph, frames=40, warmup=4, check="none")
+    e = r.energy
+    assert e["method"]["gpu0"] == "nvml" and e["method"]["cpu"].startswith("none (no RAPL")
+    gpu = e["parts"]["gpu0"]
+    assert gpu["watts"] == pytest.approx(250.0, rel=0.01)  # the counter's mJ steps: 1 mJ
+    assert gpu["joules_per_frame"] == pytest.approx(250.0 / r.throughput, rel=0.01)
+    assert e["window_s"] == pytest.approx(r.notes["window_s"])
+    json.dumps(r.to_dict()["energy"], allow_nan=False)
