@@ -141,7 +141,7 @@ def energy_line(energy: Mapping[str, Any]) -> str:
     jpf, watts = energy.get("joules_per_frame"), energy.get("watts")
     head = (f"energy: {jpf:.4g} J/frame, {watts:.1f} W over the {energy['window_s']:.2f} s window"
             if jpf is not None and watts is not None else "energy: no figure")
-    methods = "; ".join(f"{p} {m}" for p, m in energy["method"].items())
+    methods = "; ".join(f"{p}: {m}" for p, m in energy["method"].items())
     flagged = [f"{p}: {v['note']}" for p, v in energy["parts"].items()
                if v["method"] in ("nvml", "rapl") and not v["reliable"]]
     tail = f" (unreliable: {'; '.join(flagged)})" if flagged else ""

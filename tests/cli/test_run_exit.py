@@ -96,4 +96,4 @@ def test_the_run_reports_its_energy_and_says_which_counters_exist(hetflow, plan_
         assert energy["joules_per_frame"] is None
     code, out, err = hetflow("run", plan_file, "--frames", "20", "--warmup", "2")
     assert code == 0, err
-    assert "plan energy: " in out and "[cpu " in out
+    assert "plan energy: " in out and "[cpu: " in out

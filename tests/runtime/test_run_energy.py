@@ -40,7 +40,7 @@ def test_a_measured_gpu_beside_modelled_cpus():
     assert e["joules_per_frame"] == pytest.approx(2.075) and e["measured"] is False
     line = energy_line(e)
     assert "2.075 J/frame, 207.5 W over the 2.00 s window" in line
-    assert "gpu0 nvml; cpu modelled (no RAPL: a VM)" in line
+    assert "[gpu0: nvml; cpu: modelled (no RAPL: a VM)]" in line
 
 
 def test_several_packages_sum_into_the_cpu_part():
@@ -65,7 +65,7 @@ def test_without_power_w_or_a_window_there_is_no_figure_and_no_nan():
     e = run_energy(report(), bare, {}, {"cpu": "no RAPL: a VM"})
     assert e["joules"] is None and e["joules_per_frame"] is None
     assert e["method"]["cpu"] == "none (no RAPL: a VM; no power_w for cpu0, cpu1)"
-    assert energy_line(e).startswith("energy: no figure [cpu none (no RAPL")
+    assert energy_line(e).startswith("energy: no figure [cpu: none (no RAPL")
     nan = run_energy(report(fps=float("nan"), window=0.0), ELEMENTS,
                      {"gpu0": [WindowEnergy("gpu0", "nvml", 0.0, None, False, "no cover")]},
                      {"cpu": "no RAPL"})
