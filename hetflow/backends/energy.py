@@ -185,6 +185,11 @@ class EnergySampler:
     def window(self, t0: float, t1: float) -> list[WindowEnergy]:
         return [tr.window(t0, t1) for tr in self.traces]
 
+    def span(self) -> list[WindowEnergy]:
+        """Each meter's energy from its first reading to its last (start to stop)."""
+        return [tr.window(tr.times[0], tr.times[-1]) if tr.times else tr.window(0.0, 0.0)
+                for tr in self.traces]
+
 
 # ---- NVIDIA GPUs: NVML ----------------------------------------------------------------------
 

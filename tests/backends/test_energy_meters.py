@@ -227,6 +227,8 @@ def test_the_sampler_reads_at_both_ends():
     assert s.traces[0].times == [10.0, 13.0]
     (w,) = s.window(11.0, 12.5)
     assert w.watts == pytest.approx(250.0) and w.reliable
+    (whole,) = s.span()
+    assert whole.seconds == 3.0 and whole.joules == pytest.approx(750.0)
 
 
 def test_the_sampler_reads_every_period_between():
