@@ -11,6 +11,8 @@ from .common import check_writable, console, positive, print_json, progress
 
 
 def print_report(reports) -> None:
+    from hetflow.runtime.energy import energy_line
+
     t = Table(title="measured")
     for c in ("run", "frames/s", "p50 ms", "p90 ms", "p99 ms", "predicted fps", "pred/meas",
               "checked"):
@@ -34,6 +36,8 @@ def print_report(reports) -> None:
                 f"{e} {v:.1f}" for e, v in sorted(split.items(), key=lambda kv: -kv[1])))
         if r.notes.get("arrival_rate"):
             console.print(arrival_line(r), highlight=False)
+        if r.energy:
+            console.print(f"{r.name} {energy_line(r.energy)}", highlight=False)
         if not r.complete:
             console.print(f"{r.name}: interrupted after {r.frames} frames", style="yellow")
 

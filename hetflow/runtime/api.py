@@ -61,6 +61,7 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
     frames arrive at this many a second, as from a camera, and each frame's latency counts
     from its arrival; default: fed as fast as the plan takes them."""
     from .check import check_outputs
+    from .energy import start_energy
     from .trace import write_trace
 
     if check not in ("first", "all", "none"):
@@ -89,6 +90,7 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
     warmup = min(warmup, frames // 4)
     trace = trace_path is not None
     arrivals = None if rate is None else np.arange(frames) / rate
+    energy = start_energy(plan.elements, local=engine == "local")
     if engine == "ray":
         from .ray_engine import run_on_ray
 
@@ -102,7 +104,7 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
 
         # inside a scope (a bench's, else this run's own) the members of a replica group on
         # single cores share one session of their layers
-        with reusing_runners():
+        with reusing_runners(), energy:
             pp = prepare(plan, graph, progress)
             try:
                 report, kept, state = run_prepared(pp, source, frames, warmup, keep,
@@ -110,6 +112,7 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
             finally:
                 pp.close()
         events = state.events
+    report.energy = energy.finish(report)
     if rate is not None:
         report.notes["arrival_rate"] = rate
     if kept:

@@ -61,9 +61,13 @@ class RunReport:
     max_abs_error: float = 0.0
     complete: bool = True  # False when interrupted
     notes: dict[str, Any] = field(default_factory=dict)
+    energy: dict[str, Any] = field(default_factory=dict)  # runtime.energy.run_energy
+    # perf_counter instants the steady window began and ended, for what is measured beside the
+    # frames over the same window (energy counters); not part of the report itself
+    window_at: tuple[float, float] | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if k != "window_at"}
 
 
 def stream_report(done_at: list[float], latencies: list[float], warmup: int,
@@ -81,5 +85,6 @@ def stream_report(done_at: list[float], latencies: list[float], warmup: int,
     wall = (done_at[-1] - t_start) if n else 0.0
     util = {el: min(1.0, b / wall) for el, b in busy.items()} if wall > 0 else {}
     return RunReport("plan", n, w, thr, latency_stats(latencies[w:]), util, dict(predicted),
-                     complete=complete, notes={"wall_s": wall, "window_s": window, **notes})
+                     complete=complete, notes={"wall_s": wall, "window_s": window, **notes},
+                     window_at=(done_at[w], done_at[w] + window) if window > 0 else None)
 

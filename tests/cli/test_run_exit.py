@@ -81,3 +81,19 @@ def test_frames_on_a_clock_say_whether_the_plan_kept_up(hetflow, plan_file):
 def test_a_rate_of_no_frames_exits_two(hetflow, plan_file):
     code, out, err = hetflow("run", plan_file, "--rate", "0")
     assert code == 2 and "--rate" in err and "Traceback" not in err
+
+
+def test_the_run_reports_its_energy_and_says_which_counters_exist(hetflow, plan_file):
+    """The test plan's CPU elements give no power_w, and a CI machine has no RAPL it may read:
+    the method says so and the figures are null, never NaN."""
+    code, out, err = hetflow("run", plan_file, "--frames", "20", "--warmup", "2", "--json")
+    assert code == 0, err
+    energy = json.loads(out)["energy"]
+    assert set(energy["method"]) == {"cpu"}
+    json.dumps(energy, allow_nan=False)
+    if energy["method"]["cpu"] != "rapl":  # where RAPL is readable, the package is measured
+        assert energy["method"]["cpu"].startswith("none (no RAPL")
+        assert energy["joules_per_frame"] is None
+    code, out, err = hetflow("run", plan_file, "--frames", "20", "--warmup", "2")
+    assert code == 0, err
+    assert "plan energy: " in out and "[cpu: " in out

@@ -1,7 +1,7 @@
 """The steady rate of a run (runtime/report.py)."""
 import pytest
 
-from hetflow.runtime.report import steady_throughput
+from hetflow.runtime.report import steady_throughput, stream_report
 
 
 def test_a_drain_burst_does_not_count_as_rate():
@@ -49,3 +49,13 @@ def test_a_short_run_whose_frames_all_entered_early_keeps_the_release_window():
     done = [float(i) for i in range(10)]
     # every frame entered at once: no window of entries to count in
     assert steady_throughput(done, 2, 0, done, 0.5) == steady_throughput(done, 2)
+
+
+def test_the_report_keeps_where_its_window_lay_but_does_not_print_it():
+    """Counters read beside the run (energy) need the window's instants; the report's JSON
+    gives only its length."""
+    done = [10.0 + i for i in range(10)]  # released once a second from t=10
+    r = stream_report(done, [0.5] * 10, 2, {}, 9.0, True, {})
+    assert r.window_at == (12.0, 19.0) and r.notes["window_s"] == pytest.approx(7.0)
+    assert "window_at" not in r.to_dict() and r.to_dict()["energy"] == {}
+    assert stream_report([10.0], [0.5], 0, {}, 9.0, True, {}).window_at is None
