@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from hetflow.mapping.mapping import Mapping, group_name, weighted_pattern
 from hetflow.mapping.planner import search_plan
 from hetflow.mapping.problem import Problem, build_app, evaluate
-from hetflow.mapping.strategies import exhaustive, ga, ilp
+from hetflow.mapping.strategies import exhaustive, ga, ilp, moo
 from hetflow.model.reader import normalise, to_cnn_graph
 from hetflow.platform.spec import ProcessingElement
 
@@ -163,6 +163,19 @@ def test_the_ga_keeps_a_round_trip_wherever_it_beats_every_other_design(tables, 
     if rate > MARGIN * baseline:
         check_kept(p, res.best, res.metrics.throughput, baseline)
         assert res.metrics.throughput >= rate * 0.95 * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("i", [1, 2])
+def test_nsga2_ranks_round_trips_by_their_interleaved_objectives(tables, i):
+    _, p, (_, rate) = tables[i]
+    baseline = best_without_round_trips(p, data_parallel=False)
+    res = moo.nsga2(p, seed=i, generations=10)
+    if rate > MARGIN * baseline:
+        check_kept(p, res.best, res.metrics.throughput, baseline)
+    for mapping, metrics in res.front:  # each design's objectives are its own analysis
+        again = evaluate(p, mapping)
+        assert (again.throughput, again.latency) == pytest.approx(
+            (metrics.throughput, metrics.latency), rel=1e-9)
 
 
 @pytest.mark.parametrize("i", range(len(TABLES)))
