@@ -232,3 +232,18 @@ def test_exhaustive_keeps_round_trips_on_random_tables(factory, n, speedup, data
     assert res.metrics.throughput >= max(baseline, rate * 0.95) * (1 - 1e-9)
     if rate > MARGIN * baseline:
         check_kept(p, res.best, res.metrics.throughput, baseline)
+
+
+def test_a_plan_keeps_the_interleaved_gpu_at_one_lane(tables):
+    # lanes would run frames beside each other on the GPU, which its interleaved order forbids
+    from dataclasses import replace
+
+    from hetflow.mapping.interleaving import check_interleave
+
+    _, p, _ = tables[2]
+    p = replace(p, lane_slowdown={GPU: {1: 1.0, 2: 2.0, 4: 4.0}})
+    plan, result = search_plan(p, "exhaustive", "synthetic")
+    assert GPU in plan.mapping.interleave and plan.mapping.lanes_of(GPU) == 1
+    check_interleave(plan.mapping, plan.app)
+    assert plan.predicted["throughput"] == pytest.approx(evaluate(p, plan.mapping).throughput,
+                                                         rel=1e-9)
