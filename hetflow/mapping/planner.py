@@ -24,10 +24,7 @@ def make_plan(problem: Problem, mapping: Mapping, metrics: Metrics, strategy: st
     GPUs of its interleaved actors their one lane)."""
     from .lanes import check_lanes, fit_lanes
 
-    if mapping.interleave:  # an interleaved actor runs one frame at a time
-        one_lane = {e: 1 for a in mapping.interleave for e in group_members(a)
-                    if e in problem.lane_slowdown}
-        mapping = replace(mapping, lanes={**one_lane, **mapping.lanes})
+    mapping = replace(mapping, lanes={**interleaved_lanes(problem, mapping), **mapping.lanes})
     mapping, fitted = fit_lanes(problem, mapping, latency_cap, rate_floor=rate_floor)
     metrics = fitted or metrics
     if interleave:
@@ -43,6 +40,13 @@ def make_plan(problem: Problem, mapping: Mapping, metrics: Metrics, strategy: st
     return Plan(g.name, g.model_hash, g.source, platform_name, mapping, app, elements,
                 problem.capacity_frames, predicted, strategy, search or {}, fuse,
                 splits=list(splits or []))
+
+
+def interleaved_lanes(problem: Problem, mapping: Mapping) -> dict[str, int]:
+    """One lane for each GPU of `mapping`'s interleaved actors that `fit_lanes` would otherwise
+    give lanes: an interleaved actor runs one frame at a time."""
+    return {e: 1 for a in mapping.interleave for e in group_members(a)
+            if e in problem.lane_slowdown}
 
 
 def best_whole_model(problem: Problem, latency_cap: float | None = None
@@ -288,8 +292,8 @@ def _lean_lanes(problem: Problem, out: list, seen: set, platform_name: str, fuse
     for plan, result in list(out):
         if not any(k > 1 for k in plan.mapping.lanes.values()):
             continue
-        fitted, metrics = fit_lanes(problem, replace(plan.mapping, lanes={}), cap,
-                                    rate_floor=floor)
+        fitted, metrics = fit_lanes(problem, replace(plan.mapping, lanes=interleaved_lanes(
+            problem, plan.mapping)), cap, rate_floor=floor)
         if metrics is None or any(fitted.lanes_of(e) > k for e, k in plan.mapping.lanes.items()):
             continue  # nothing fitted, or more lanes somewhere: not a leaner twin
         lean = make_plan(problem, fitted, metrics, plan.strategy, platform_name,
