@@ -8,12 +8,16 @@ meanwhile. The local engine runs these orders; the analysis predicts them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from hetflow.dataflow.analysis.orders import Firing, FiringOrders
 from hetflow.dataflow.csdf import CsdfApp
 from hetflow.errors import InputError
 
 from .mapping import Mapping, group_members
+
+if TYPE_CHECKING:
+    from .problem import Metrics, Problem
 
 
 def check_interleave(mapping: Mapping, app: CsdfApp, source: str = "plan") -> None:
@@ -202,7 +206,7 @@ class RunScores:
     a lower bound of what interleaving would give. `with_latency`: analyse the latency of
     mappings kept in frame order too (an interleaved one always has it)."""
 
-    problem: object  # the mapping Problem
+    problem: Problem
     latency_cap: float | None = None
     with_latency: bool = False
     interleave: bool = True
@@ -210,7 +214,7 @@ class RunScores:
     runs: dict = field(default_factory=dict)  # mapping key -> (mapping as run, its metrics)
     frame_order: dict = field(default_factory=dict)  # mapping key -> its metrics in frame order
 
-    def __call__(self, mapping: Mapping):
+    def __call__(self, mapping: Mapping) -> tuple[Mapping, Metrics]:
         from .problem import evaluate
 
         key = mapping.key()
