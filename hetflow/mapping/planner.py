@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 
+from .interleaving import choose_interleave
 from .mapping import Mapping, group_members
 from .plan import Plan
 from .problem import Metrics, Problem, build_app, saturated_latency
@@ -18,14 +20,15 @@ def make_plan(problem: Problem, mapping: Mapping, metrics: Metrics, strategy: st
     """The plan of `mapping`; GPU elements get explicit lane counts (`fit_lanes`, with
     `rate_floor`: the fewest predicted above it) and, with `interleave`, actors whose frames
     leave and come back get frame-interleaved phase orders where the analysis finds them faster
-    (`choose_interleave`)."""
-    from .interleaving import choose_interleave
+    (`choose_interleave`; a mapping a search already interleaved keeps its orders, and the
+    GPUs of its interleaved actors their one lane)."""
     from .lanes import check_lanes, fit_lanes
 
+    mapping = replace(mapping, lanes={**interleaved_lanes(problem, mapping), **mapping.lanes})
     mapping, fitted = fit_lanes(problem, mapping, latency_cap, rate_floor=rate_floor)
     metrics = fitted or metrics
     if interleave:
-        mapping, chosen = choose_interleave(problem, mapping, latency_cap)
+        mapping, chosen = choose_interleave(problem, mapping, latency_cap, plain=metrics)
         metrics = chosen or metrics
     check_lanes(problem, mapping)
     g = problem.graph
@@ -37,6 +40,13 @@ def make_plan(problem: Problem, mapping: Mapping, metrics: Metrics, strategy: st
     return Plan(g.name, g.model_hash, g.source, platform_name, mapping, app, elements,
                 problem.capacity_frames, predicted, strategy, search or {}, fuse,
                 splits=list(splits or []))
+
+
+def interleaved_lanes(problem: Problem, mapping: Mapping) -> dict[str, int]:
+    """One lane for each GPU of `mapping`'s interleaved actors that `fit_lanes` would otherwise
+    give lanes: an interleaved actor runs one frame at a time."""
+    return {e: 1 for a in mapping.interleave for e in group_members(a)
+            if e in problem.lane_slowdown}
 
 
 def best_whole_model(problem: Problem, latency_cap: float | None = None
@@ -67,8 +77,6 @@ def measured_whole_models(problem: Problem, latency_cap: float | None = None
     the curve another count, read by the lane table alone, may look best (alexnet: 24 lanes ran
     7,701 frames/s as the baseline, 16 lanes were read at 8,796 and ran 6,156); the pilots
     then compare the two."""
-    from dataclasses import replace
-
     from .problem import evaluate
     from .strategies.base import whole_model_on
 
@@ -119,13 +127,27 @@ def _finest_configuration(problem: Problem) -> list[str]:
     return max(configurations(problem), key=len)
 
 
+def as_run(problem: Problem, result: SearchResult, latency_cap: float | None = None
+           ) -> SearchResult:
+    """`result` with its design as its plan runs it: with the frame-interleaved phase orders
+    `choose_interleave` picks where they are faster (and within the latency cap), and their
+    metrics; as it is where its strategy scored it so already (`scored_as_run`)."""
+    if result.scored_as_run:
+        return result
+    mapping, chosen = choose_interleave(result.problem or problem, result.best, latency_cap,
+                                        plain=result.metrics)
+    if chosen is not None:
+        result = replace(result, best=mapping, metrics=chosen)
+    return replace(result, scored_as_run=True)
+
+
 def against_whole_model(problem: Problem, result: SearchResult,
                         latency_cap: float | None = None) -> SearchResult:
     """`result`, or the whole model on one element where that is analysed faster (within the
     latency cap): no strategy may return a design worse than the obvious one (an ILP result
-    was once analysed below the GPU alone)."""
-    from dataclasses import replace
-
+    was once analysed below the GPU alone). `result` comes as its plan runs it (`as_run`): a
+    design with round trips is compared by its rate interleaved, not in frame order, which
+    pays every round trip."""
     if result.notes.get("keep_design"):  # the user asked for this design (e.g. gp apply=always)
         return result
     best = best_whole_model(problem, latency_cap)
@@ -141,18 +163,24 @@ def against_whole_model(problem: Problem, result: SearchResult,
 def search_plan(problem: Problem, strategy: str, platform_name: str, seed: int = 0,
                 fuse: bool = False, interleave: bool = True, **options
                 ) -> tuple[Plan, SearchResult]:
+    """The plan of `strategy`'s design: the search scores designs as their plans run them
+    (with `interleave`, a design with round trips with its interleaved phase orders), and the
+    whole model on its fastest element replaces a design analysed slower than it."""
     fn = get_strategy(strategy)
     check_options(strategy, options)
+    cap = options.get("latency_cap")
     t0 = time.perf_counter()
-    result = against_whole_model(problem, fn(problem, seed=seed, **options),
-                                 options.get("latency_cap"))
+    result = fn(problem, seed=seed, interleave=interleave, **options)
+    if interleave:
+        result = as_run(problem, result, cap)
+    result = against_whole_model(problem, result, cap)
     seconds = time.perf_counter() - t0
     plan = make_plan(result.problem or problem, result.best, result.metrics, strategy,
                      platform_name,
                      {"seed": seed, "seconds": round(seconds, 3), "evaluations": result.evaluations,
                       "space_size": result.space_size, **{k: v for k, v in result.notes.items()
                                                           if isinstance(v, (int, float, str))}},
-                     fuse, options.get("latency_cap"), result.splits, interleave)
+                     fuse, cap, result.splits, interleave and not result.scored_as_run)
     return plan, result
 
 
@@ -258,16 +286,14 @@ def _lean_lanes(problem: Problem, out: list, seen: set, platform_name: str, fuse
     """The first `LEAN_TRIES` candidates of `out` that run GPU lanes, again with each GPU's
     lanes fitted to `floor` (`fit_lanes`), where that gives fewer lanes and a design not in
     `seen`."""
-    from dataclasses import replace
-
     from .lanes import fit_lanes
 
     extra = []
     for plan, result in list(out):
         if not any(k > 1 for k in plan.mapping.lanes.values()):
             continue
-        fitted, metrics = fit_lanes(problem, replace(plan.mapping, lanes={}), cap,
-                                    rate_floor=floor)
+        fitted, metrics = fit_lanes(problem, replace(plan.mapping, lanes=interleaved_lanes(
+            problem, plan.mapping)), cap, rate_floor=floor)
         if metrics is None or any(fitted.lanes_of(e) > k for e, k in plan.mapping.lanes.items()):
             continue  # nothing fitted, or more lanes somewhere: not a leaner twin
         lean = make_plan(problem, fitted, metrics, plan.strategy, platform_name,

@@ -2,7 +2,7 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hetflow.errors import InputError
+from hetflow.errors import DeadlockError, InputError
 from hetflow.mapping.mapping import Mapping
 from hetflow.mapping.plan import Plan
 from hetflow.mapping.planner import make_plan
@@ -103,3 +103,30 @@ def test_a_plan_is_never_analysed_slower_than_frame_order_nor_over_its_cap(data,
             assert plan.predicted["latency"] <= cap
     again = evaluate(problem, plan.mapping)
     assert again.throughput == pytest.approx(plan.predicted["throughput"])
+
+
+@settings(max_examples=15, deadline=None)
+@given(data=st.data(), offset=st.integers(0, 2), rounds=st.sampled_from([1, 2, 4]))
+def test_no_order_runs_faster_than_the_busiest_actor_allows(data, offset, rounds):
+    # choose_interleave searches no orders where this ceiling leaves no room, so it must hold
+    # for every order it could try
+    from hetflow.dataflow.analysis.repetition import repetition_vector
+    from hetflow.mapping.interleaving import UNBOUNDED_FRAMES, busiest_period
+    from hetflow.mapping.problem import build_app
+
+    problem = SQUEEZENET
+    layers = [l.name for l in problem.graph.layers]
+    mapping = Mapping({l: data.draw(st.sampled_from(["gpu0", "cpu0", "cpu1"])) for l in layers})
+    app = build_app(problem, mapping)
+    deep = timed_graph(problem, app, mapping, capacity_frames=UNBOUNDED_FRAMES)
+    ceiling = 1 / busiest_period(deep, repetition_vector(deep))
+    multi = [a for a, ps in app.phases.items() if len(ps) > 1]
+    orders = {a: [offset * (len(app.phases[a]) - 1 - p) for p in range(len(app.phases[a]))]
+              for a in multi}
+    for m in (mapping, Mapping(mapping.assignment, interleave=orders,
+                               round_frames=rounds) if multi else mapping):
+        try:
+            rate = evaluate(problem, m, with_latency=False).throughput
+        except DeadlockError:  # an order that deadlocks is never chosen
+            continue
+        assert rate <= ceiling * (1 + 1e-9)

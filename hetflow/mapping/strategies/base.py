@@ -25,6 +25,9 @@ class SearchResult:
     # the splits that turn the given model into it
     problem: Any = None
     splits: list = field(default_factory=list)
+    # `best`, `metrics` and `front` are as plans run them: each mapping with the interleaved
+    # phase orders a plan gives it (interleaving.RunScores), so planning need not choose again
+    scored_as_run: bool = False
 
 
 class Strategy(Protocol):
@@ -61,13 +64,14 @@ def get_strategy(name: str) -> Callable[..., SearchResult]:
 def strategy_options(name: str, options: dict | None = None) -> set[str]:
     """The option names strategy `name` takes: its search function's keyword parameters (or
     those of the function named by its `options_of`); a strategy marked `passes_options_to_base`
-    also takes its base strategy's (`options["base"]`, default pipeline)."""
+    also takes its base strategy's (`options["base"]`, default pipeline). Not `interleave`,
+    which the planner passes (whether plans interleave, hence how designs are scored)."""
     import inspect
 
     fn = get_strategy(name)
     params = inspect.signature(getattr(fn, "options_of", fn)).parameters.values()
     known = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    known -= {"problem", "seed", "algorithm"}
+    known -= {"problem", "seed", "algorithm", "interleave"}
     if getattr(fn, "passes_options_to_base", False):
         known |= strategy_options((options or {}).get("base", "pipeline"))
     return known

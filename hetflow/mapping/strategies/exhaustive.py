@@ -34,8 +34,9 @@ import numpy as np
 from hetflow.errors import InputError
 from hetflow.platform.configs import integer_partitions
 
+from ..interleaving import RunScores
 from ..mapping import Mapping, group_name
-from ..problem import Metrics, Problem, evaluate
+from ..problem import Problem, evaluate
 from .base import SearchResult, configurations
 
 MAX_LAYERS = 12
@@ -122,8 +123,10 @@ def _keep_and_bound(rows: np.ndarray, aset: ActorSet, times: np.ndarray, overhea
 
 
 def search(problem: Problem, seed: int = 0, contiguous: bool = False, max_stages: int = 3,
-           first_batch: int = 64, **_) -> SearchResult:
-    """Maximise analysed throughput over every mapping (or every contiguous pipeline)."""
+           first_batch: int = 64, interleave: bool = True, **_) -> SearchResult:
+    """Maximise analysed throughput over every mapping (or every contiguous pipeline), each as
+    its plan runs it (with `interleave`, a mapping with round trips with the interleaved phase
+    orders `choose_interleave` finds; the bound holds for every order)."""
     t0 = time.perf_counter()
     layers = [l.name for l in problem.graph.layers]
     n, m = len(layers), len(problem.elements)
@@ -147,17 +150,15 @@ def search(problem: Problem, seed: int = 0, contiguous: bool = False, max_stages
                 kept, bound = _keep_and_bound(rows, aset, times, overhead)
                 yield sid, kept, bound if prune else np.full(len(kept), np.inf)
 
-    cache: dict[tuple, Metrics] = {}
-    best: list = [None, None, 0.0]  # mapping, metrics, throughput
+    runs = RunScores(problem, interleave=interleave)
+    best: list = [None, None, 0.0]  # mapping as run, metrics, throughput
 
     def consider(sid: int, row: np.ndarray, bound: float) -> None:
         aset = sets[sid]
         mapping = Mapping({l: aset.actors[a] for l, a in zip(layers, row)}, "maximal")
-        key = mapping.key()
-        if key in cache:
+        if mapping.key() in runs.runs:
             return
-        metrics = evaluate(problem, mapping, with_latency=False)
-        cache[key] = metrics
+        mapping, metrics = runs(mapping)
         if metrics.throughput > bound * (1 + 1e-6):
             raise RuntimeError(f"analysed throughput {metrics.throughput:.6g} of {mapping.actors}"
                                f" exceeds its bound {bound:.6g}: the analysis lets an actor run "
@@ -201,10 +202,11 @@ def search(problem: Problem, seed: int = 0, contiguous: bool = False, max_stages
                          "(every layer is inf on every element?)")
     mapping, _, _ = best
     metrics = evaluate(problem, mapping)
-    return SearchResult(mapping, metrics, [], len(cache), time.perf_counter() - t0, space,
+    return SearchResult(mapping, metrics, [], len(runs.runs), time.perf_counter() - t0, space,
                         {"contiguous": contiguous, "actor_sets": len(sets),
-                         "pruned_by_bound": space - len(cache),
-                         "space_upper": sum(len(s.actors) ** n for s in sets)})
+                         "pruned_by_bound": space - len(runs.runs),
+                         "space_upper": sum(len(s.actors) ** n for s in sets)},
+                        scored_as_run=interleave)
 
 
 __all__ = ["search", "actor_sets", "MAX_LAYERS", "MAX_ELEMENTS"]

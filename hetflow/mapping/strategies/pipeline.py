@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..mapping import Mapping, group_name
-from ..problem import Problem, evaluate
+from ..interleaving import RunScores
+from ..problem import Problem
 from .base import SearchResult, best_of, configurations
 
 
@@ -71,9 +72,13 @@ def _best_split(prefix: np.ndarray, seq: list[ResourceType], overhead: float):
 
 
 def search(problem: Problem, seed: int = 0, max_stages: int = 3, top: int = 12,
-           latency_cap: float | None = None, **_
+           latency_cap: float | None = None, interleave: bool = True, **_
            ) -> SearchResult:
+    """The `top` designs by bottleneck, analysed as their plans run them (with `interleave`,
+    a stage whose frames leave and come back, as a branch of the model may make them, with
+    interleaved phase orders where they are faster); the best within the latency cap."""
     t0 = time.perf_counter()
+    runs = RunScores(problem, latency_cap, with_latency=True, interleave=interleave)
     layers = [l.name for l in problem.graph.layers]
     n = len(layers)
     # a GPU's columns are per-frame shares of it at its best lane count
@@ -115,8 +120,8 @@ def search(problem: Problem, seed: int = 0, max_stages: int = 3, top: int = 12,
         if m.key() in seen:
             continue
         seen.add(m.key())
-        scored.append((m, evaluate(problem, m)))
+        scored.append(runs(m))
     best, metrics = best_of(scored, latency_cap)
     return SearchResult(best, metrics, scored, len(designs) + len(scored),
                         time.perf_counter() - t0, space,
-                        {"designs_bottleneck_ranked": len(designs)})
+                        {"designs_bottleneck_ranked": len(designs)}, scored_as_run=interleave)
