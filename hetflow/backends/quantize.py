@@ -55,8 +55,10 @@ def random_calibration(subnet: "Subnet", frames: int = CALIBRATION_FRAMES,
 
 
 def quantized_key(subnet: "Subnet", calibration: Sequence[Feeds]) -> str:
+    if "sha256" not in subnet._memo:  # hashing vgg19's weights takes a second: once a cut
+        subnet._memo["sha256"] = hashlib.sha256(subnet.serialized()).hexdigest()
     h = hashlib.sha256(RECIPE.encode())
-    h.update(subnet.serialized())
+    h.update(subnet._memo["sha256"].encode())
     for feeds in calibration:
         for name in sorted(feeds):
             a = np.ascontiguousarray(feeds[name], dtype=np.float32)

@@ -126,3 +126,16 @@ def test_a_name_splits_back_into_its_base_and_precision(base, precision):
 
 def test_every_kind_runs_fp32():
     assert all(ks[0] == "fp32" for ks in PRECISIONS_OF_KIND.values())
+
+
+def test_the_cli_says_a_bad_precision_in_one_line_and_exits_2(tmp_path):
+    import subprocess
+    import sys
+
+    f = tmp_path / "p.yaml"
+    f.write_text("name: x\nclusters: [{name: big, cores: '0-1', precision: fp16}]\n")
+    done = subprocess.run([sys.executable, "-m", "hetflow", "platform", "show", str(f)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and not done.stdout
+    assert done.stderr.strip().splitlines() == [
+        f"hetflow: error: {f}: clusters[0].precision: a cpu element runs fp32 or int8, not fp16"]
