@@ -31,7 +31,7 @@
   came late by turns); `sync="block"` sleeps on a blocking CUDA event instead. A thread per
   lane cannot spin: lanes sharing one core then do not scale at all.
 - Precision is the element's (`gpu0@fp16`): fp32, tf32, fp16 or bf16 (bf16 where
-  `torch.cuda.is_bf16_supported()`). fp16/bf16: the module's weights are cast once; the
+  the device computes bf16 natively, `native_bf16`). fp16/bf16: the module's weights are cast once; the
   border tensors stay float32, and the casts to and from the compute dtype run on the device
   inside the CUDA graph, so channels, the CPU stages beside and the reference check see float32
   whatever a GPU computes in (an fp16 tensor would halve the bus bytes between two fp16 stages;
@@ -122,6 +122,15 @@ def tf32_math(torch, on: bool):
             yield
         finally:
             torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def native_bf16(torch) -> bool:
+    """Whether the current CUDA device computes bf16 itself (Ampere and later); newer torch
+    also says yes for emulated bf16, which is no faster than fp32."""
+    try:
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    except TypeError:  # a torch without emulation reports native support only
+        return torch.cuda.is_bf16_supported()
 
 
 def configure_torch() -> None:
@@ -697,7 +706,7 @@ class TorchCudaBackend(Backend):
         self.check_precision(subnet, element)
         if element.precision == "bf16":
             with torch.cuda.device(index):
-                if not torch.cuda.is_bf16_supported():
+                if not native_bf16(torch):
                     raise BackendError(f"{NAME}: element {element.name!r}: CUDA device {index} "
                                        f"({torch.cuda.get_device_name(index)}) does not "
                                        "support bf16")

@@ -19,6 +19,7 @@ import pytest
 
 from hetflow.backends import get_backend
 from hetflow.backends.quantize import random_calibration
+from hetflow.backends.torch_cuda import native_bf16
 from hetflow.model import resolve_model
 from hetflow.model.accuracy import Tolerance, compare_runs
 from hetflow.model.subnet import extract_subnet
@@ -77,7 +78,7 @@ def test_each_precision_runs_close_to_fp32_and_is_timed(model):
     cpu = ProcessingElement(f"cpu{core}", "cpu", (core,), cluster="cpu")
     reference_runner = get_backend("cpu").prepare(sub, cpu)
     reference = [reference_runner.run(f) for f in frames]
-    precisions = ["fp32", "tf32", "fp16"] + (["bf16"] if torch.cuda.is_bf16_supported() else [])
+    precisions = ["fp32", "tf32", "fp16"] + (["bf16"] if native_bf16(torch) else [])
     rows, failed = [], []
     for precision in precisions:
         runner = get_backend("gpu").prepare(sub, gpu(precision))
