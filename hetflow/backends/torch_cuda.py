@@ -30,8 +30,8 @@
   16-24 lanes ran up to 1.2x faster and far steadier than on blocking events, whose wake-ups
   came late by turns); `sync="block"` sleeps on a blocking CUDA event instead. A thread per
   lane cannot spin: lanes sharing one core then do not scale at all.
-- Precision is the element's (`gpu0@fp16`): fp32, tf32, fp16 or bf16 (bf16 where
-  the device computes bf16 natively, `native_bf16`). fp16/bf16: the module's weights are cast once; the
+- Precision is the element's (`gpu0@fp16`): fp32, tf32, fp16 or bf16 (bf16 where the device
+  computes it natively, `native_bf16`). fp16/bf16: the module's weights are cast once; the
   border tensors stay float32, and the casts to and from the compute dtype run on the device
   inside the CUDA graph, so channels, the CPU stages beside and the reference check see float32
   whatever a GPU computes in (an fp16 tensor would halve the bus bytes between two fp16 stages;

@@ -28,7 +28,8 @@ def graph(tmp_path_factory):
     """x -> conv -> relu -> conv -> flatten -> gemm -> y (a tiny classifier)."""
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in (
-        ("w1", rng.standard_normal((8, 3, 3, 3)) * 0.3), ("w2", rng.standard_normal((8, 8, 3, 3)) * 0.2),
+        ("w1", rng.standard_normal((8, 3, 3, 3)) * 0.3),
+        ("w2", rng.standard_normal((8, 8, 3, 3)) * 0.2),
         ("wf", rng.standard_normal((10, 8 * 8 * 8)) * 0.05), ("bf", np.zeros(10)))]
     nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], name="conv1", pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["a"], ["b"], name="relu1"),
