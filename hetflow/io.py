@@ -10,6 +10,13 @@ from pathlib import Path
 from typing import Any
 
 
+def cache_root() -> Path:
+    """Where hetflow keeps what it can rebuild (zoo models, quantized sub-networks):
+    $HETFLOW_CACHE, else ~/.cache/hetflow."""
+    root = os.environ.get("HETFLOW_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "hetflow"
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Protocol, runtime_chec
 
 import numpy as np
 
+from hetflow.errors import BackendError
+
 if TYPE_CHECKING:
     from hetflow.model.subnet import Subnet
     from hetflow.platform.spec import ProcessingElement
@@ -47,6 +49,13 @@ class Runner(Protocol):
 class Backend(ABC):
     name: ClassVar[str]
     kinds: ClassVar[tuple[str, ...]]  # element kinds it can run on
+    precisions: ClassVar[tuple[str, ...]] = ("fp32",)  # element precisions it can run
+
+    def check_precision(self, subnet: "Subnet", element: "ProcessingElement") -> None:
+        """BackendError unless this backend runs `element`'s precision."""
+        if element.precision not in self.precisions:
+            raise BackendError(f"{self.name} cannot run {subnet.name} on {element.name}: it runs "
+                               f"{', '.join(self.precisions)}, not {element.precision}")
 
     @classmethod
     def available(cls) -> tuple[bool, str]:

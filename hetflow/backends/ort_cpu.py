@@ -16,16 +16,20 @@
   the copies of one sub-network on many single cores need one session, not one each. Building
   fifteen vgg19 sessions, one a core, took 14 s on the 16-core GPU machine, and each holds its
   own ~0.7 GB of (re-laid-out) weights.
+- int8 elements run the sub-network quantized statically to QDQ (`hetflow.backends.quantize`:
+  why static, the recipe, the cache); inputs and outputs stay float32, so channels do not
+  change. Calibration frames: `prepare(..., calibration=[feeds, ...])`, else random ones.
 """
 from __future__ import annotations
 
 import re
 import time
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from hetflow.backends.base import Backend
+from hetflow.backends.quantize import int8_model_path
 from hetflow.backends.registry import register_backend
 from hetflow.errors import BackendError
 
@@ -162,6 +166,7 @@ class OrtCpuRunner:
 class OrtCpuBackend(Backend):
     name = "ort_cpu"
     kinds = ("cpu",)
+    precisions = ("fp32", "int8")
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -173,26 +178,34 @@ class OrtCpuBackend(Backend):
 
     def prepare(self, subnet: "Subnet", element: "ProcessingElement", *, spinning: bool = False,
                 optimization: str = "all", profile_prefix: str | None = None,
+                calibration: Sequence[Mapping[str, np.ndarray]] | None = None,
                 **_ignored: Any) -> OrtCpuRunner:
         """`spinning`: let idle pool threads spin (only when the stage owns its cores alone).
-        `optimization`: 'disable' | 'basic' | 'extended' | 'all'."""
+        `optimization`: 'disable' | 'basic' | 'extended' | 'all'. `calibration`: feeds that
+        calibrate an int8 element's quantization (else random frames)."""
         import onnxruntime as ort
 
         if element.kind != "cpu":
             raise BackendError(f"ort_cpu runs on CPU elements, not on {element.name!r} "
                                f"({element.kind})")
+        self.check_precision(subnet, element)
         if optimization not in _OPT_LEVELS:
             raise BackendError(f"ort_cpu: optimization {optimization!r} is not one of "
                                f"{', '.join(_OPT_LEVELS)}")
         so = session_options(element.cores, spinning, optimization, profile_prefix)
         try:
-            model, names, arrays = subnet.weightless()
-            if names:  # the weights from memory, not serialised into the model's bytes
-                so.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(a)
-                                                     for a in arrays])
+            if element.precision == "int8":
+                model = str(int8_model_path(subnet, calibration))
+            else:
+                model, names, arrays = subnet.weightless()
+                if names:  # the weights from memory, not serialised into the model's bytes
+                    so.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(a)
+                                                         for a in arrays])
             session = ort.InferenceSession(model, so,
                                            providers=["CPUExecutionProvider"],
                                            disabled_optimizers=DISABLED_OPTIMIZERS)
+        except BackendError:
+            raise
         except Exception as e:
             msg = _first_line(e)
             raise BackendError(f"ort_cpu cannot run {_blame(msg, subnet)}sub-network "
@@ -201,7 +214,9 @@ class OrtCpuBackend(Backend):
         return OrtCpuRunner(subnet, element, session, profiling=profile_prefix is not None)
 
     def share_key(self, element: "ProcessingElement") -> tuple | None:
-        return ("ort_cpu", 1) if element.kind == "cpu" and len(element.cores) == 1 else None
+        if element.kind != "cpu" or len(element.cores) != 1:
+            return None
+        return ("ort_cpu", 1, element.precision)  # an int8 session is another session
 
     def prepare_like(self, runner: OrtCpuRunner, element: "ProcessingElement"
                      ) -> OrtCpuRunner | None:

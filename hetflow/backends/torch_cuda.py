@@ -30,8 +30,16 @@
   16-24 lanes ran up to 1.2x faster and far steadier than on blocking events, whose wake-ups
   came late by turns); `sync="block"` sleeps on a blocking CUDA event instead. A thread per
   lane cannot spin: lanes sharing one core then do not scale at all.
-- fp32 only. TF32 is turned off so results match the CPU reference closely, and cudnn.benchmark
-  on (both are process-wide torch settings).
+- Precision is the element's (`gpu0@fp16`): fp32, tf32, fp16 or bf16 (bf16 where the device
+  computes it natively, `native_bf16`). fp16/bf16: the module's weights are cast once; the
+  border tensors stay float32, and the casts to and from the compute dtype run on the device
+  inside the CUDA graph, so channels, the CPU stages beside and the reference check see float32
+  whatever a GPU computes in (an fp16 tensor would halve the bus bytes between two fp16 stages;
+  that is not done). tf32: PyTorch's TF32 switches are process-wide, so a runner sets them
+  only while it launches work from Python (warm-up, capture, eager runs), under one lock, and
+  sets them back; a CUDA graph keeps the kernels chosen at its capture, so a tf32 runner and
+  an fp32 one replay side by side in one process, each with its own math. The process default
+  stays TF32 off, so fp32 results match the CPU reference closely; cudnn.benchmark is on.
 - torch and onnx2torch are imported inside functions: this module imports without them (CI has
   no torch), and `prepare` raises BackendError saying what is missing.
 """
@@ -98,13 +106,41 @@ def _missing_reason() -> str | None:
     return None
 
 
+COMPUTE_DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+_MATH_FLAGS = threading.Lock()  # torch's TF32 switches are process-wide: one runner at a time
+
+
+@contextmanager
+def tf32_math(torch, on: bool):
+    """TF32 for the matmuls and convolutions launched inside (`on`), else full fp32; the
+    process-wide switches are set back after. Held under a lock: runners launching from
+    several threads do not see each other's setting."""
+    with _MATH_FLAGS:
+        before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = on
+        try:
+            yield
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def native_bf16(torch) -> bool:
+    """Whether the current CUDA device computes bf16 itself (Ampere and later); newer torch
+    also says yes for emulated bf16, which is no faster than fp32."""
+    try:
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    except TypeError:  # a torch without emulation reports native support only
+        return torch.cuda.is_bf16_supported()
+
+
 def configure_torch() -> None:
     """fp32 without TF32 (outputs match the CPU reference), cuDNN autotuning on."""
     import torch
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cudnn.benchmark = True
+    with _MATH_FLAGS:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.benchmark = True
 
 
 # ---- ONNX -> torch -------------------------------------------------------------------------
@@ -409,6 +445,8 @@ class TorchCudaRunner:
         self.element = element
         self.inputs = list(subnet.inputs)
         self.outputs = list(subnet.outputs)
+        self.precision = element.precision
+        self._dtype = getattr(torch, COMPUTE_DTYPES[element.precision])
         self.mode = "eager"
         self.fallback_reason: str | None = None
         self.copies_in_graph = False  # the border copies are nodes of the CUDA graph
@@ -439,14 +477,23 @@ class TorchCudaRunner:
     def caller_cores(self) -> tuple[int, ...]:
         return self.element.cores[:1]
 
+    def _module_inputs(self) -> list:
+        """The float32 device inputs in the compute dtype (casts on the device)."""
+        if self._dtype == self._torch.float32:
+            return self._dev_in
+        return [x.to(self._dtype) for x in self._dev_in]
+
     def _forward(self) -> list:
-        with self._torch.inference_mode():
-            out = self._module(*self._dev_in)
+        torch = self._torch
+        with torch.inference_mode(), tf32_math(torch, self.precision == "tf32"):
+            out = self._module(*self._module_inputs())
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         if len(outs) != len(self.outputs):
             raise BackendError(f"{NAME}: {self.subnet.name} gave {len(outs)} outputs, expected "
                                f"{len(self.outputs)} ({self.outputs})")
-        return outs
+        # float32 again at the border: channels carry float32 whatever the stage computes in
+        return [o.float() if o.is_floating_point() and o.dtype != torch.float32 else o
+                for o in outs]
 
     def _warm_up(self, n: int) -> list:
         """Eager runs on the runner's (side) stream: cuDNN picks its algorithms, lazy inits
@@ -485,8 +532,8 @@ class TorchCudaRunner:
                                        f"{outer.subnet.name} failed on {outer.element.name}: "
                                        f"{first_line(e)}") from None
 
-        with self._torch.inference_mode():
-            NamingInterpreter(self._module).run(*self._dev_in)
+        with self._torch.inference_mode(), tf32_math(self._torch, self.precision == "tf32"):
+            NamingInterpreter(self._module).run(*self._module_inputs())
 
     def _onnx_node_of(self, module_name: str) -> tuple[str, str]:
         """(ONNX node name, op type) of the torch module onnx2torch named `module_name`."""
@@ -620,6 +667,7 @@ class TorchCudaRunner:
 class TorchCudaBackend(Backend):
     name = NAME
     kinds = ("gpu",)
+    precisions = tuple(COMPUTE_DTYPES)
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -655,9 +703,18 @@ class TorchCudaBackend(Backend):
         if not 0 <= index < torch.cuda.device_count():
             raise BackendError(f"{NAME}: element {element.name!r} names CUDA device {index}, but "
                                f"this machine has {torch.cuda.device_count()}")
+        self.check_precision(subnet, element)
+        if element.precision == "bf16":
+            with torch.cuda.device(index):
+                if not native_bf16(torch):
+                    raise BackendError(f"{NAME}: element {element.name!r}: CUDA device {index} "
+                                       f"({torch.cuda.get_device_name(index)}) does not "
+                                       "support bf16")
         configure_torch()
-        shared = getattr(like, "_module", None)
-        module = shared if shared is not None else to_torch_module(subnet.model, subnet.name)
+        module = getattr(like, "_module", None)  # in the compute dtype of `like`'s element
+        if module is None or like.precision != element.precision:
+            module = to_torch_module(subnet.model, subnet.name).to(
+                getattr(torch, COMPUTE_DTYPES[element.precision]))
         runners: list[TorchCudaRunner] = []
         try:
             for lane in range(max(1, lanes)):

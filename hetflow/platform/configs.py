@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping
 
 from hetflow.errors import InputError
+from hetflow.platform.precision import element_name
 from hetflow.platform.spec import CpuCluster, Platform, ProcessingElement, cpu_element_name
 
 
@@ -83,7 +84,8 @@ def cpu_element(cluster: CpuCluster, cores: tuple[int, ...]) -> ProcessingElemen
     n = len(cores)
     share = n / len(cluster.cores)
     return ProcessingElement(
-        name=cpu_element_name(cores), kind="cpu", cores=tuple(cores), cluster=cluster.name,
+        name=element_name(cpu_element_name(cores), cluster.precision), kind="cpu",
+        cores=tuple(cores), cluster=cluster.name, precision=cluster.precision,
         freq_mhz=cluster.max_freq_mhz,
         power_w=None if cluster.power_w_per_core is None else cluster.power_w_per_core * n,
         peak_gflops=None if cluster.peak_gflops_per_core is None
@@ -99,7 +101,8 @@ def device_elements(platform: Platform) -> list[ProcessingElement]:
     for g in platform.gpus:
         cl = platform.cluster_of(g.driver_core)
         out.append(ProcessingElement(
-            name=g.element_name, kind="gpu", cores=(g.driver_core,),
+            name=element_name(g.element_name, g.precision), kind="gpu", cores=(g.driver_core,),
+            precision=g.precision,
             cluster=cl.name if cl else None, device_index=g.index, freq_mhz=g.freq_mhz,
             power_w=g.power_w, peak_gflops=g.peak_gflops, mem_gbps=g.mem_gbps,
             backend=g.backend, model=g.name))

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from hetflow.errors import InputError
+from hetflow.platform.precision import DEFAULT_PRECISION, SEPARATOR, precision_problem
 from hetflow.platform.spec import Accelerator, CpuCluster, Gpu, Platform
 
 COMM_KEYS = ("cpu->cpu", "cpu->gpu", "gpu->cpu", "gpu->gpu", "cpu->accel", "accel->cpu")
@@ -82,6 +83,12 @@ class _Checker:
             seen.add(c)
         return tuple(out)
 
+    def precision(self, v: Any, where: str, kind: str) -> str:
+        problem = precision_problem(kind, v)
+        if problem:
+            self.fail(where, problem)
+        return v
+
 
 def _join(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
@@ -95,9 +102,10 @@ def _opt(d: Mapping[str, Any], key: str, conv: Callable[[Any, str], Any], where:
 _TOP = {"name": True, "description": False, "clusters": False, "gpus": False,
         "accelerators": False, "comm": False}
 _CLUSTER = {"name": True, "cores": True, "core_type": False, "max_freq_mhz": False,
-            "power_w_per_core": False, "peak_gflops_per_core": False, "mem_gbps": False}
+            "power_w_per_core": False, "peak_gflops_per_core": False, "mem_gbps": False,
+            "precision": False}
 _GPU = {"index": True, "name": True, "driver_core": False, "freq_mhz": False, "power_w": False,
-        "peak_gflops": False, "mem_gbps": False, "backend": False}
+        "peak_gflops": False, "mem_gbps": False, "backend": False, "precision": False}
 _ACCEL = {"name": True, "driver_core": False, "model": False, "freq_mhz": False,
           "power_w": False, "peak_gflops": False, "mem_gbps": False, "speed_factor": False,
           "relative_to": False, "backend": False, "resources": False}
@@ -147,7 +155,9 @@ def platform_from_dict(doc: Any, source: str = "<platform>") -> Platform:
             freq_mhz=_opt(g, "freq_mhz", ck.positive, w), power_w=_opt(g, "power_w", ck.nonneg, w),
             peak_gflops=_opt(g, "peak_gflops", ck.positive, w),
             mem_gbps=_opt(g, "mem_gbps", ck.positive, w),
-            backend=_opt(g, "backend", ck.string, w)))
+            backend=_opt(g, "backend", ck.string, w),
+            precision=ck.precision(g.get("precision", DEFAULT_PRECISION), f"{w}.precision",
+                                   "gpu")))
 
     accels = []
     raw_acc = top.get("accelerators") or []
@@ -159,6 +169,8 @@ def platform_from_dict(doc: Any, source: str = "<platform>") -> Platform:
         aname = ck.string(a["name"], f"{w}.name")
         if re.fullmatch(r"(cpu[\d,\-]+|gpu\d+)", aname):
             ck.fail(f"{w}.name", f"{aname!r} looks like a CPU or GPU element name; choose another")
+        if SEPARATOR in aname:
+            ck.fail(f"{w}.name", f"{aname!r}: '{SEPARATOR}' marks an element's precision")
         if any(x.name == aname for x in accels):
             ck.fail(f"{w}.name", f"accelerator {aname!r} listed twice")
         rel = _opt(a, "relative_to", ck.string, w)
@@ -219,7 +231,9 @@ def _clusters(ck: _Checker, raw: Any) -> list[CpuCluster]:
             max_freq_mhz=_opt(c, "max_freq_mhz", ck.positive, w),
             power_w_per_core=_opt(c, "power_w_per_core", ck.nonneg, w),
             peak_gflops_per_core=_opt(c, "peak_gflops_per_core", ck.positive, w),
-            mem_gbps=_opt(c, "mem_gbps", ck.positive, w)))
+            mem_gbps=_opt(c, "mem_gbps", ck.positive, w),
+            precision=ck.precision(c.get("precision", DEFAULT_PRECISION), f"{w}.precision",
+                                   "cpu")))
     return out
 
 

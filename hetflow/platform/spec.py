@@ -16,6 +16,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from hetflow.errors import InputError
+from hetflow.platform.precision import DEFAULT_PRECISION, precision_problem, split_element_name
+
 if TYPE_CHECKING:
     from hetflow.platform.configs import PeConfig
 
@@ -47,6 +50,8 @@ class ProcessingElement:
     `speed_factor`/`relative_to`: for an accelerator hetflow cannot run, its time is estimated as
     the time on the element `relative_to` (a cluster used as one element) divided by the factor.
     `backend`: None = the default backend for the kind; "none" = no backend (estimate only).
+    `precision`: the number format its layers run in ('fp32', 'fp16', 'int8', ...; see
+    `hetflow.platform.precision`); a name such as 'gpu0@fp16' shows any other than fp32.
     """
 
     name: str
@@ -63,13 +68,24 @@ class ProcessingElement:
     backend: str | None = None
     model: str | None = None  # core type or device name, for people
     resources: dict[str, float] = field(default_factory=dict, compare=False, hash=False)
+    precision: str = DEFAULT_PRECISION
+
+    def __post_init__(self) -> None:
+        problem = precision_problem(self.kind, self.precision)
+        if problem:
+            raise InputError(f"element {self.name!r}: precision: {problem}")
 
     @property
     def equivalence_key(self) -> tuple:
         """Elements with equal keys run a layer equally fast: profile one, copy to the others."""
         if self.kind == "cpu":
-            return ("cpu", self.cluster, len(self.cores))
-        return (self.kind, self.model or self.name)
+            return ("cpu", self.cluster, len(self.cores), self.precision)
+        return (self.kind, self.model or self.base_name, self.precision)
+
+    @property
+    def base_name(self) -> str:
+        """The name without its precision: 'gpu0@fp16' -> 'gpu0' (the device it runs on)."""
+        return split_element_name(self.name)[0]
 
     @property
     def driver_core(self) -> int | None:
@@ -78,7 +94,8 @@ class ProcessingElement:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["cores"] = list(self.cores)
-        return {k: v for k, v in d.items() if v not in (None, {})}
+        return {k: v for k, v in d.items() if v not in (None, {})
+                and not (k == "precision" and v == DEFAULT_PRECISION)}
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> "ProcessingElement":
@@ -98,6 +115,7 @@ class CpuCluster:
     power_w_per_core: float | None = None
     peak_gflops_per_core: float | None = None  # nominal estimate
     mem_gbps: float | None = None  # memory bandwidth the whole cluster can draw (estimate)
+    precision: str = DEFAULT_PRECISION  # of every CPU element made of its cores
 
 
 @dataclass(frozen=True)
@@ -110,9 +128,11 @@ class Gpu:
     peak_gflops: float | None = None
     mem_gbps: float | None = None
     backend: str | None = None
+    precision: str = DEFAULT_PRECISION
 
     @property
     def element_name(self) -> str:
+        """The device's name ('gpu0'); its element adds any precision but fp32 ('gpu0@fp16')."""
         return f"gpu{self.index}"
 
 
@@ -196,8 +216,10 @@ class Platform:
             d = asdict(obj)
             if "cores" in d:
                 d["cores"] = list(d["cores"])
+            # fp32 is left out: a platform hashes as it did before precisions existed
             return {k: v for k, v in d.items() if v not in (None, {}) and not (
-                k == "backend" and v == "none" and isinstance(obj, Accelerator))}
+                k == "backend" and v == "none" and isinstance(obj, Accelerator)) and not (
+                k == "precision" and v == DEFAULT_PRECISION)}
 
         d: dict[str, Any] = {"name": self.name}
         if self.description:

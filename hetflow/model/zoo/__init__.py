@@ -9,13 +9,12 @@ it is good for profiling, mapping and running, not for accurate predictions.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import onnx
 
 from hetflow.errors import InputError
-from hetflow.io import atomic_write_bytes
+from hetflow.io import atomic_write_bytes, cache_root
 
 from .builder import GraphBuilder, parameter_count
 from .catalog import ALIASES, CATALOG, ZOO_VERSION, ZooEntry
@@ -66,8 +65,7 @@ def export_model(name: str, path: str | Path) -> Path:
 
 def cache_dir() -> Path:
     """Where built models are kept: $HETFLOW_CACHE/zoo, else ~/.cache/hetflow/zoo."""
-    root = os.environ.get("HETFLOW_CACHE")
-    return (Path(root) if root else Path.home() / ".cache" / "hetflow") / "zoo"
+    return cache_root() / "zoo"
 
 
 def cached_model_path(name: str) -> Path:
