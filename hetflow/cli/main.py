@@ -1,6 +1,7 @@
 """The `hetflow` command. Exit codes: 0 when everything asked succeeded, 2 for bad input (a
-HetflowError with exit_code 2, a usage error), 1 for a run that failed, 130 for Ctrl-C. Every
-HetflowError becomes a one-line message."""
+HetflowError with exit_code 2, a usage error), 1 for a run that failed, 130 for SIGINT
+(Ctrl-C) and 143 for SIGTERM (hetflow.interrupt: what was measured is written first, marked
+interrupted). Every HetflowError becomes a one-line message."""
 from __future__ import annotations
 
 import importlib
@@ -44,30 +45,42 @@ for _name in COMMAND_MODULES:
 
 
 def main() -> None:
+    from hetflow import interrupt
+
+    with interrupt.handled():  # a second signal while the results are written exits at once
+        try:
+            code = _run()
+        except KeyboardInterrupt:  # a signal that reached no command's own handling
+            code = 130
+        if interrupt.requested():  # whatever the command returned, a signal stopped it
+            print(f"hetflow: interrupted ({interrupt.signal_name()})", file=sys.stderr)
+            interrupt.finish(interrupt.exit_code())
+    if code == 130:
+        print("hetflow: interrupted", file=sys.stderr)
+    if code:
+        sys.exit(code)
+
+
+def _run() -> int:
+    """The command's exit code; KeyboardInterrupt passes through."""
     try:
         # not standalone: typer returns the code of a typer.Exit, and turns Ctrl-C inside a
         # command into 130, instead of exiting itself
         code = app(standalone_mode=False)
-        if code == 130:
-            print("hetflow: interrupted", file=sys.stderr)
-        if isinstance(code, int) and code:
-            sys.exit(code)
+        return code if isinstance(code, int) else 0
     except HetflowError as e:
         print(f"hetflow: error: {e}", file=sys.stderr)
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        print("hetflow: interrupted", file=sys.stderr)
-        sys.exit(130)
+        return e.exit_code
     except Exception as e:  # usage errors carry their own exit code and message
         # duck-typed: typer >= 0.20 raises its own vendored copies of click's exceptions
         name = type(e).__name__
         if name == "Exit":
-            sys.exit(getattr(e, "exit_code", 0))
+            return getattr(e, "exit_code", 0)
         if name == "Abort":
-            sys.exit(130)
+            return 130
         if callable(getattr(e, "show", None)) and isinstance(getattr(e, "exit_code", None), int):
             e.show()
-            sys.exit(e.exit_code)
+            return e.exit_code
         raise
 
 

@@ -7,6 +7,8 @@ from typing import Optional
 import typer
 from rich.table import Table
 
+from hetflow import interrupt
+
 from .common import check_writable, console, print_json, progress, strategy_name, strategy_names
 
 
@@ -133,6 +135,7 @@ def register(app: typer.Typer) -> None:
                                        **opts)
         from hetflow.model import parse_input_shapes
 
+        interrupt.check()  # a signal in the last pilot: no plan chosen on a cut-short run
         # `run` loads the model with the shapes the plan was made for
         plan.input_shapes = {k: list(v) for k, v in parse_input_shapes(input_shape).items()}
         if output:

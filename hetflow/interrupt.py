@@ -1,0 +1,109 @@
+"""One interrupt path for every command: SIGINT (Ctrl-C) and SIGTERM alike.
+
+The first signal sets a process-wide stop flag (`STOP`) and raises `Interrupted`, a
+KeyboardInterrupt, in the main thread, so the code that already ends a run early on Ctrl-C
+(the engines' supervising loops, the baselines' windows) does so for SIGTERM too; loops that
+swallow it and go on (a run returns what it measured) look at the flag at their next step
+(`check()`), so no new step starts. The command then writes what it has, marked with
+`marker()`, and leaves through `finish()`: worker threads are stopped and joined first (a
+Python thread left inside ONNX Runtime or CUDA while the interpreter finalises aborts the
+process), then the process exits with 128 + the signal number without running the native
+libraries' teardown. A second signal exits at once with that code.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from typing import Iterator, NoReturn
+
+STOP = threading.Event()  # set by the first signal; every long loop may poll it
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_received: list[int] = []  # the signal that set STOP
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was stopped by a signal (a KeyboardInterrupt, so Ctrl-C's handlers apply)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _on_signal(signum: int, frame) -> None:
+    if STOP.is_set():  # the second: the user will not wait for the results to be written
+        os.write(2, f"hetflow: {signal.Signals(signum).name} again, exiting now\n".encode())
+        os._exit(128 + signum)
+    _received.append(signum)
+    STOP.set()
+    raise Interrupted(signum)
+
+
+@contextmanager
+def handled() -> Iterator[None]:
+    """SIGINT and SIGTERM go through this module while the block runs (in the main thread;
+    elsewhere signals cannot be handled and nothing changes); the handlers before it after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _on_signal) for s in SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def requested() -> bool:
+    return STOP.is_set()
+
+
+def check() -> None:
+    """A safe point: raise Interrupted if a signal came (and was swallowed by a run that
+    returned what it measured), so the next step does not start."""
+    if STOP.is_set():
+        raise Interrupted(_received[0] if _received else signal.SIGINT)
+
+
+def signal_name() -> str | None:
+    return signal.Signals(_received[0]).name if _received else None
+
+
+def exit_code(default: int = 130) -> int:
+    """128 + the signal's number (130 for SIGINT, 143 for SIGTERM); `default` without one."""
+    return 128 + _received[0] if _received else default
+
+
+def marker(interrupted: bool = True) -> dict:
+    """What an output says of its completeness: {"interrupted": bool, "signal": name|None}."""
+    return {"interrupted": bool(interrupted), "signal": signal_name() if interrupted else None}
+
+
+def stop_threads(timeout: float = 1.5) -> list[str]:
+    """Set the stop flag and join every other Python thread for up to `timeout` seconds in
+    all; returns the names of those still running."""
+    STOP.set()
+    deadline = time.monotonic() + timeout
+    me = threading.current_thread()
+    for t in threading.enumerate():
+        if t is me or t is threading.main_thread() or not t.is_alive():
+            continue
+        t.join(max(0.0, deadline - time.monotonic()))
+    return [t.name for t in threading.enumerate()
+            if t is not me and t is not threading.main_thread() and t.is_alive()]
+
+
+def finish(code: int) -> NoReturn:
+    """Leave an interrupted command: stop and join the threads, flush, and exit with `code`
+    without the interpreter's and native libraries' teardown (which aborts while a native
+    thread still runs)."""
+    stop_threads()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
