@@ -5,6 +5,7 @@ interrupted). Every HetflowError becomes a one-line message."""
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 
 import typer
@@ -44,9 +45,24 @@ for _name in COMMAND_MODULES:
     _mod.register(app)
 
 
+class _Notices(logging.Handler):
+    """hetflow's warnings (a model input taken as batch 1) as one line each on stderr; the
+    stream looked up as each is written, as the print()s of the commands are."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"hetflow: {record.getMessage()}", file=sys.stderr)
+
+
+def _say_notices() -> None:
+    log = logging.getLogger("hetflow")
+    if not any(isinstance(h, _Notices) for h in log.handlers):
+        log.addHandler(_Notices(logging.WARNING))
+
+
 def main() -> None:
     from hetflow import interrupt
 
+    _say_notices()
     with interrupt.handled():  # a second signal while the results are written exits at once
         try:
             code = _run()

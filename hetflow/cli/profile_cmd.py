@@ -164,6 +164,9 @@ def register(app: typer.Typer) -> None:
             if estimate:
                 prof = estimate_profile(graph, plat, elements=elements)
             else:  # a signal ends it with what was measured, written and marked so
+                if not json_out and not err_console.is_terminal:  # (a terminal gets a bar)
+                    err_console.print(f"hetflow: profiling {graph.name} on {plat.name} "
+                                      f"({len(graph.layers)} layers)", highlight=False)
                 prof = profile_model(graph, plat, elements=elements, repeats=repeats,
                                      warmup=warmup, method=method, comm=comm,
                                      contention=contention, dvfs_calibration=dvfs,
