@@ -7,8 +7,9 @@ swallow it and go on (a run returns what it measured) look at the flag at their 
 (`check()`), so no new step starts. The command then writes what it has, marked with
 `marker()`, and leaves through `finish()`: worker threads are stopped and joined first (a
 Python thread left inside ONNX Runtime or CUDA while the interpreter finalises aborts the
-process), then the process exits with 128 + the signal number without running the native
-libraries' teardown. A second signal exits at once with that code.
+process), then the process exits with 128 + the signal number (130 for SIGINT, 143 for
+SIGTERM), skipping the interpreter's teardown if a thread would not stop. A second signal
+exits at once with that code.
 """
 from __future__ import annotations
 
@@ -45,10 +46,13 @@ def _on_signal(signum: int, frame) -> None:
 @contextmanager
 def handled() -> Iterator[None]:
     """SIGINT and SIGTERM go through this module while the block runs (in the main thread;
-    elsewhere signals cannot be handled and nothing changes); the handlers before it after."""
+    elsewhere signals cannot be handled and nothing changes); the handlers before it after.
+    Each block starts with no signal received (a command run again in one process)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    STOP.clear()
+    _received.clear()
     previous = {s: signal.signal(s, _on_signal) for s in SIGNALS}
     try:
         yield
@@ -97,10 +101,12 @@ def stop_threads(timeout: float = 1.5) -> list[str]:
 
 
 def finish(code: int) -> NoReturn:
-    """Leave an interrupted command: stop and join the threads, flush, and exit with `code`
-    without the interpreter's and native libraries' teardown (which aborts while a native
-    thread still runs)."""
-    stop_threads()
+    """Leave an interrupted command with `code`: stop and join the threads, then exit as usual
+    (SystemExit); if a thread is still running (it may be inside a native run), flush and exit
+    without the interpreter's and native libraries' teardown, which would abort under it."""
+    left = stop_threads()
+    if not left:
+        sys.exit(code)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
