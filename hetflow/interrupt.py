@@ -8,11 +8,12 @@ swallow it and go on (a run returns what it measured) look at the flag at their 
 `marker()`, and leaves through `finish()`: worker threads are stopped and joined first (a
 Python thread left inside ONNX Runtime or CUDA while the interpreter finalises aborts the
 process), then the process exits with 128 + the signal number (130 for SIGINT, 143 for
-SIGTERM), skipping the interpreter's teardown if a thread would not stop. A second signal
-exits at once with that code.
+SIGTERM) without the interpreter's slow teardown. A second signal exits at once with that
+code.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
@@ -100,13 +101,16 @@ def stop_threads(timeout: float = 1.5) -> list[str]:
             if t is not me and t is not threading.main_thread() and t.is_alive()]
 
 
-def finish(code: int) -> NoReturn:
-    """Leave an interrupted command with `code`: stop and join the threads, then exit as usual
-    (SystemExit); if a thread is still running (it may be inside a native run), flush and exit
-    without the interpreter's and native libraries' teardown, which would abort under it."""
+def finish(code: int, at_once: bool = True) -> NoReturn:
+    """Leave an interrupted command with `code`: stop and join the threads, run the atexit
+    handlers, flush, and exit without the interpreter's teardown (`at_once`): that teardown
+    took 1-2 s with torch and ONNX Runtime loaded, and aborts while a thread it could not stop
+    is inside a native run. Not `at_once` (a caller in this process, a test): SystemExit,
+    unless a thread would not stop."""
     left = stop_threads()
-    if not left:
+    if not at_once and not left:
         sys.exit(code)
+    atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

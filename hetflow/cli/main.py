@@ -59,7 +59,10 @@ def _say_notices() -> None:
         log.addHandler(_Notices(logging.WARNING))
 
 
-def main() -> None:
+def main(at_once: bool = True) -> None:
+    """The console script. After a signal the process leaves at once once its results are
+    written (interrupt.finish); `at_once=False` raises SystemExit instead, for a caller in
+    this process (a test)."""
     from hetflow import interrupt
 
     _say_notices()
@@ -70,7 +73,7 @@ def main() -> None:
             code = 130
         if interrupt.requested():  # whatever the command returned, a signal stopped it
             print(f"hetflow: interrupted ({interrupt.signal_name()})", file=sys.stderr)
-            interrupt.finish(interrupt.exit_code())
+            interrupt.finish(interrupt.exit_code(), at_once)
     if code == 130:
         print("hetflow: interrupted", file=sys.stderr)
     if code:

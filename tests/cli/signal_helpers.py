@@ -16,7 +16,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
 # a signal must end the command within 2 s; the slack is for a loaded 2-core CI machine
-BOUND_S = 4.0
+BOUND_S = 3.0
 
 
 def strict_json(text: str):
