@@ -48,7 +48,8 @@ def _on_signal(signum: int, frame) -> None:
 def handled() -> Iterator[None]:
     """SIGINT and SIGTERM go through this module while the block runs (in the main thread;
     elsewhere signals cannot be handled and nothing changes); the handlers before it after.
-    Each block starts with no signal received (a command run again in one process)."""
+    Each block starts and ends with no signal received (a command run again in one
+    process: the flag set by one must not stop the next)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -60,6 +61,8 @@ def handled() -> Iterator[None]:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+        STOP.clear()
+        _received.clear()
 
 
 def requested() -> bool:
