@@ -25,6 +25,7 @@ from typing import Iterator, NoReturn
 STOP = threading.Event()  # set by the first signal; every long loop may poll it
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _received: list[int] = []  # the signal that set STOP
+_active: list[bool] = []  # inside handled()
 
 
 class Interrupted(KeyboardInterrupt):
@@ -56,13 +57,40 @@ def handled() -> Iterator[None]:
     STOP.clear()
     _received.clear()
     previous = {s: signal.signal(s, _on_signal) for s in SIGNALS}
+    _active.append(True)
     try:
         yield
     finally:
+        _active.pop()
         for s, h in previous.items():
             signal.signal(s, h)
         STOP.clear()
         _received.clear()
+
+
+@contextmanager
+def foreign_handlers() -> Iterator[None]:
+    """Around a call that installs its own signal handlers (Ray's `init` takes SIGTERM and
+    exits with SystemExit(15), writing nothing): ours are put back after it, and a SIGTERM its
+    handler turned into SystemExit meanwhile is raised as Interrupted, as ours would have."""
+    try:
+        yield
+    except SystemExit as e:
+        if not _active or e.code != signal.SIGTERM:
+            raise
+        _received.append(signal.SIGTERM)
+        STOP.set()
+        raise Interrupted(signal.SIGTERM) from None
+    finally:
+        _take_back()
+
+
+def _take_back() -> None:
+    """Route the signals through this module again, where a `handled()` block runs (after a
+    library put its own handlers in at the C level, as Ray's core worker does)."""
+    if _active and threading.current_thread() is threading.main_thread():
+        for s in SIGNALS:
+            signal.signal(s, _on_signal)
 
 
 def requested() -> bool:
