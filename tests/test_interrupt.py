@@ -91,3 +91,21 @@ def test_in_process_a_finish_is_a_system_exit():
         interrupt.finish(143, at_once=False)
     assert e.value.code == 143 and not t.is_alive()
     interrupt.STOP.clear()  # (set by finish; handled() clears it for a command)
+
+
+def test_a_library_that_takes_sigterm_gives_it_back():
+    """As Ray's init does: its own handler exits with SystemExit(15), writing nothing."""
+    def library_init(signal_meanwhile: bool) -> None:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+        if signal_meanwhile:
+            signal.raise_signal(signal.SIGTERM)
+
+    with interrupt.handled():
+        with interrupt.foreign_handlers():
+            library_init(False)
+        assert signal.getsignal(signal.SIGTERM) is interrupt._on_signal
+        with pytest.raises(interrupt.Interrupted):
+            with interrupt.foreign_handlers():
+                library_init(True)
+        assert interrupt.exit_code() == 143
+        assert signal.getsignal(signal.SIGTERM) is interrupt._on_signal
