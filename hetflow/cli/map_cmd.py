@@ -20,6 +20,11 @@ def load_problem(model: str, profile_path: Path, platform_arg: Optional[str],
     from hetflow.profile.profile import Profile
 
     prof = Profile.load(profile_path)
+    if prof.meta.get("interrupted"):
+        from hetflow.errors import InputError
+
+        raise InputError(f"{profile_path}: the profile was interrupted "
+                         f"({prof.meta['interrupted']}) and is partial; profile again")
     fuse = bool(prof.meta.get("fused", False))
     graph = resolve_model(model, parse_input_shapes(input_shape), fuse)
     platform = resolve_platform(platform_arg or "auto")

@@ -39,7 +39,6 @@ def die_with_parent(parent_pid: int) -> None:
     """Have the kernel kill this process when its parent exits, however it exits (Linux's
     PR_SET_PDEATHSIG; elsewhere nothing)."""
     import ctypes
-    import os
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)

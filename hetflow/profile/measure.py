@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from hetflow import interrupt
 from hetflow.backends import backend_for, pinned
 from hetflow.backends.reuse import build_together, release, runners_for
-from hetflow import interrupt
 from hetflow.errors import BackendError, InputError
 from hetflow.model.subnet import Subnet, extract_subnet, subnet_key
 from hetflow.platform.configs import distinct_elements

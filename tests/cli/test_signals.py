@@ -109,6 +109,9 @@ def test_profile_writes_what_it_measured(work, tmp_path):
     prof = strict_json(out.read_text())
     assert prof["meta"]["interrupted"] == "SIGTERM"
     assert "interrupted: wrote the profile measured so far" in h.stderr()
+    # a partial profile is not mapped with as if it were whole
+    r = CliRunner().invoke(app, ["map", str(work / "tiny.onnx"), "--profile", str(out)])
+    assert f"{out}: the profile was interrupted (SIGTERM) and is partial" in str(r.exception)
 
 
 def test_map_stops_in_a_pilot_and_writes_no_plan(work, tmp_path):
