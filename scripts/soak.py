@@ -1,8 +1,9 @@
 """Soak: stream many frames through one plan in one run, sampling every few seconds the
-frames/s of the last window, the process's resident memory (RSS), its open file descriptors and
-the GPU memory in use, and fail (exit 1) if the run slowed down or grew:
+frames done, the process's resident memory (RSS), its open file descriptors and the GPU memory
+in use, and fail (exit 1) if the run slowed down or grew:
 
-- the rate of the last window is below RATE_FLOOR (0.97) x the first window after the warm-up;
+- the rate of the last window (--window seconds, several samples) is below RATE_FLOOR (0.97)
+  x the first window's after the warm-up;
 - RSS or device memory at the end is more than GROWTH (5%) above the first sample after the
   warm-up; or the open descriptors grew by more than max(2, 5%).
 
@@ -101,14 +102,27 @@ class Sampler:
         self._thread.join()
 
 
-def verdict(samples: list[dict], warmup_s: float) -> dict:
-    """The checks, from the samples after `warmup_s`: the first window's rate and memory
-    against the last's."""
+def window_rate(a: dict, b: dict) -> dict:
+    """The window from sample `a` to sample `b`: its seconds and frames/s."""
+    return {"from_s": a["t_s"], "to_s": b["t_s"],
+            "fps": (b["frames"] - a["frames"]) / (b["t_s"] - a["t_s"])}
+
+
+def verdict(samples: list[dict], warmup_s: float, window_s: float) -> dict:
+    """The checks, from the samples after `warmup_s`: the rate of the first `window_s`
+    seconds against the last's (a window of several samples: one sample's rate on a shared
+    machine moves by 10-20%), and the memory and descriptors of the first sample against the
+    last's."""
     steady = [s for s in samples if s["t_s"] >= warmup_s and s["fps"] is not None]
-    if len(steady) < 3:
-        return {"ok": False, "why": [f"only {len(steady)} samples after the {warmup_s:.0f} s "
-                                     "warm-up: run more frames or sample more often"]}
-    first, last = steady[0], steady[-1]
+    start = steady[0] if steady else None
+    first_end = next((s for s in steady if start and s["t_s"] >= start["t_s"] + window_s), None)
+    end = steady[-1] if steady else None
+    last_start = next((s for s in reversed(steady) if s["t_s"] <= end["t_s"] - window_s), None)
+    if first_end is None or last_start is None or last_start["t_s"] < first_end["t_s"]:
+        return {"ok": False, "why": [f"the run is too short for two {window_s:g} s windows "
+                                     f"after the {warmup_s:g} s warm-up: run more frames or "
+                                     "give a shorter --window"]}
+    first, last = window_rate(start, first_end), window_rate(last_start, end)
     why = []
     ratio = last["fps"] / first["fps"] if first["fps"] else None
     if ratio is None or ratio < RATE_FLOOR:
@@ -117,14 +131,14 @@ def verdict(samples: list[dict], warmup_s: float) -> dict:
                    f"{RATE_FLOOR})")
     growth = {}
     for key in ("rss_mb", "device_mb"):
-        if first[key] is not None and last[key] is not None:
-            growth[key] = last[key] / first[key] - 1.0
+        if start[key] is not None and end[key] is not None:
+            growth[key] = end[key] / start[key] - 1.0
             if growth[key] > GROWTH:
-                why.append(f"{key} grew {growth[key]:.1%} ({first[key]:.1f} -> "
-                           f"{last[key]:.1f})")
-    fds = last["fds"] - first["fds"]
-    if fds > max(2, GROWTH * first["fds"]):
-        why.append(f"open descriptors grew by {fds} ({first['fds']} -> {last['fds']})")
+                why.append(f"{key} grew {growth[key]:.1%} ({start[key]:.1f} -> "
+                           f"{end[key]:.1f})")
+    fds = end["fds"] - start["fds"]
+    if fds > max(2, GROWTH * start["fds"]):
+        why.append(f"open descriptors grew by {fds} ({start['fds']} -> {end['fds']})")
     return {"ok": not why, "why": why, "rate_ratio": ratio, "growth": growth, "fds_growth": fds,
             "first_window": first, "last_window": last}
 
@@ -149,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--every", type=float, default=5.0, help="seconds between samples")
     ap.add_argument("--warmup", type=float, default=None, metavar="SECONDS",
                     help="seconds before the first window compared (default: 2 samples)")
+    ap.add_argument("--window", type=float, default=None, metavar="SECONDS",
+                    help="length of the first and last windows compared (default: 4 samples)")
     ap.add_argument("--out", type=Path, default=None, help="write the curve here as JSON")
     a = ap.parse_args(argv)
     if a.frames < 2 or a.every <= 0:
@@ -171,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     gpu = any(e.kind == "gpu" for e in plan.elements.values())
     warmup_s = a.warmup if a.warmup is not None else 2 * a.every
+    window_s = a.window if a.window is not None else 4 * a.every
     print(f"soak: {a.frames} frames of {graph.name} on {', '.join(plan.elements)}, a sample "
           f"every {a.every:g} s", file=sys.stderr, flush=True)
     with Sampler(a.every, gpu, a.frames) as s:
@@ -180,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
               "model": graph.name, "elements": list(plan.elements), "frames": report.frames,
               "complete": report.complete, "throughput": report.throughput,
               "latency": report.latency, "checked_frames": report.checked_frames,
-              "samples": s.samples, **verdict(s.samples, warmup_s)}
+              "warmup_s": warmup_s, "window_s": window_s, "samples": s.samples,
+              **verdict(s.samples, warmup_s, window_s)}
     print(table(s.samples))
     print(f"run: {report.throughput:.1f} frames/s over {report.frames} frames"
           + ("" if report.complete else " (interrupted)"))

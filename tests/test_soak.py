@@ -23,19 +23,22 @@ def curve(rates, rss=100.0, rss_end=None, fds=10, fds_end=None, every=5.0):
     return out
 
 
-def test_a_steady_run_passes():
-    v = soak.verdict(curve([50, 100, 100, 99, 98]), warmup_s=10)
-    assert v["ok"] and v["rate_ratio"] == pytest.approx(0.98)  # the warm-up window left out
+def test_a_steady_run_passes_through_the_noise_of_single_samples():
+    # windows of two samples: the first after the warm-up at 100, the last at 98
+    v = soak.verdict(curve([50, 100, 100, 110, 90, 120, 99, 97]), warmup_s=5, window_s=10)
+    assert v["ok"], v["why"]
+    assert v["rate_ratio"] == pytest.approx(0.98)  # the warm-up's 50 left out
+    assert v["first_window"]["from_s"] == 5 and v["last_window"]["to_s"] == 40
 
 
 @pytest.mark.parametrize("samples, says", [
-    (curve([100, 100, 100, 96]), "rate fell"),
-    (curve([100, 100, 100, 100], rss_end=106.0), "rss_mb grew 6.0%"),
-    (curve([100, 100, 100, 100], fds_end=13), "open descriptors grew by 3"),
-    (curve([100, 100]), "only 1 samples after"),
+    (curve([100, 100, 100, 100, 96, 96]), "rate fell"),
+    (curve([100] * 6, rss_end=106.0), "rss_mb grew 6.0%"),
+    (curve([100] * 6, fds_end=13), "open descriptors grew by 3"),
+    (curve([100, 100, 100]), "too short for two 10 s windows"),
 ])
 def test_a_slower_or_growing_run_fails_saying_why(samples, says):
-    v = soak.verdict(samples, warmup_s=10)
+    v = soak.verdict(samples, warmup_s=5, window_s=10)
     assert not v["ok"] and says in "; ".join(v["why"])
 
 
