@@ -7,6 +7,7 @@ import threading
 import time
 from typing import Callable, Iterable, NamedTuple
 
+from hetflow import interrupt
 from hetflow.errors import RuntimeFault
 
 
@@ -51,7 +52,10 @@ def run_together(what: str, names: list[str], prepare: Callable[[int], None],
             prepare(i)
         except BaseException as e:
             errors.append(f"element {names[i]}: {type(e).__name__}: {e}")
-        barrier.wait()
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:  # the window was given up before it opened
+            return
         try:
             while not stop.is_set() and not errors and step(i):
                 pass
@@ -61,15 +65,22 @@ def run_together(what: str, names: list[str], prepare: Callable[[int], None],
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(len(names))]
     for t in threads:
         t.start()
-    barrier.wait()
-    t_start, t_stop = started[0], None
-    if done is not None:
-        while not errors and not done(time.perf_counter() - t_start):
-            time.sleep(poll)
-        t_stop = time.perf_counter()
-        stop.set()
-    for t in threads:
-        t.join()
+    try:
+        barrier.wait()
+        t_start, t_stop = started[0], None
+        if done is not None:
+            while not errors and not done(time.perf_counter() - t_start):
+                interrupt.check()
+                time.sleep(poll)
+            t_stop = time.perf_counter()
+            stop.set()
+        for t in threads:
+            t.join()
+    finally:  # a signal: the workers stop and are joined before it goes on (a thread left in
+        stop.set()  # a native run while the interpreter finalises aborts the process)
+        barrier.abort()
+        for t in threads:
+            t.join()
     if errors:
         raise RuntimeFault(f"{what}: {errors[0]}")
     return Window(t_start, t_stop)

@@ -1,17 +1,16 @@
 """`hetflow bench [MODEL ...]`: one command from model to evidence."""
 from __future__ import annotations
 
-import signal
 import time
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 import typer
 from rich.table import Table
 
-from hetflow.io import write_json
+from hetflow import interrupt
+from hetflow.io import claimed, write_json
 from hetflow.rules import QUICK_MODEL_SECONDS
 
 from .common import (check_writable, console, err_console, positive, print_json, progress,
@@ -72,28 +71,6 @@ def check_models(models: list[str]) -> None:
         except InputError:
             raise InputError(f"{m}: no such file, and not a zoo model (known: "
                              f"{', '.join(e.name for e in zoo.list_models())})") from None
-
-
-@contextmanager
-def noting_interrupts() -> Iterator[list[bool]]:
-    """Ctrl-C raises KeyboardInterrupt as usual and is also noted in the list yielded: the
-    engine ends a plan's run early on it and returns what it measured, so bench_model goes on,
-    and the bench must still stop after that model and say it was cut short."""
-    noted: list[bool] = []
-
-    def on_sigint(signum, frame):
-        noted.append(True)
-        signal.default_int_handler(signum, frame)
-
-    try:
-        previous = signal.signal(signal.SIGINT, on_sigint)
-    except ValueError:  # not the main thread: Ctrl-C cannot reach this bench anyway
-        yield noted
-        return
-    try:
-        yield noted
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def register(app: typer.Typer) -> None:
@@ -159,30 +136,37 @@ def register(app: typer.Typer) -> None:
         err_console.print(f"profiles are cached in {cache_dir() / 'profiles'}", highlight=False)
         results, failed = [], {}
         interrupted = False
+        cut: dict = {}  # the model a signal stopped, and the steps it had begun
 
         def data() -> dict:
             return {"platform": plat.name, "settings": s.__dict__,
                     "models": [r.to_dict() for r in results], "failed": failed,
-                    "interrupted": interrupted}
+                    **({"interrupted_model": cut} if cut else {}),
+                    **interrupt.marker(interrupted)}
 
-        with noting_interrupts() as noted:
+        with claimed(report, folder=True):
             for i, m in enumerate(models):
                 ms = s
                 if budget is not None:  # an equal share of what is left
                     left = budget - (time.perf_counter() - started)
                     ms = replace(s, budget_seconds=max(0.0, left) / (len(models) - i))
+                steps: list[str] = []
                 try:
                     with progress(f"bench {m}") as log:
-                        mb = bench_model(m, plat, ms, log=lambda msg, m=m: log(f"{m}: {msg}"),
-                                         report_dir=report)
+                        def step(msg: str, m=m, steps=steps, log=log) -> None:
+                            interrupt.check()  # a safe point: no step begins after a signal
+                            steps.append(msg)
+                            log(f"{m}: {msg}")
+
+                        mb = bench_model(m, plat, ms, log=step, report_dir=report)
                 except HetflowError as e:  # one model's failure is reported; the others run
                     failed[m] = str(e)
                     err_console.print(f"bench {m}: {e}", style="red")
                     continue
                 except KeyboardInterrupt:
-                    interrupted = True
+                    interrupted, cut = True, {"model": m, "steps": steps}
                     break
-                if noted:  # a run inside was cut short: what it measured is partial
+                if interrupt.requested():  # a run inside was cut short: its figures are partial
                     mb.notes["interrupted"] = interrupted = True
                 results.append(mb)
                 if not json_out:
@@ -191,15 +175,18 @@ def register(app: typer.Typer) -> None:
                     write_json(report / "bench.json", data())
                 if interrupted:
                     break
-        if report:
-            write_json(report / "bench.json", data())
-            err_console.print(f"wrote {report / 'bench.json'}", highlight=False)
-            if not interrupted:
-                write_html(report, data())
+            if report:
+                write_json(report / "bench.json", data())
+                err_console.print(f"wrote {report / 'bench.json'}", highlight=False)
+                if interrupted:  # the page would take seconds to draw; the JSON has it all
+                    err_console.print("no HTML report: the bench was interrupted",
+                                      style="yellow")
+                else:
+                    write_html(report, data())
         if json_out:
             print_json(data())
         if interrupted:
-            raise typer.Exit(130)
+            raise typer.Exit(interrupt.exit_code())
         if failed:
             raise typer.Exit(1)
 

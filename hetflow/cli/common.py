@@ -2,7 +2,6 @@
 file writes."""
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -15,7 +14,7 @@ from rich.console import Console
 from rich.text import Text
 
 from hetflow.errors import InputError
-from hetflow.io import json_default
+from hetflow.io import dumps
 
 # markup off: model-derived names and error messages (ONNX layer names such as
 # "[/features/features.0/Conv]") must print literally, not be read as rich markup; colour goes
@@ -79,7 +78,8 @@ def positive(value: float | None) -> float | None:
 
 
 def print_json(data: Any) -> None:
-    print(json.dumps(data, indent=1, default=json_default))
+    """Strict JSON on stdout (a figure that is not finite as null)."""
+    print(dumps(data), flush=True)
 
 
 def fmt_si(x: float | None, unit: str = "") -> str:

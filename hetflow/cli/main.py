@@ -1,9 +1,11 @@
 """The `hetflow` command. Exit codes: 0 when everything asked succeeded, 2 for bad input (a
-HetflowError with exit_code 2, a usage error), 1 for a run that failed, 130 for Ctrl-C. Every
-HetflowError becomes a one-line message."""
+HetflowError with exit_code 2, a usage error), 1 for a run that failed, 130 for SIGINT
+(Ctrl-C) and 143 for SIGTERM (hetflow.interrupt: what was measured is written first, marked
+interrupted). Every HetflowError becomes a one-line message."""
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 
 import typer
@@ -43,31 +45,61 @@ for _name in COMMAND_MODULES:
     _mod.register(app)
 
 
-def main() -> None:
+class _Notices(logging.Handler):
+    """hetflow's warnings (a model input taken as batch 1) as one line each on stderr; the
+    stream looked up as each is written, as the print()s of the commands are."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"hetflow: {record.getMessage()}", file=sys.stderr)
+
+
+def _say_notices() -> None:
+    log = logging.getLogger("hetflow")
+    if not any(isinstance(h, _Notices) for h in log.handlers):
+        log.addHandler(_Notices(logging.WARNING))
+
+
+def main(at_once: bool = True) -> None:
+    """The console script. After a signal the process leaves at once once its results are
+    written (interrupt.finish); `at_once=False` raises SystemExit instead, for a caller in
+    this process (a test)."""
+    from hetflow import interrupt
+
+    _say_notices()
+    with interrupt.handled():  # a second signal while the results are written exits at once
+        try:
+            code = _run()
+        except KeyboardInterrupt:  # a signal that reached no command's own handling
+            code = 130
+        if interrupt.requested():  # whatever the command returned, a signal stopped it
+            print(f"hetflow: interrupted ({interrupt.signal_name()})", file=sys.stderr)
+            interrupt.finish(interrupt.exit_code(), at_once)
+    if code == 130:
+        print("hetflow: interrupted", file=sys.stderr)
+    if code:
+        sys.exit(code)
+
+
+def _run() -> int:
+    """The command's exit code; KeyboardInterrupt passes through."""
     try:
         # not standalone: typer returns the code of a typer.Exit, and turns Ctrl-C inside a
         # command into 130, instead of exiting itself
         code = app(standalone_mode=False)
-        if code == 130:
-            print("hetflow: interrupted", file=sys.stderr)
-        if isinstance(code, int) and code:
-            sys.exit(code)
+        return code if isinstance(code, int) else 0
     except HetflowError as e:
         print(f"hetflow: error: {e}", file=sys.stderr)
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        print("hetflow: interrupted", file=sys.stderr)
-        sys.exit(130)
+        return e.exit_code
     except Exception as e:  # usage errors carry their own exit code and message
         # duck-typed: typer >= 0.20 raises its own vendored copies of click's exceptions
         name = type(e).__name__
         if name == "Exit":
-            sys.exit(getattr(e, "exit_code", 0))
+            return getattr(e, "exit_code", 0)
         if name == "Abort":
-            sys.exit(130)
+            return 130
         if callable(getattr(e, "show", None)) and isinstance(getattr(e, "exit_code", None), int):
             e.show()
-            sys.exit(e.exit_code)
+            return e.exit_code
         raise
 
 

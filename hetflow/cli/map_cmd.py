@@ -7,6 +7,8 @@ from typing import Optional
 import typer
 from rich.table import Table
 
+from hetflow import interrupt
+
 from .common import check_writable, console, print_json, progress, strategy_name, strategy_names
 
 
@@ -20,6 +22,11 @@ def load_inputs(model: str, profile_path: Path, platform_arg: Optional[str],
     from hetflow.profile.profile import Profile
 
     prof = Profile.load(profile_path)
+    if prof.meta.get("interrupted"):
+        from hetflow.errors import InputError
+
+        raise InputError(f"{profile_path}: the profile was interrupted "
+                         f"({prof.meta['interrupted']}) and is partial; profile again")
     graph = resolve_model(model, parse_input_shapes(input_shape), bool(prof.meta.get("fused")))
     platform = resolve_platform(platform_arg or "auto")
     calibration = (load_calibration(calibration_path, graph.name, platform.name)
@@ -154,6 +161,7 @@ def register(app: typer.Typer) -> None:
             console.print(pilot_summary(tried), highlight=False)
         from hetflow.model import parse_input_shapes
 
+        interrupt.check()  # a signal in the last pilot: no plan chosen on a cut-short run
         # `run` loads the model with the shapes the plan was made for
         plan.input_shapes = {k: list(v) for k, v in parse_input_shapes(input_shape).items()}
         if output:

@@ -8,6 +8,9 @@ from typing import Literal, Optional
 import typer
 from rich.table import Table
 
+from hetflow import interrupt
+from hetflow.io import claimed, write_json
+
 from .common import check_writable, console, positive, print_json, progress
 
 
@@ -181,17 +184,16 @@ def register(app: typer.Typer) -> None:
 
         check_writable(trace, output)
         mplan = MultiPlan.load(plan_path)
-        with progress("preparing sessions ...", quiet=json_out) as log:
+        with claimed(output), claimed(trace), progress("preparing sessions ...",
+                                                       quiet=json_out) as log:
             report = run_multiplan(mplan, None, frames, warmup, check,
                                    max_in_flight=max_in_flight, stall_timeout=stall_timeout,
                                    trace_path=trace, progress=log,
                                    switch_interval=switch_interval, engine=engine,
                                    realtime=realtime)
-        data = {**report.to_dict(), "interrupted": not report.complete}
-        if output:
-            from hetflow.io import write_json
-
-            write_json(output, data)
+            data = {**report.to_dict(), **interrupt.marker(not report.complete)}
+            if output:
+                write_json(output, data)
         if json_out:
             print_json(data)
         else:
@@ -199,4 +201,4 @@ def register(app: typer.Typer) -> None:
             for f in ([output] if output else []) + ([trace] if trace else []):
                 console.print(f"wrote {f}")
         if not report.complete:
-            raise typer.Exit(130)
+            raise typer.Exit(interrupt.exit_code())

@@ -9,6 +9,9 @@ import typer
 from typer.core import TyperCommand
 from rich.table import Table
 
+from hetflow import interrupt
+from hetflow.io import claimed
+
 from .common import check_writable, console, err_console, print_json
 
 
@@ -157,16 +160,28 @@ def register(app: typer.Typer) -> None:
             from hetflow.mapping.from_profile import searched_elements
 
             elements = [e.name for e in searched_elements(plat)]
-        if estimate:
-            prof = estimate_profile(graph, plat, elements=elements)
-        else:
-            prof = profile_model(graph, plat, elements=elements, repeats=repeats, warmup=warmup,
-                                 method=method, comm=comm, contention=contention,
-                                 dvfs_calibration=dvfs,
-                                 skip_unavailable=searched,
-                                 progress=not json_out and err_console.is_terminal)
-        prof.save(out)
+        with claimed(out):
+            if estimate:
+                prof = estimate_profile(graph, plat, elements=elements)
+            else:  # a signal ends it with what was measured, written and marked so
+                if not json_out and not err_console.is_terminal:  # (a terminal gets a bar)
+                    err_console.print(f"hetflow: profiling {graph.name} on {plat.name} "
+                                      f"({len(graph.layers)} layers)", highlight=False)
+                prof = profile_model(graph, plat, elements=elements, repeats=repeats,
+                                     warmup=warmup, method=method, comm=comm,
+                                     contention=contention, dvfs_calibration=dvfs,
+                                     skip_unavailable=searched, keep_partial=True,
+                                     progress=not json_out and err_console.is_terminal)
+            prof.save(out)
         summary = profile_summary(prof, graph)
+        if prof.meta.get("interrupted"):
+            summary.update(interrupt.marker())
+            if json_out:
+                print_json(summary)
+            err_console.print(f"interrupted: wrote the profile measured so far to {out} (its "
+                              f"meta says interrupted; profile again for a whole one)",
+                              style="yellow", highlight=False)
+            raise typer.Exit(interrupt.exit_code())
         if json_out:
             print_json(summary)
             return

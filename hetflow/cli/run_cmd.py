@@ -7,7 +7,10 @@ from typing import Literal, Optional
 import typer
 from rich.table import Table
 
-from .common import check_writable, console, positive, print_json, progress
+from hetflow import interrupt
+from hetflow.io import claimed
+
+from .common import check_writable, console, err_console, positive, print_json, progress
 
 
 def print_report(reports) -> None:
@@ -100,15 +103,18 @@ def register(app: typer.Typer) -> None:
         check_writable(trace)
         plan = Plan.load(plan_path)
         graph = load_plan_model(plan, model)
-        with progress("preparing sessions ...", quiet=json_out) as log:
+        if warmup > frames // 4:
+            err_console.print(f"--warmup {warmup} is more than a quarter of --frames {frames}: "
+                              f"the first {frames // 4} frames are left out", highlight=False)
+        with claimed(trace), progress("preparing sessions ...", quiet=json_out) as log:
             report = run_plan(plan, graph, frames, warmup, input_spec, check,
                               trace_path=trace, stall_timeout=stall_timeout, progress=log,
                               engine=engine, address=address, rate=rate)
         if json_out:
-            print_json({**report.to_dict(), "interrupted": not report.complete})
+            print_json({**report.to_dict(), **interrupt.marker(not report.complete)})
         else:
             print_report([report])
             if trace and Path(trace).exists():
                 console.print(f"wrote {trace}")
         if not report.complete:
-            raise typer.Exit(130)
+            raise typer.Exit(interrupt.exit_code())

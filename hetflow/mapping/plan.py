@@ -85,6 +85,17 @@ class Plan:
         runtime executes `app`, so a `mapping` that says otherwise would silently not be run.
         (The file's shape and types are the schema's job: plan_schema.PlanFile.)"""
         m, app = self.mapping, self.app
+        # each layer runs once: in one phase, once (phase_of keeps only one place of each)
+        placed: dict[str, str] = {}
+        for actor, phases in app.phases.items():
+            for p in phases:
+                for layer in p.layers:
+                    where = f"actor {actor!r} phase {p.index}"
+                    if layer in placed:
+                        raise InputError(f"{source}: layer {layer!r} is in app.phases twice "
+                                         f"({placed[layer]} and {where}); a layer runs once: "
+                                         "run `hetflow map` again")
+                    placed[layer] = where
         _check_agree(source, "mapping.assignment", m.assignment, "app.assignment",
                      app.assignment)
         # the layers that run: each in a phase of the actor its assignment names
@@ -121,6 +132,20 @@ class Plan:
                 if e not in self.elements:
                     raise InputError(f"{source}: element {e!r} (of actor {actor!r}) is not among "
                                      f"the plan's elements ({', '.join(self.elements) or 'none'})")
+
+    def check_covers(self, layers: list[str], source: str = "plan") -> None:
+        """Refuse a plan whose phases leave out a layer of its model (`layers`, in model
+        order) or name one the model does not have, naming the first such layer."""
+        placed = set(self.app.phase_of())
+        missing = [name for name in layers if name not in placed]
+        if missing:
+            raise InputError(f"{source}: layer {missing[0]!r} of model {self.model_name} is in "
+                             f"no phase of app.phases ({len(missing)} layer(s) left out); run "
+                             "`hetflow map` again")
+        extra = sorted(placed - set(layers))
+        if extra:
+            raise InputError(f"{source}: app.phases names layer {extra[0]!r}, which model "
+                             f"{self.model_name} does not have; run `hetflow map` again")
 
     def save(self, path: str | Path) -> Path:
         from hetflow.io import write_json

@@ -31,6 +31,7 @@ _ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: 
                 9: "bool", 10: "float16", 11: "float64", 16: "bfloat16"}
 
 notices: list[str] = []  # human-readable notices of the last load (e.g. batch fixed to 1)
+_said: set[str] = set()  # notices already written to stderr by this process
 
 
 def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
@@ -309,9 +310,16 @@ def _fix_input_shapes(g: onnx.GraphProto, src: str, given: dict[str, tuple[int, 
             if d.dim_value > 0:
                 continue
             if k == 0:
+                # a stream of frames is fed one frame at a time: batch 1 is what such a
+                # model means here, said once per process (a command loads a model often)
+                shown = ",".join(["1"] + [str(x.dim_value) if x.dim_value > 0 else
+                                          x.dim_param or "?" for x in dims[1:]])
                 notices.append(f"{src}: input {inp.name!r} has a symbolic batch dimension "
-                               f"{d.dim_param or '?'!r}; using batch 1")
-                log.info(notices[-1])
+                               f"{d.dim_param or '?'!r}: taken as batch 1 (another size: "
+                               f"--input-shape {inp.name}={shown.replace('1', 'B', 1)})")
+                if notices[-1] not in _said:
+                    _said.add(notices[-1])
+                    log.warning(notices[-1])
                 d.Clear()
                 d.dim_value = 1
             else:

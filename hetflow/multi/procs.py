@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp_
+import os
 import queue
 import signal
 import threading
 import time
 from typing import Callable
 
+from hetflow import interrupt
 from hetflow.errors import RuntimeFault
 from hetflow.runtime.harness import Control, fault_text, supervise
 
@@ -33,11 +35,29 @@ READY_TIMEOUT = 600.0  # s: loading models and sessions in every process
 # ------------------------------------------------------------------ the element process
 
 
+def die_with_parent(parent_pid: int) -> None:
+    """Have the kernel kill this process when its parent exits, however it exits (Linux's
+    PR_SET_PDEATHSIG; elsewhere nothing)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:  # it died before the request was made
+        os._exit(1)
+
+
 def element_main(plan: dict, element: str, names: list[str], settings: dict, out, inboxes,
-                 go, start, stop) -> None:
+                 go, start, stop, parent_pid: int) -> None:
     """Entry point of one element's process (spawned): load, warm up, report ready, wait for
     the start, run the loop until told to stop, send the results."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
+    # the parent handles Ctrl-C and SIGTERM (they reach a terminal's or a service's whole
+    # process group) and stops us; if the parent dies, so do we
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_IGN)
+    die_with_parent(parent_pid)
     what = "setup"
     prepared = []
     try:
@@ -124,7 +144,7 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
                 "realtime": realtime}
     procs = {el: ctx.Process(target=element_main, name=f"hetflow-{el}", daemon=True,
                              args=(mp.to_dict(), el, names, settings, out, inboxes, go, start,
-                                   stop))
+                                   stop, os.getpid()))
              for el, names in placement.items()}
     for p in procs.values():
         p.start()
@@ -192,12 +212,14 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
         complete = supervise(step, Control(), stall_timeout, behind)
         t_stop = time.perf_counter()
         stop.value = 1
-        deadline = time.perf_counter() + 60.0
+        # after a signal the user waits: what the elements measured, if they send it soon
+        deadline = time.perf_counter() + (1.0 if interrupt.requested() else 60.0)
         while len(results) < len(procs) and time.perf_counter() < deadline:
             msg = next_message(0.2)
             if msg is not None and msg[0] == "result":
                 results[msg[1]] = msg[2]
         if len(results) < len(procs):
+            interrupt.check()  # after a signal: stopped, not a fault
             raise RuntimeFault("no results from " + ", ".join(sorted(set(procs) - set(results))))
     finally:
         stop.value = 1
@@ -205,7 +227,7 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
         if len(results) < len(procs):  # a fault: what the others were doing no longer counts
             for p in procs.values():
                 if p.is_alive():
-                    p.terminate()
+                    p.kill()  # (they ignore SIGTERM: the parent stops them)
         for p in procs.values():
             p.join(timeout=5.0)
             if p.is_alive():

@@ -28,11 +28,12 @@ import multiprocessing
 import os
 import platform as _pyplatform
 import time
-from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from hetflow import interrupt
 from hetflow.backends import backend_for, pinned
 from hetflow.backends.reuse import build_together, release, runners_for
 from hetflow.errors import BackendError, InputError
@@ -90,6 +91,7 @@ def time_runner(runner, feeds: Mapping[str, np.ndarray], repeats: int, warmup: i
         step()
     times = []
     for _ in range(repeats):
+        interrupt.check()  # a run swallowed the signal: measure nothing more
         t0 = time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
@@ -361,7 +363,8 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
                   backend_opts: Mapping[str, Any] | None = None,
                   skip_unavailable: bool = False, lanes: bool = True,
                   lane_seconds: float = 1.0, time_limit_s: float | None = None,
-                  required: Iterable[str] = (), contention: bool = True) -> Profile:
+                  required: Iterable[str] = (), contention: bool = True,
+                  keep_partial: bool = False) -> Profile:
     """Measure every layer of `graph` on `elements` (default: every element of every
     configuration of `platform`), the whole model on each, and the communication links.
     `lanes`: time the whole model on each GPU element at several lane counts (profile/lanes.py),
@@ -380,6 +383,8 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
     core runs a copy and each GPU runs it at its busy lane count (`calibration["busy_fps"]`,
     `["busy_lanes"]`, about half `lane_seconds`): how much slower an element is while the
     others are busy, which `hetflow map` predicts with.
+    `keep_partial`: a signal (Ctrl-C, SIGTERM) ends the measurement and the profile measured so
+    far is returned, `meta["interrupted"]` naming the signal (else the interrupt propagates).
     """
     if method not in METHODS:
         raise InputError(f"profile method {method!r}: choose one of {', '.join(METHODS)}")
@@ -421,7 +426,7 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
             prof.elements[e.name] = _element_info(e, rep.name)
             prof.cpu_freq_mhz[e.name] = freq
 
-    with _Progress(progress) as bar:
+    with _Progress(progress) as bar, _kept_on_interrupt(keep_partial, prof):
         for rep, members in first.items():
             measure(rep, members)
         t0 = time.perf_counter()
@@ -451,6 +456,9 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
                 continue
             measure(rep, members)
             first[rep] = members
+    if prof.meta.get("interrupted"):
+        prof.meta["seconds"] = round(time.perf_counter() - started, 2)
+        return prof
     _derived_accelerators(prof, graph, platform, wanted)
     if dvfs_calibration:
         _calibrate_dvfs(prof, platform, measurable)
@@ -485,6 +493,17 @@ def _measurable(wanted: list[ProcessingElement], explicit: bool
                 raise
             skipped[e.name] = str(err)
     return measurable, skipped
+
+
+@contextmanager
+def _kept_on_interrupt(keep: bool, prof: Profile) -> Iterator[None]:
+    """With `keep`, a signal ends the block and is noted in the profile's meta."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if not keep:
+            raise
+        prof.meta["interrupted"] = interrupt.signal_name() or "SIGINT"
 
 
 def _measure_lanes(prof: Profile, graph: "CnnGraph", platform: "Platform",

@@ -7,6 +7,7 @@ from typing import Callable
 
 import numpy as np
 
+from hetflow import interrupt
 from hetflow.errors import InputError
 from hetflow.mapping.plan import Plan
 from hetflow.model.graph import CnnGraph
@@ -28,6 +29,7 @@ def load_plan_model(plan: Plan, model: str | None = None) -> CnnGraph:
         from hetflow.model.split import apply_splits
 
         graph = apply_splits(graph, plan.splits, plan.fuse)
+    plan.check_covers([l.name for l in graph.layers], f"plan for {plan.model_name}")
     return graph
 
 
@@ -72,6 +74,7 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
         raise InputError(f"--engine {engine!r}: use local or ray")
     if rate is not None and not (0 < rate < math.inf):
         raise InputError(f"--rate {rate}: frames per second must be a positive number")
+    interrupt.check()  # a signal that an earlier run swallowed: no new run starts
     if engine == "ray":
         from .ray_engine import import_ray
 

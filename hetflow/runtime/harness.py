@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Mapping
 
+from hetflow import interrupt
 from hetflow.errors import RuntimeFault
 
 POLL = 0.05  # s: how often a blocked worker looks at the stop signal
@@ -110,6 +111,8 @@ def supervise(step: Callable[[], int | Mapping[str, int] | None], control: Contr
             done = step()
             if done is None:
                 return True
+            if interrupt.requested():  # a signal came while another run swallowed it
+                return False
             control.raise_fault()
             now = time.perf_counter()
             counts = done if isinstance(done, Mapping) else {"": done}

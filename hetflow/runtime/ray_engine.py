@@ -42,6 +42,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from hetflow import interrupt
 from hetflow.errors import InputError, RuntimeFault, first_line
 from hetflow.mapping.interleaving import frames_ahead, phase_rounds
 from hetflow.mapping.mapping import group_members
@@ -76,8 +77,12 @@ def ray_session(address: str | None = None) -> Iterator[Any]:
         yield ray
         return
     try:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                 logging_level=logging.WARNING)
+        with interrupt.foreign_handlers():  # Ray's init installs its own SIGTERM handler
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     logging_level=logging.WARNING)
+    except KeyboardInterrupt:
+        ray.shutdown()  # the processes it started
+        raise
     except (ConnectionError, RuntimeError, ValueError) as e:
         where = address or "a new local instance"
         raise InputError(f"--address {where}: cannot start or reach Ray "

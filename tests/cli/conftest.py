@@ -21,7 +21,7 @@ def hetflow(monkeypatch, capsys):
     def run(*args: str) -> tuple[int, str, str]:
         monkeypatch.setattr(sys, "argv", ["hetflow", *map(str, args)])
         try:
-            main()
+            main(at_once=False)  # a signal must not end the test process
             code = 0
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
