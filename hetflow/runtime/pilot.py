@@ -141,7 +141,10 @@ def _pick(tried: list[dict], ran: list[int], latency_cap: float | None,
             best = incumbent
         return best
     if rate_floor is not None:
-        return max(ran, key=lambda i: keep_chance(rate(i), p99(i), rate_floor, latency_cap))
+        # ties (chances that underflow to zero far from the floor) go to the faster, then the
+        # lower p99: never to a pilot another beat on both counts
+        return max(ran, key=lambda i: (keep_chance(rate(i), p99(i), rate_floor, latency_cap),
+                                       rate(i), -p99(i)))
     ok = [i for i in ran if p99(i) <= latency_cap]
     if not ok:
         return min(ran, key=p99)

@@ -1,7 +1,7 @@
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hetflow.mapping.mapping import Mapping
@@ -128,6 +128,7 @@ def test_keep_chance_follows_the_pilots_noise_model():
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.floats(1.0, 1e4), st.floats(1e-4, 1.0)), min_size=1, max_size=6),
        st.floats(1e-4, 1.0), st.floats(1.0, 1e4))
+@example(pilots=[(1.0, 1.0), (1.0000000000000002, 0.5)], cap=1.0, floor=5.0)  # equal chances
 def test_a_rate_floor_choice_is_never_beaten_on_both_counts(pilots, cap, floor):
     """No other pilot ran faster at a lower p99 than the choice; where one kept the floor and
     the cap with room (1.3x the floor, 0.3 of the cap), the choice kept both."""
