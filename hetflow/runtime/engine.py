@@ -186,7 +186,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     delivering = sorted({p.element for p in programs})
     control, state, order = Control(), RunState(), InOrder(frames)
     sink = Delivery(order, frames, len(set(plan.app.model_outputs.values())), keep_outputs)
-    stream = Stream(inputs, control, sink.deliver, np.full(frames, np.nan),
+    stream = Stream(inputs, control, sink.deliver, [math.nan] * frames,
                     state.events if trace else None)
     threads = [threading.Thread(target=drive, args=(stream, w), daemon=True,
                                 name=f"hetflow-{w.program.element}")
@@ -242,7 +242,8 @@ def summary(plan: Plan, order: InOrder, stream: Stream, delivered_by: np.ndarray
         per_el[el] = per_el.get(el, 0.0) + b / plan.mapping.lanes_of(el)
     n = order.next
     done_at = order.released_at[:n]
-    entered = np.where(np.isnan(stream.first_start[:n]), done_at, stream.first_start[:n])
+    first = np.array(stream.first_start[:n], dtype=float)
+    entered = np.where(np.isnan(first), done_at, first)
     report = stream_report(done_at.tolist(), (done_at - entered).tolist(), warmup, per_el,
                            t_start, complete, plan.predicted, frames_ahead(plan.mapping),
                            order.completed_at.tolist(),

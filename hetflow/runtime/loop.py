@@ -11,6 +11,7 @@ the parallel copies' (fire the whole model, deliver: a lane that never yields) i
 from __future__ import annotations
 
 import collections
+import functools
 import contextlib
 import threading
 import time
@@ -21,7 +22,7 @@ import numpy as np
 
 from .channel import Channel
 from .harness import POLL, Control, Stopped, fault_text
-from .program import DELIVER, FIRE, RECV, SEND, Program, worker_actions
+from .program import DELIVER, FIRE, RECV, SEND, Program, rounds
 from .schedule import Firing
 
 ARRIVAL_POLL = 0.0002  # s: how often a device's driver with a free lane looks for the
@@ -36,7 +37,8 @@ class Stream:
     inputs: Callable[[int], dict[str, np.ndarray]]
     control: Control
     deliver: Callable[[int, dict, int], None]  # (frame, outputs, index of the delivering element)
-    first_start: np.ndarray  # when each frame entered (its arrival, or its first load)
+    first_start: list[float]  # when each frame entered (its arrival, or its first load);
+    # a list: read and written a firing at a time, where a list's item is cheaper than an array's
     events: list | None = None  # trace events (worker, actor, phase, frame, start, end)
     arrive_at: np.ndarray | None = None  # absolute arrival times; None: all there at once
     busy: dict[tuple[str, int], float] = field(default_factory=dict)  # (element, lane) -> s
@@ -72,9 +74,8 @@ class Worker:
         return out
 
     def frames(self) -> Iterator[int]:
-        j, take = self.program.member, self.take
-        while (f := take(j)) is not None:
-            yield f
+        """Its frames, as the group's dispatch hands them out (a C-level iterator)."""
+        return iter(functools.partial(self.take, self.program.member), None)
 
 
 def lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]:
@@ -85,56 +86,63 @@ def lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]:
     inputs, first_start, arrive_at, events = s.inputs, s.first_start, s.arrive_at, s.events
     clock, on_device, index, span = time.perf_counter, w.on_device, w.index, prog.span
     ring: list[dict[str, Any]] = [{} for _ in range(span)]  # tensors of the frames under way
-    spent, where = 0.0, f"stage {prog.actor}"
+    acts = [(act.slot, *item) for act, item in zip(prog.actions, w.bound(lane))]
+    spent, firing = 0.0, None
     try:
-        for (kind, a, b, c), f, n in worker_actions(prog, w.frames(), w.bound(lane)):
-            local = ring[n % span]
-            if kind is FIRE:  # a: the firing, b: its runner, c: model inputs to load first
-                where = a.where
-                if c:
-                    while arrive_at is not None and clock() < arrive_at[f]:
-                        yield ARRIVE, None, f, f"frame {f}'s arrival"
-                    try:
-                        x = inputs(f)
-                    except BaseException as e:
-                        control.fail(f"frame source, frame {f}: {type(e).__name__}: {e}")
+        for base, got in rounds(prog, w.frames()):
+            have = len(got)
+            for slot, kind, a, b, c in acts:
+                n = base + slot
+                if n < 0 or n >= have:  # before its first frame or after its last
+                    continue
+                f, local = got[n], ring[n % span]
+                if kind is FIRE:  # a: the firing, b: its runner, c: model inputs to load first
+                    firing = a
+                    if c:
+                        while arrive_at is not None and clock() < arrive_at[f]:
+                            yield ARRIVE, None, f, f"frame {f}'s arrival"
+                        try:
+                            x = inputs(f)
+                        except BaseException as e:
+                            control.fail(f"frame source, frame {f}: {type(e).__name__}: {e}")
+                            return
+                        for t in c:
+                            local[t] = x[t]
+                    t0 = clock()
+                    if c and first_start[f] != first_start[f]:  # not yet entered (NaN)
+                        first_start[f] = t0 if arrive_at is None else arrive_at[f]
+                    feeds = {t: local[t] for t in a.inputs}
+                    if on_device:
+                        b.submit(feeds)
+                        yield DEVICE, b, f, ""
+                        out = b.collect()
+                    else:
+                        out = b.run(feeds)
+                    t1 = clock()
+                    spent += t1 - t0
+                    if events is not None:
+                        events.append((me, prog.actor, a.phase, f, t0, t1))
+                    local.update(out)
+                elif kind is RECV:  # a: the channel, b: the tensor, c: what a wait is on
+                    ok, item = a.try_get(f)
+                    while not ok:
+                        yield GET, a, f, c
+                        ok, item = a.try_get(f)
+                    local[b] = item
+                elif kind is SEND:
+                    item = local[b]
+                    while not a.try_put(f, item):
+                        yield PUT, a, f, c
+                else:  # DELIVER, a: the model outputs it hands on
+                    if a:
+                        deliver(f, {t: local[t] for t in a}, index)
+                    local.clear()
+                    if stop.is_set():
                         return
-                    for t in c:
-                        local[t] = x[t]
-                    if first_start[f] != first_start[f]:  # not yet entered (NaN)
-                        first_start[f] = clock() if arrive_at is None else arrive_at[f]
-                t0 = clock()
-                feeds = {t: local[t] for t in a.inputs}
-                if on_device:
-                    b.submit(feeds)
-                    yield DEVICE, b, f, ""
-                    out = b.collect()
-                else:
-                    out = b.run(feeds)
-                t1 = clock()
-                spent += t1 - t0
-                if events is not None:
-                    events.append((me, prog.actor, a.phase, f, t0, t1))
-                local.update(out)
-            elif kind is RECV:  # a: the channel, b: the tensor, c: what a wait is on
-                got, item = a.try_get(f)
-                while not got:
-                    yield GET, a, f, c
-                    got, item = a.try_get(f)
-                local[b] = item
-            elif kind is SEND:
-                item = local[b]
-                while not a.try_put(f, item):
-                    yield PUT, a, f, c
-            else:  # DELIVER, a: the model outputs it hands on
-                if a:
-                    deliver(f, {t: local[t] for t in a}, index)
-                local.clear()
-                if stop.is_set():
-                    return
     except GeneratorExit:  # closed by its driver: the run stopped
         raise
     except BaseException as e:  # any failure stops the whole run, naming where it happened
+        where = firing.where if firing is not None else f"stage {prog.actor}"
         control.fail(fault_text(prog.element,
                                 f"lane {lane}, {where}" if prog.lanes > 1 else where, e))
     finally:

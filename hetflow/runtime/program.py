@@ -17,13 +17,14 @@ of a round acts on frames `offsets[p]` rounds ahead, so the first rounds and the
 on fewer frames. The parallel copies' design (the whole model on each element, no channels) is
 two actions a round: fire the whole model, deliver.
 
-`worker_actions` unrolls a program over the frames a worker takes: the one loop every engine
-runs (`runtime.loop`) and the schedule that `hetflow run PLAN --schedule` prints.
+`rounds` unrolls a program over the frames a worker takes, round by round: the one loop every
+engine runs (`runtime.loop`) and `worker_actions`, the schedule that `hetflow run PLAN
+--schedule` prints, iterate it alike.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Iterable, Iterator
 
 from hetflow.mapping.interleaving import phase_rounds
 from hetflow.mapping.mapping import group_members
@@ -122,30 +123,37 @@ def compile_programs(plan: Plan) -> list[Program]:
     return out
 
 
-def worker_actions(program: Program, frames: Iterable[int], bound: Sequence[Any] | None = None
-                   ) -> Iterator[tuple[Any, int, int]]:
-    """(action, frame, n) in the order the worker runs them, n its index among the worker's
-    frames; `bound`: items that stand for the program's actions one for one (an engine's, with
-    their channel or runner), yielded in their place. Frames are taken from `frames` only when
-    a round needs them (a dynamic dispatcher hands a frame to a worker ready to start it)."""
+def rounds(program: Program, frames: Iterable[int]) -> Iterator[tuple[int, list[int]]]:
+    """(base, got) for each round: round i acts on frame got[base + slot] of each action whose
+    base + slot falls in got (`got`: the worker's frames so far, in the order taken). Frames
+    are taken from `frames` only when a round needs them (a dynamic dispatcher hands a frame
+    to a worker ready to start it)."""
     it = iter(frames)
     got: list[int] = []
-    k = program.round_frames
-    acts = list(zip([a.slot for a in program.actions],
-                    program.actions if bound is None else bound))
-    i = -program.ahead
+    k, ahead = program.round_frames, program.ahead
+    if k == 1 and not ahead:  # frame by frame: a round is the next frame (the common case)
+        for n, f in enumerate(it):
+            got.append(f)
+            yield n, got
+        return
+    i = -ahead
     while True:
-        need = (i + program.ahead + 1) * k
+        need = (i + ahead + 1) * k
         while len(got) < need and (f := next(it, None)) is not None:
             got.append(f)
-        base, have = i * k, len(got)
-        if base >= have:
+        if i * k >= len(got):
             return
-        for slot, a in acts:
-            n = base + slot
-            if 0 <= n < have:
-                yield a, got[n], n
+        yield i * k, got
         i += 1
+
+
+def worker_actions(program: Program, frames: Iterable[int]) -> Iterator[tuple[Action, int, int]]:
+    """(action, frame, n) in the order the worker runs them, n its index among its frames."""
+    for base, got in rounds(program, frames):
+        for a in program.actions:
+            n = base + a.slot
+            if 0 <= n < len(got):
+                yield a, got[n], n
 
 
 def describe(plan: Plan, rounds: int = 3) -> list[str]:
