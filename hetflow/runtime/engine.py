@@ -88,7 +88,6 @@ def prepare(plan: Plan, graph: CnnGraph, progress: Callable[[str], None] | None 
     return PreparedPlan(plan, graph, runners, more)
 
 
-
 @dataclass
 class RunState:
     """What a run leaves besides its report: trace events (element, actor, phase, frame, start,
