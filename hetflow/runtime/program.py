@@ -163,8 +163,10 @@ def describe(plan: Plan, rounds: int = 3) -> list[str]:
     lines = []
     for prog in compile_programs(plan):
         laned = f", {prog.lanes} lanes each running it" if prog.lanes > 1 else ""
-        order = (f", rounds of {prog.round_frames} frames, first phase {prog.ahead} rounds ahead"
-                 if prog.ahead or prog.round_frames > 1 else "")
+        k = prog.round_frames
+        order = (f", {k} frame{'s' if k > 1 else ''} a round, first phase {prog.ahead} "
+                 f"round{'s' if prog.ahead != 1 else ''} ahead"
+                 if prog.ahead or k > 1 else "")
         mode = "static dispatch" if prog.pattern is not None else "dynamic dispatch"
         lines.append(f"{prog.element} (stage {prog.actor}, member {prog.member}, {mode}"
                      f"{order}{laned}):")
