@@ -116,10 +116,11 @@ def compile_programs(plan: Plan) -> list[Program]:
         offsets, k = phase_rounds(plan.mapping, actor, len(steps))
         acts = round_actions(steps, list(offsets), k)
         pattern = tuple(plan.mapping.pattern(actor)) if static else None
-        for j, el in enumerate(group_members(actor)):
-            out.append(Program(actor, j, len(group_members(actor)), el,
-                               plan.mapping.lanes_of(el), k,
-                               max(offsets, default=0), acts, pattern))
+        members = group_members(actor)
+        out += [Program(actor, member=j, members=len(members), element=el,
+                        lanes=plan.mapping.lanes_of(el), round_frames=k,
+                        ahead=max(offsets, default=0), actions=acts, pattern=pattern)
+                for j, el in enumerate(members)]
     return out
 
 
