@@ -89,6 +89,10 @@ def register(app: typer.Typer) -> None:
                                                   "from a camera; latency counts from each "
                                                   "frame's arrival (default: as fast as the "
                                                   "plan takes them)"),
+        schedule: bool = typer.Option(False, "--schedule",
+                                      help="print each element's compiled actions (receive, "
+                                           "fire, send, deliver) for its first rounds and "
+                                           "exit without running"),
     ) -> None:
         """Run a plan's CSDF application on this machine; outputs are checked in order.
 
@@ -102,6 +106,11 @@ def register(app: typer.Typer) -> None:
             raise InputError("--address goes with --engine ray")
         check_writable(trace)
         plan = Plan.load(plan_path)
+        if schedule:  # the schedule is a function of the plan alone: no model, no sessions
+            from hetflow.runtime.program import describe
+
+            typer.echo("\n".join(describe(plan, rounds=3)))
+            return
         graph = load_plan_model(plan, model)
         if warmup > frames // 4:
             err_console.print(f"--warmup {warmup} is more than a quarter of --frames {frames}: "

@@ -4,7 +4,7 @@ Mirrors the local engine (`hetflow.runtime.engine`): an actor replicated on k el
 workers; with static dispatch member `pattern[f % len(pattern)]` takes frame f, with dynamic
 dispatch (the default) the least-loaded member does; each worker fires its actor's phases in
 Algorithm 2's cyclic order, frame by frame or in the plan's interleaved order
-(`schedule.phase_sequence`), keeps the tensors a later phase of the same frame reads in its own
+(`runtime.program`), keeps the tensors a later phase of the same frame reads in its own
 memory, and receives the others through channels; outputs are collected in input order and
 checked against the same reference.
 
@@ -44,15 +44,15 @@ import numpy as np
 
 from hetflow import interrupt
 from hetflow.errors import InputError, RuntimeFault, first_line
-from hetflow.mapping.interleaving import frames_ahead, phase_rounds
+from hetflow.mapping.interleaving import frames_ahead
 from hetflow.mapping.mapping import group_members
 from hetflow.mapping.plan import Plan
 from hetflow.model.graph import CnnGraph
 
 from .harness import fault_text
 from .report import RunReport, stream_report
-from .schedule import (Firing, firings, frames_in_flight, member_of, phase_sequence,
-                       submission_order)
+from .program import FIRE, compile_programs, worker_actions
+from .schedule import Firing, firings, frames_in_flight, member_of, submission_order
 
 RAY_MISSING = "--engine ray needs Ray: pip install 'hetflow[ray]'"
 POLL = 0.05
@@ -356,11 +356,12 @@ class RayPipeline:
                             last_entry), kept
 
     def _order(self, frames: int):
-        """(frame, firing) in the order they are handed out: each element's in its own order
-        (frame by frame, or the plan's interleaved one), each after what it reads."""
-        m = self.plan.mapping
-        sequences = {a: phase_sequence(range(frames), *phase_rounds(m, a, len(ps)))
-                     for a, ps in self.plan.app.phases.items()}
+        """(frame, firing) in the order they are handed out: each actor's fire actions in the
+        order of its compiled program (`runtime.program`: frame by frame, or the plan's
+        interleaved one) over all frames, each after what it reads."""
+        programs = {p.actor: p for p in compile_programs(self.plan)}  # its members' alike
+        sequences = {a: ((f, act.phase) for act, f, _ in worker_actions(p, range(frames))
+                         if act.kind == FIRE) for a, p in programs.items()}
         return submission_order(self.firings, sequences)
 
     def _open(self, f: int, x: dict[str, np.ndarray]) -> _Frame:

@@ -97,3 +97,19 @@ def test_the_run_reports_its_energy_and_says_which_counters_exist(hetflow, plan_
     code, out, err = hetflow("run", plan_file, "--frames", "20", "--warmup", "2")
     assert code == 0, err
     assert "plan energy: " in out and "[cpu: " in out
+
+
+def test_schedule_prints_each_elements_actions_and_runs_nothing(hetflow, plan_file, monkeypatch):
+    def no_run(*args, **kwargs):
+        raise AssertionError("--schedule must not run the plan")
+
+    monkeypatch.setattr(api, "run_plan", no_run)
+    code, out, err = hetflow("run", plan_file, "--schedule")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert "cpu0 (stage cpu0, member 0, dynamic dispatch):" in lines
+    assert "cpu1 (stage cpu1, member 0, dynamic dispatch):" in lines
+    cpu0, cpu1 = out.split("cpu1 (stage cpu1")
+    assert "    fire phase 0 of frame 0 (loads " in cpu0 and "    send " in cpu0
+    assert cpu1.index("    recv ") < cpu1.index("    fire phase 0 of frame 0")
+    assert "  round 2:" in cpu1 and "  round 3:" not in cpu1

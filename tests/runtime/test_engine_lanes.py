@@ -65,8 +65,8 @@ def test_k_lanes_keep_k_frames_in_flight():
 
 
 def test_the_report_says_which_elements_delivered_the_frames():
-    """A whole-model group of a laned device and an unlaned one (the direct lane loop and the
-    plain copy loop): each element's share of the frames counted, as frames/s adding up to the
+    """A whole-model group of a laned device and an unlaned one (the parallel copies' design,
+    with lanes on one member): each element's share of the frames counted, as frames/s adding up to the
     plan's rate (the parallel baseline's split). Both members are stand-ins that take
     milliseconds a frame: a CPU core runs this small graph's 120 frames inside one release
     poll, too short a run for any steady rate."""

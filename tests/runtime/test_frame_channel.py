@@ -56,10 +56,18 @@ def test_listeners_wake_on_every_put_and_every_move_of_the_window():
     import threading
 
     ch, wake = FrameChannel("c", 1), threading.Event()
-    ch.listeners.append(wake)
+    ch.listen(wake)
     assert ch.try_put(0, "a") and wake.is_set()
     wake.clear()
     assert not ch.try_put(1, "b") and not wake.is_set()  # no room: nothing changed
     assert ch.try_get(1) == (False, None) and not wake.is_set()
     assert ch.try_get(0) == (True, "a") and wake.is_set()  # the window moved: room for 1
     assert ch.has_room(1) and not ch.has(1)
+
+
+def test_the_frame_channel_has_every_method_the_firing_loop_needs():
+    from hetflow.runtime.channel import Channel
+
+    needed = [m for m in vars(Channel) if not m.startswith("_")]
+    assert {"try_get", "try_put", "has", "has_room", "wait_for", "wait_space", "listen"} <= set(needed)
+    assert all(callable(getattr(FrameChannel("c", 1), m)) for m in needed)

@@ -1,0 +1,246 @@
+"""The one firing loop: a worker runs its compiled actions (`runtime.program`) on its frames.
+
+`lane_loop` runs one lane's actions as a generator that yields where it must wait: a frame not
+yet in a channel, no room in one, a frame yet to arrive, or a run launched on a device. `drive`
+is a worker's thread: it resumes whichever of its lanes' waits is over and, when none is, waits
+on the oldest run in flight, else on a channel or a frame's arrival. A CPU worker has one lane
+that yields only to wait; a GPU worker with k lanes keeps up to k runs in flight (launch on
+every free lane, wait for the oldest, deliver). Every design runs through these two functions,
+the parallel copies' (fire the whole model, deliver: a lane that never yields) included.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import contextlib
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from .channel import Channel
+from .harness import POLL, Control, Stopped, fault_text
+from .program import DELIVER, FIRE, RECV, SEND, Program, rounds
+from .schedule import Firing
+
+ARRIVAL_POLL = 0.0002  # s: how often a device's driver with a free lane looks for the
+# next frame's arrival while its oldest run is still in flight
+GET, PUT, ARRIVE, DEVICE = "get", "put", "arrive", "device"  # what a lane waits on
+
+
+@dataclass
+class Stream:
+    """What every worker of a run shares."""
+
+    inputs: Callable[[int], dict[str, np.ndarray]]
+    control: Control
+    deliver: Callable[[int, dict, int], None]  # (frame, outputs, index of the delivering element)
+    first_start: list[float]  # when each frame entered (its arrival, or its first load);
+    # a list: read and written a firing at a time, where a list's item is cheaper than an array's
+    events: list | None = None  # trace events (worker, actor, phase, frame, start, end)
+    arrive_at: np.ndarray | None = None  # absolute arrival times; None: all there at once
+    busy: dict[tuple[str, int], float] = field(default_factory=dict)  # (element, lane) -> s
+
+
+@dataclass
+class Worker:
+    """A program bound to its element's runners and the run's channels."""
+
+    program: Program
+    cores: list[int]  # where its driving thread runs
+    firings: dict[int, Firing]  # phase -> what it fires
+    runners: list[dict[int, Any]]  # lane -> phase -> runner
+    channels: dict[str, Channel]
+    take: Callable[[int], int | None]  # the group's dispatch: its next frame
+    index: int  # among the elements that deliver (the report's per-element split)
+    on_device: bool  # its runners launch (submit / finished / collect) rather than run
+    wake: threading.Event | None = None  # set by its channels (a laned worker's)
+
+    def bound(self, lane: int) -> list[tuple]:
+        """The program's actions with their channel or runner: (kind, a, b, c)."""
+        out = []
+        for act in self.program.actions:
+            if act.kind == FIRE:
+                out.append((FIRE, self.firings[act.phase], self.runners[lane][act.phase],
+                            act.tensors))
+            elif act.kind in (RECV, SEND):
+                what = (f"channel {act.channel} (from {act.peer})" if act.kind == RECV
+                        else f"space in channel {act.channel} (to {act.peer})")
+                out.append((act.kind, self.channels[act.channel], act.tensors[0], what))
+            else:
+                out.append((DELIVER, act.tensors, None, None))
+        return out
+
+    def frames(self) -> Iterator[int]:
+        """Its frames, as the group's dispatch hands them out (a C-level iterator)."""
+        return iter(functools.partial(self.take, self.program.member), None)
+
+
+def lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]:
+    """Lane `lane` of worker `w` runs its actions, yielding (GET | PUT | ARRIVE | DEVICE, the
+    channel or runner, frame, what it waits on) where it must wait; the driver resumes it once
+    that is over. A failure stops the run naming the element, lane, stage, phase and layers."""
+    prog, control, stop, deliver = w.program, s.control, s.control.stop, s.deliver
+    inputs, first_start, arrive_at, events = s.inputs, s.first_start, s.arrive_at, s.events
+    clock, on_device, index, span = time.perf_counter, w.on_device, w.index, prog.span
+    ring: list[dict[str, Any]] = [{} for _ in range(span)]  # tensors of the frames under way
+    acts = [(act.slot, *item) for act, item in zip(prog.actions, w.bound(lane))]
+    spent, firing = 0.0, None
+    try:
+        for base, got in rounds(prog, w.frames()):
+            have = len(got)
+            for slot, kind, a, b, c in acts:
+                n = base + slot
+                if n < 0 or n >= have:  # before its first frame or after its last
+                    continue
+                f, local = got[n], ring[n % span]
+                if kind is FIRE:  # a: the firing, b: its runner, c: model inputs to load first
+                    firing = a
+                    if c:
+                        while arrive_at is not None and clock() < arrive_at[f]:
+                            yield ARRIVE, None, f, f"frame {f}'s arrival"
+                        try:
+                            x = inputs(f)
+                        except BaseException as e:
+                            control.fail(f"frame source, frame {f}: {type(e).__name__}: {e}")
+                            return
+                        for t in c:
+                            local[t] = x[t]
+                    t0 = clock()
+                    if c and first_start[f] != first_start[f]:  # not yet entered (NaN)
+                        first_start[f] = t0 if arrive_at is None else arrive_at[f]
+                    feeds = {t: local[t] for t in a.inputs}
+                    if on_device:
+                        b.submit(feeds)
+                        yield DEVICE, b, f, ""
+                        out = b.collect()
+                    else:
+                        out = b.run(feeds)
+                    t1 = clock()
+                    spent += t1 - t0
+                    if events is not None:
+                        events.append((me, prog.actor, a.phase, f, t0, t1))
+                    local.update(out)
+                elif kind is RECV:  # a: the channel, b: the tensor, c: what a wait is on
+                    ok, item = a.try_get(f)
+                    while not ok:
+                        yield GET, a, f, c
+                        ok, item = a.try_get(f)
+                    local[b] = item
+                elif kind is SEND:
+                    item = local[b]
+                    while not a.try_put(f, item):
+                        yield PUT, a, f, c
+                else:  # DELIVER, a: the model outputs it hands on
+                    if a:
+                        deliver(f, {t: local[t] for t in a}, index)
+                    local.clear()
+                    if stop.is_set():
+                        return
+    except GeneratorExit:  # closed by its driver: the run stopped
+        raise
+    except BaseException as e:  # any failure stops the whole run, naming where it happened
+        where = firing.where if firing is not None else f"stage {prog.actor}"
+        control.fail(fault_text(prog.element,
+                                f"lane {lane}, {where}" if prog.lanes > 1 else where, e))
+    finally:
+        s.busy[(prog.element, lane)] = spent
+
+
+def _over(kind: str, obj: Any, f: int, arrive_at: np.ndarray | None) -> bool:
+    """Whether a lane's wait is over: its frame in the channel, room in it, or its arrival."""
+    if kind == GET:
+        return obj.has(f)
+    if kind == PUT:
+        return obj.has_room(f)
+    return time.perf_counter() >= arrive_at[f]
+
+
+def _wait_once(s: Stream, oldest_run: Any, waits: list[tuple], me: str,
+               wake: threading.Event | None) -> None:
+    """Block until a wait may be over (at most POLL for a channel, up to the next arrival for a
+    frame yet to arrive), saying what the lowest frame waits on; Stopped once the run stops.
+    The oldest run in flight on a device is waited for first; else, with several lanes, `wake`
+    (set by the lanes' channels on every put and take), else the one wait."""
+    control = s.control
+    if control.stop.is_set():
+        raise Stopped
+    due = [s.arrive_at[w[2]] for w in waits if w[0] == ARRIVE]
+    ahead = max(0.0, min(due) - time.perf_counter()) if due else POLL
+    if oldest_run is not None:
+        if not due:
+            oldest_run.wait()
+        elif not oldest_run.finished():  # whichever comes first: the run's end or a frame
+            time.sleep(min(ahead, ARRIVAL_POLL))
+        return
+    kind, ch, f, what = min(waits, key=lambda w: w[2])
+    control.waiting[me] = what
+    limit = min(POLL, ahead)
+    if wake is not None:
+        wake.wait(limit)
+    elif kind == ARRIVE:
+        control.stop.wait(limit)
+    elif kind == GET:
+        ch.wait_for(f, POLL)
+    else:
+        ch.wait_space(f, POLL)
+
+
+def drive(s: Stream, w: Worker) -> None:
+    """Worker `w`'s thread. Its lanes (k > 1: a GPU's runners, each its own stream) are driven
+    by this one thread, up to k runs in flight: it resumes whichever lane's wait is over and,
+    when none is, waits on the oldest run in flight, else on a channel. One thread per GPU
+    measured steadier and faster than a thread per lane on the H100 machine (several sleeping
+    threads on one driving core wake late by turns). Runs are looked at in launch order,
+    stopping at the first not finished, as `backends.inflight` collects them: asking each
+    lane's run at every step cost the driving thread tens of microseconds a frame at 16-24
+    lanes."""
+    from hetflow.backends import pin_current_thread
+
+    el, k, control = w.program.element, w.program.lanes, s.control
+    gens = [lane_loop(s, w, lane, f"{el}/lane{lane}" if k > 1 else el) for lane in range(k)]
+    in_flight: collections.deque[tuple[int, Any]] = collections.deque()  # (lane, runner)
+    waits: dict[int, tuple] = {}  # lane -> what it waits on
+
+    def resume(i: int) -> None:
+        wait = next(gens[i], None)
+        if wait is None:
+            return
+        if wait[0] == DEVICE:  # launched: its runs are looked at in launch order
+            in_flight.append((i, wait[1]))
+        else:
+            waits[i] = wait
+
+    try:
+        pin_current_thread(w.cores)
+        for i in range(k):
+            resume(i)
+        while in_flight or waits:
+            moved = False
+            if w.wake is not None:
+                w.wake.clear()  # before looking: a change after this sets it again
+            while in_flight and in_flight[0][1].finished():
+                moved = True
+                control.waiting[el] = "running"  # before the firing: it may hang
+                resume(in_flight.popleft()[0])
+            for i, (kind, obj, f, _) in list(waits.items()) if waits else ():
+                if _over(kind, obj, f, s.arrive_at):
+                    moved = True
+                    control.waiting[el] = "running"
+                    del waits[i]
+                    resume(i)
+            if not moved:
+                _wait_once(s, in_flight[0][1] if in_flight else None, list(waits.values()),
+                           el, w.wake)
+    except Stopped:
+        return
+    except BaseException as e:  # noqa: BLE001 - a failure outside any firing
+        control.fail(fault_text(el, f"stage {w.program.actor}", e))
+    finally:
+        for _, runner in in_flight:  # a run left in flight by a stop: free the lane again
+            with contextlib.suppress(Exception):
+                runner.collect()
+        for g in gens:
+            g.close()
