@@ -29,8 +29,8 @@ GROWTH = 0.05
 def two_core_plan(model: str):
     """The model's layers in two halves on the first two usable cores (one core: one stage)."""
     from hetflow.dataflow.csdf import cnn_to_csdf
-    from hetflow.mapping.mapping import Mapping
-    from hetflow.mapping.plan import Plan
+    from hetflow.plan.mapping import Mapping
+    from hetflow.plan.plan import Plan
     from hetflow.model import resolve_model
     from hetflow.platform.spec import ProcessingElement
 
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from hetflow.errors import HetflowError
     from hetflow.io import write_json
-    from hetflow.mapping.plan import Plan
+    from hetflow.plan.plan import Plan
     from hetflow.runtime.api import load_plan_model, run_plan
 
     try:

@@ -23,13 +23,13 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
-from .registry import backend_for
+from hetflow.backends.registry import backend_for
 
 if TYPE_CHECKING:
     from hetflow.model.graph import CnnGraph
     from hetflow.platform.spec import ProcessingElement
 
-    from .base import Runner
+    from hetflow.backends.base import Runner
 
 
 class _Scope:

@@ -8,8 +8,8 @@ from typing import Any
 
 from hetflow.runtime.report import RunReport
 
-from .budget import Facts, plan_extra
-from .rows import run_row
+from hetflow.bench.budget import Facts, plan_extra
+from hetflow.bench.rows import run_row
 
 
 @dataclass
@@ -24,7 +24,7 @@ class Baselines:
 
 def _decide(ctx, problem, prof, singles, parallel, references: int) -> tuple[float, int]:
     """(seconds per baseline run, one-lane reference rows) the budget allows."""
-    from .budget import over
+    from hetflow.bench.budget import over
 
     alone = {e: st["median"] for e, st in prof.whole_model.items() if e in problem.element_index}
     frame_s = max(alone.values(), default=0.01)
@@ -53,7 +53,7 @@ def run_baselines(ctx, problem, prof, source) -> Baselines:
     single element, beside busy CPU copies for the parallel baseline."""
     from hetflow.runtime.baselines import measure_parallel, measure_single
 
-    from .profiles import baseline_elements
+    from hetflow.bench.profiles import baseline_elements
 
     log, graph = ctx.log, ctx.graph
     singles, parallel = baseline_elements(ctx.platform)

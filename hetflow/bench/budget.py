@@ -36,8 +36,8 @@ COMM_S = 0.7  # the profile's hand-off benchmark (0.6-0.7 s on every machine mea
 # copies' first and last frames (they run through all the busy counts)
 LANE_RUNS, LANES_BUILD_S = 2 * (len(LANE_COUNTS) + len(MORE_COUNTS)), 4.0
 PROFILE_WARMUP = 3  # profile_model's default warm-up runs
-PILOT_FRAMES, PILOT_WARMUP = 60, 10  # runtime/pilot.py: a pilot runs at least 60 frames
-MAX_FRAMES = 20000  # runtime/pilot.py frames_for: a run's frames at most
+PILOT_FRAMES, PILOT_WARMUP = 60, 10  # mapping/pilot.py: a pilot runs at least 60 frames
+MAX_FRAMES = 20000  # mapping/pilot.py frames_for: a run's frames at most
 CHECKED_FRAMES = 8  # a plan run checks its first frames against a reference run of the model
 # a plan kind's runners on elements nothing ran on before (a data-parallel plan of vgg19 over
 # seven 2-core groups builds seven sessions of the whole model) and the reference session,

@@ -12,10 +12,9 @@ from typing import Any, Callable
 
 from hetflow.rules import BALANCED_TAIL
 
-from .budget import MINIMUMS, Budget, Facts, over, plan_extra, summary as budget_summary
+from hetflow.bench.budget import MINIMUMS, Budget, Facts, over, plan_extra, summary as budget_summary
 # the profile cache, imported from here by the other benches
-from .profiles import (_profile_path, baseline_elements, cache_dir,  # noqa: F401
-                       cached_profile, get_profile, measure_profile, probe, profiled_elements)
+from hetflow.bench.profiles import baseline_elements, cache_dir, cached_profile, get_profile, measure_profile, probe, profiled_elements
 
 __all__ = ["BenchSettings", "ModelBench", "bench_model", "cache_dir", "cached_profile",
            "get_profile"]
@@ -43,7 +42,7 @@ class BenchSettings:
     # of the parallel baseline's measured p99 (None: skip) ...
     balanced_latency_share: float | None = 0.5
     # ... and at least this share of the parallel baseline's rate: of the pilots, the one most
-    # likely to keep both in its full run (runtime/pilot.py `keep_chance`)
+    # likely to keep both in its full run (mapping/pilot.py `keep_chance`)
     balanced_rate_share: float | None = 0.9
     # a predicted latency is a median, the cap a p99: the balanced search keeps designs whose
     # predicted latency times this is within the cap (else, none being, within the cap itself)
@@ -113,9 +112,9 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
     from hetflow.model import resolve_model
     from hetflow.runtime.inputs import random_source
 
-    from .baselines import run_baselines
-    from .head_to_head import bench_head_to_head
-    from .rows import compared
+    from hetflow.bench.baselines import run_baselines
+    from hetflow.bench.head_to_head import bench_head_to_head
+    from hetflow.bench.rows import compared
 
     t_start = time.perf_counter()
     timeline: list[list] = []  # [seconds since the start, what began then]: where time went
@@ -231,12 +230,12 @@ def bench_kinds(ctx: Context, prof, problem, steps: list[dict], calibration: dic
     timed for one kind's candidates join the calibration of the kinds after it. A plan's
     re-timed stages refine that plan's figure only, never the next kind's search."""
     from hetflow.errors import InfeasibleError
-    from hetflow.mapping.mapping import group_members
+    from hetflow.plan.mapping import group_members
     from hetflow.mapping.planning import search_kind
     from hetflow.model.subnet import subnet_key
-    from hetflow.runtime import pilot
+    from hetflow.mapping import pilot
 
-    from . import plans  # (its functions looked up at the call: tests spy on them)
+    from hetflow.bench import plans  # (its functions looked up at the call: tests spy on them)
 
     settings, log, graph = ctx.settings, ctx.log, ctx.graph
     shared, rows = plans.Shared(), []

@@ -58,7 +58,7 @@ class PlanRun:
     """One strategy's artefacts for one model; any of them may be missing."""
 
     strategy: str
-    plan: Any | None  # hetflow.mapping.plan.Plan
+    plan: Any | None  # hetflow.plan.plan.Plan
     trace: list[TraceEvent] | None
     pareto: list[dict[str, float]] | None
     row: dict[str, Any] | None  # the bench row of this plan's run
@@ -89,7 +89,7 @@ def load_pareto(path: Path) -> list[dict[str, float]]:
 def find_plan_runs(report_dir: Path, model: str, rows: list[dict], strategies: list[str]
                    ) -> list[PlanRun]:
     """Every `{model}.{strategy}.plan.json` in DIR, in the order the bench ran the strategies."""
-    from hetflow.mapping.plan import Plan
+    from hetflow.plan.plan import Plan
 
     prefix, suffix = f"{model}.", ".plan.json"
     found = [Path(p).name[len(prefix):-len(suffix)]

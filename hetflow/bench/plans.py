@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hetflow.errors import HetflowError
-from hetflow.mapping.mapping import group_members
+from hetflow.plan.mapping import group_members
 from hetflow.runtime.report import RunReport
 
-from .budget import Facts, plan_extra
-from .rows import run_row
+from hetflow.bench.budget import Facts, plan_extra
+from hetflow.bench.rows import run_row
 
 
 @dataclass
@@ -171,9 +171,9 @@ def refined(ctx, plan, problem, prof, k: dict) -> tuple[Any, Any]:
 def run_chosen(ctx, label: str, plan, shared: Shared, k: dict) -> tuple[RunReport, str | None]:
     """The plan's run, checked: its own, or the run of the kind that chose the same design
     (whose label is returned with it)."""
-    from hetflow.mapping.mapping import describe_design
+    from hetflow.plan.mapping import describe_design
     from hetflow.runtime.api import run_plan
-    from hetflow.runtime.pilot import frames_for
+    from hetflow.mapping.pilot import frames_for
 
     design = describe_design(plan.app.phases, plan.mapping.lanes)
     same = shared.ran.get(plan.mapping.key())

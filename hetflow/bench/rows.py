@@ -9,7 +9,7 @@ from hetflow.runtime.report import RunReport
 
 def run_row(name: str, kind: str, r: RunReport, predicted: float | None = None,
          search_s: float | None = None, plan=None) -> dict[str, Any]:
-    from hetflow.mapping.mapping import describe_design
+    from hetflow.plan.mapping import describe_design
 
     return {"name": name, "kind": kind, "throughput": r.throughput,
             "latency_p50": r.latency["p50"], "latency_p99": r.latency["p99"],

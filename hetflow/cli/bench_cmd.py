@@ -13,8 +13,7 @@ from hetflow import interrupt
 from hetflow.io import claimed, write_json
 from hetflow.rules import QUICK_MODEL_SECONDS
 
-from .common import (check_writable, console, err_console, positive, print_json, progress,
-                     strategy_list, strategy_names)
+from hetflow.cli.common import check_writable, console, err_console, positive, print_json, progress, strategy_list, strategy_names
 
 
 def print_bench(mb) -> None:
@@ -36,7 +35,7 @@ def print_bench(mb) -> None:
                   f"{r['search_seconds']:.2f}" if r["search_seconds"] is not None else "-",
                   f"{r['checked_frames']} ok" if r["checked_frames"] else "-")
     console.print(t)
-    from hetflow.runtime.pilot import pilot_summary
+    from hetflow.mapping.pilot import pilot_summary
 
     for r in mb.rows:
         if r.get("pilots"):

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from .common import check_writable, console, fmt_si, print_json
+from hetflow.cli.common import check_writable, console, fmt_si, print_json
 
 
 def inspect_summary(graph) -> dict:

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from hetflow import interrupt
 
-from .common import check_writable, console, print_json, progress, strategy_name, strategy_names
+from hetflow.cli.common import check_writable, console, print_json, progress, strategy_name, strategy_names
 
 
 def load_inputs(model: str, profile_path: Path, platform_arg: Optional[str],
@@ -43,7 +43,7 @@ def map_model(graph, platform, prof, strategy: str, calibration: dict | None = N
     choice. Returns (plan, its search result, the pilots tried)."""
     from hetflow.mapping.from_profile import calibrated_problem
     from hetflow.mapping.planning import search_kind
-    from hetflow.runtime.pilot import choose_plan
+    from hetflow.mapping.pilot import choose_plan
 
     options = dict(options or {})
     problem, steps = calibrated_problem(graph, prof, platform, capacity, calibration)
@@ -156,7 +156,7 @@ def register(app: typer.Typer) -> None:
             plan, result, tried = map_model(graph, plat, prof, strategy, calib, capacity, seed,
                                             opts, pilots, interleave, log)
         if tried and not json_out:
-            from hetflow.runtime.pilot import pilot_summary
+            from hetflow.mapping.pilot import pilot_summary
 
             console.print(pilot_summary(tried), highlight=False)
         from hetflow.model import parse_input_shapes

@@ -11,7 +11,7 @@ from rich.table import Table
 from hetflow import interrupt
 from hetflow.io import claimed, write_json
 
-from .common import check_writable, console, positive, print_json, progress
+from hetflow.cli.common import check_writable, console, positive, print_json, progress
 
 
 def _ms(x) -> str:

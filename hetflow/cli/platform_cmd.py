@@ -10,7 +10,7 @@ from rich.text import Text
 
 from hetflow.io import atomic_write_text
 
-from .common import check_writable, console, print_json
+from hetflow.cli.common import check_writable, console, print_json
 
 platform_app = typer.Typer(no_args_is_help=True, help="Describe machines: detect this one, show a "
                            "description, list processing-element configurations.")
@@ -35,7 +35,7 @@ def detect(output: Optional[Path] = typer.Option(None, "-o", "--output",
     check_writable(output)
     if cluster is not None:
         from hetflow.platform.cluster import dump_cluster
-        from hetflow.runtime.cluster_detect import detect_cluster
+        from hetflow.profile.clusters import detect_cluster
 
         text = dump_cluster(detect_cluster(cluster))
     else:

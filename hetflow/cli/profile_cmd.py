@@ -12,7 +12,7 @@ from rich.table import Table
 from hetflow import interrupt
 from hetflow.io import claimed
 
-from .common import check_writable, console, err_console, print_json
+from hetflow.cli.common import check_writable, console, err_console, print_json
 
 
 def profile_summary(prof, graph) -> dict:

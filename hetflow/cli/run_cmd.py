@@ -10,7 +10,7 @@ from rich.table import Table
 from hetflow import interrupt
 from hetflow.io import claimed
 
-from .common import check_writable, console, err_console, positive, print_json, progress
+from hetflow.cli.common import check_writable, console, err_console, positive, print_json, progress
 
 
 def print_report(reports) -> None:
@@ -99,7 +99,7 @@ def register(app: typer.Typer) -> None:
         Exit code 1 when the run fails (a stall, an output that differs from the reference),
         130 when interrupted (after reporting the frames measured so far)."""
         from hetflow.errors import InputError
-        from hetflow.mapping.plan import Plan
+        from hetflow.plan.plan import Plan
         from hetflow.runtime.api import load_plan_model, run_plan
 
         if address and engine != "ray":
@@ -107,7 +107,7 @@ def register(app: typer.Typer) -> None:
         check_writable(trace)
         plan = Plan.load(plan_path)
         if schedule:  # the schedule is a function of the plan alone: no model, no sessions
-            from hetflow.runtime.program import describe
+            from hetflow.plan.program import describe
 
             typer.echo("\n".join(describe(plan, rounds=3)))
             return

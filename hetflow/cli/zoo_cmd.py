@@ -6,7 +6,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from .common import check_writable, console, print_json
+from hetflow.cli.common import check_writable, console, print_json
 
 
 def register(app: typer.Typer) -> None:

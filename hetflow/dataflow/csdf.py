@@ -26,7 +26,7 @@ from typing import Any, Callable, Literal
 from hetflow.errors import InputError
 from hetflow.model.graph import CnnGraph
 
-from .graphs import Actor, Channel, CsdfGraph
+from hetflow.dataflow.graphs import Actor, Channel, CsdfGraph
 
 PhasePolicy = Literal["paper", "maximal"]
 

@@ -9,7 +9,7 @@ from typing import Callable
 
 from hetflow.model.graph import CnnGraph
 
-from .graphs import Actor, Channel, CsdfGraph
+from hetflow.dataflow.graphs import Actor, Channel, CsdfGraph
 
 
 def cnn_to_sdf(graph: CnnGraph, layer_time: Callable[[str], float] | None = None) -> CsdfGraph:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .problem import Problem
+from hetflow.mapping.problem import Problem
 
 Calibration = dict[str, Any]
 

@@ -11,7 +11,7 @@ import numpy as np
 from hetflow.errors import InputError
 from hetflow.platform.cluster import Cluster, split_element
 
-from .problem import Problem
+from hetflow.mapping.problem import Problem
 
 if TYPE_CHECKING:
     from hetflow.model.graph import CnnGraph

@@ -9,7 +9,7 @@ from hetflow.errors import InputError
 from hetflow.model.graph import CnnGraph
 from hetflow.platform.configs import build_config, count_configurations
 
-from .problem import Problem
+from hetflow.mapping.problem import Problem
 
 MAX_CONFIGS = 40
 
@@ -116,7 +116,7 @@ def calibrated_problem(graph: CnnGraph, profile, platform, capacity_frames: int 
     """The cost model `hetflow map` and `hetflow bench` plan with: the profile's, then the
     calibration's steps (`calibration.calibrate`; None: the calibration the profile carries,
     its busy-copies run if it has one). Returns it with the record of the steps applied."""
-    from .calibration import calibrate, profile_calibration
+    from hetflow.mapping.calibration import calibrate, profile_calibration
 
     problem = problem_from_profile(graph, profile, platform, capacity_frames)
     return calibrate(problem, profile,

@@ -4,27 +4,12 @@ predicted throughput (more lanes add frames in flight, hence latency, and device
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Mapping as Mapping_
 
 from hetflow.errors import InputError
-from hetflow.platform.spec import ProcessingElement
 
-from .mapping import Mapping
-from .problem import Metrics, Problem, evaluate
-
-
-def check_plan_lanes(mapping: Mapping, elements: Mapping_[str, ProcessingElement]) -> None:
-    """InputError naming the element for lanes on an element that is not a GPU, a lane count
-    below 1, or lanes on an element the mapping does not use."""
-    used = set(mapping.elements)
-    for e, k in mapping.lanes.items():
-        if e not in used or e not in elements:
-            raise InputError(f"lanes are given for element {e!r}, which the mapping does not use")
-        if elements[e].kind != "gpu":
-            raise InputError(f"element {e!r} is a {elements[e].kind} element: only GPU elements "
-                             f"run lanes (asked for {k})")
-        if not isinstance(k, int) or k < 1:
-            raise InputError(f"element {e!r}: lanes must be a whole number >= 1 (got {k!r})")
+from hetflow.plan.mapping import Mapping
+from hetflow.mapping.problem import Metrics, Problem, evaluate
+from hetflow.plan.plan import check_plan_lanes
 
 
 def check_lanes(problem: Problem, mapping: Mapping) -> None:

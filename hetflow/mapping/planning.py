@@ -1,16 +1,16 @@
 """The one search `hetflow map` and `hetflow bench` plan with: a calibrated cost model in, the
 candidate plans of one plan kind out, best prediction first (the pilots, if any, choose among
-them: `runtime.pilot.choose_plan`)."""
+them: `mapping.pilot.choose_plan`)."""
 from __future__ import annotations
 
 from typing import Callable
 
 from hetflow.errors import InfeasibleError
 
-from . import planner
-from .plan import Plan
-from .problem import Problem
-from .strategies.base import SearchResult
+from hetflow.mapping import planner
+from hetflow.plan.plan import Plan
+from hetflow.mapping.problem import Problem
+from hetflow.mapping.strategies.base import SearchResult
 
 
 def search_kind(problem: Problem, strategies: list[str], platform_name: str, count: int = 1,

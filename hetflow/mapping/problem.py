@@ -19,7 +19,7 @@ from hetflow.errors import InputError
 from hetflow.model.graph import CnnGraph
 from hetflow.platform.spec import ProcessingElement
 
-from .mapping import Mapping, group_members
+from hetflow.plan.mapping import Mapping, group_members
 
 TransferFn = Callable[[int, str, str], float]
 
@@ -299,7 +299,7 @@ def saturated_latency(problem: Problem, mapping: Mapping, app: CsdfApp | None = 
     from hetflow.dataflow.analysis import saturated_latency as analysed
     from hetflow.dataflow.analysis.orders import unfolded
 
-    from .interleaving import channel_windows, firing_orders
+    from hetflow.plan.orders import channel_windows, firing_orders
 
     app = app or build_app(problem, mapping)
     windows = channel_windows(mapping, app, problem.capacity_frames)
@@ -335,7 +335,7 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
     """
     from hetflow.model.subnet import subnet_key
 
-    from .interleaving import extra_windows
+    from hetflow.plan.orders import extra_windows
 
     mapping = mapping or Mapping(app.assignment)
     uniform = {a: _is_uniform(problem, mapping, a) for a in app.phases}
@@ -410,7 +410,7 @@ def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> M
     from hetflow.dataflow.analysis.latency import isolated_latency
     from hetflow.dataflow.analysis.orders import unfolded
 
-    from .interleaving import firing_orders
+    from hetflow.plan.orders import firing_orders
 
     if problem.contention and len(set(mapping.elements)) == 1 and not problem.loaded_times:
         problem = problem.alone

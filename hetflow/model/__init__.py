@@ -5,8 +5,8 @@ from pathlib import Path
 
 from hetflow.errors import InputError
 
-from .graph import CnnGraph, Edge, Layer, TensorInfo
-from .reader import load_model, parse_input_shapes
+from hetflow.model.graph import CnnGraph, Edge, Layer, TensorInfo
+from hetflow.model.reader import load_model, parse_input_shapes
 
 
 def resolve_model(arg: str, input_shapes: dict[str, tuple[int, ...]] | None = None,
@@ -15,7 +15,7 @@ def resolve_model(arg: str, input_shapes: dict[str, tuple[int, ...]] | None = No
     p = Path(arg)
     if p.exists() or p.suffix == ".onnx" or "/" in arg:
         return load_model(p, input_shapes, fuse)
-    from . import zoo
+    from hetflow.model import zoo
 
     try:
         entry = zoo.get_entry(arg)

@@ -6,7 +6,7 @@ from typing import Callable
 
 import onnx
 
-from .graph import TensorInfo
+from hetflow.model.graph import TensorInfo
 
 # Operators that only move or relabel data: zero arithmetic.
 DATA_MOVEMENT = {

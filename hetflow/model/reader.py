@@ -19,8 +19,8 @@ import onnx
 
 from hetflow.errors import InputError, ModelError
 
-from .flops import node_flops
-from .graph import CnnGraph, Layer, TensorInfo
+from hetflow.model.flops import node_flops
+from hetflow.model.graph import CnnGraph, Layer, TensorInfo
 
 log = logging.getLogger("hetflow.model")
 

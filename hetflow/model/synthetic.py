@@ -73,7 +73,7 @@ def random_cnn_model(n_layers: int, seed: int = 0, channels: int = 4, size: int 
 
 def random_cnn_graph(n_layers: int, seed: int = 0, **kw):
     """The CnnGraph of `random_cnn_model` (normalised as if read from a file)."""
-    from .reader import normalise, to_cnn_graph
+    from hetflow.model.reader import normalise, to_cnn_graph
 
     model = normalise(random_cnn_model(n_layers, seed, **kw), f"random{seed}", {})
     g = to_cnn_graph(model, f"random{seed}")

@@ -6,7 +6,7 @@ A single loop releases the element's frames that are due (each application at it
 runs the highest-priority ready firing (priority, then frame; non-preemptive: the scheduling
 model of the schedulability analysis, whose blocking term is the firing already running), and
 otherwise waits for the next release or a message (sleeping, then spinning its last `spin`
-seconds). Readiness is `runtime.schedule.Readiness`: an actor fires its phases in CSDF order, a
+seconds). Readiness is `plan.schedule.Readiness`: an actor fires its phases in CSDF order, a
 firing waits for its inputs of the same frame. A firing whose successor runs elsewhere sends
 the tensors that successor needs to its element's inbox; the element running the application's
 last firing (its *collector*) also hears "part done" from each other element and measures the
@@ -27,9 +27,9 @@ from typing import Callable
 import numpy as np
 
 from hetflow.errors import InputError
-from hetflow.runtime.schedule import Firing, FrameState, Readiness, firings
+from hetflow.plan.schedule import Firing, FrameState, Readiness, firings
 
-from .multiplan import AppEntry, MultiPlan
+from hetflow.multi.multiplan import AppEntry, MultiPlan
 
 SPIN = 3e-4  # s: the last stretch before a release is spun, not slept (wake-up latency)
 PROGRESS_EVERY = 0.2  # s: the longest wait, so a stop or a progress report is never late

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hetflow.errors import InputError
-from hetflow.mapping.plan import Plan
+from hetflow.plan.plan import Plan
 
 if TYPE_CHECKING:
     from hetflow.mapping.problem import Metrics
@@ -82,7 +82,7 @@ class MultiPlan:
     def from_dict(d: Any, source: str = "multi-plan") -> "MultiPlan":
         from hetflow.schema import validate
 
-        from .multiplan_schema import MultiPlanFile
+        from hetflow.multi.multiplan_schema import MultiPlanFile
 
         if isinstance(d, dict) and "kind" not in d and "mapping" in d:
             raise InputError(f"{source}: a single-application plan, not a multi-plan: run it "

@@ -6,10 +6,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from hetflow.mapping.plan_schema import PlanFile
+from hetflow.plan.schema import PlanFile
 from hetflow.schema import FileModel, exact_version
 
-from .multiplan import MULTIPLAN_VERSION
+from hetflow.multi.multiplan import MULTIPLAN_VERSION
 
 
 class AppEntryFile(FileModel):

@@ -16,13 +16,13 @@ from pathlib import Path
 import numpy as np
 
 from hetflow.errors import InfeasibleError, InputError
-from hetflow.mapping.mapping import Mapping, group_members
+from hetflow.plan.mapping import Mapping, group_members
 from hetflow.mapping.problem import Problem, build_app
 from hetflow.model.graph import CnnGraph
 from hetflow.platform.spec import ProcessingElement
 
-from .schedulability import AppSchedule, Task
-from .spec import AppSpec
+from hetflow.multi.schedulability import AppSchedule, Task
+from hetflow.multi.spec import AppSpec
 
 
 @dataclass
@@ -53,7 +53,7 @@ class MultiProblem:
                 raise InputError(f"model {a.spec.model} is given twice (applications "
                                  f"{hashes[h]} and {a.name} have the same model)")
             hashes[h] = a.name
-        from .spec import check_specs
+        from hetflow.multi.spec import check_specs
 
         check_specs([a.spec for a in self.apps])
 
@@ -227,7 +227,7 @@ def load_app(spec: AppSpec, platform, profile_dir: Path | None = None,
 
 def load_multi_problem(specs: list[AppSpec], platform, profile_dir: Path | None = None,
                        calibrate: bool = True, time_stat: str = "median") -> MultiProblem:
-    from .spec import check_specs
+    from hetflow.multi.spec import check_specs
 
     check_specs(specs)
     if time_stat != "median" and not calibrate:

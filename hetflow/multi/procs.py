@@ -25,9 +25,9 @@ from hetflow import interrupt
 from hetflow.errors import RuntimeFault
 from hetflow.runtime.harness import Control, fault_text, supervise
 
-from .element import PROGRESS_EVERY, Element, hosts, make_app, prewarm
-from .multiplan import MultiPlan
-from .report import multi_report
+from hetflow.multi.element import PROGRESS_EVERY, Element, hosts, make_app, prewarm
+from hetflow.multi.multiplan import MultiPlan
+from hetflow.multi.report import multi_report
 
 READY_TIMEOUT = 600.0  # s: loading models and sessions in every process
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from hetflow.runtime.report import RunReport, latency_stats
 
-from .multiplan import AppEntry, MultiPlan
+from hetflow.multi.multiplan import AppEntry, MultiPlan
 
 
 @dataclass

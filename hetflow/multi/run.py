@@ -6,8 +6,8 @@ from typing import Callable
 
 from hetflow.errors import InputError
 
-from .multiplan import MultiPlan
-from .report import MultiRunReport
+from hetflow.multi.multiplan import MultiPlan
+from hetflow.multi.report import MultiRunReport
 
 
 def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
@@ -42,8 +42,8 @@ def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
 
     for a in mp.apps:
         check_cores_present(a.plan.elements.values(), f"application {a.name}")
-    from .procs import hosts, run_processes
-    from .runtime import run_threads
+    from hetflow.multi.procs import hosts, run_processes
+    from hetflow.multi.runtime import run_threads
 
     if engine == "auto":
         engine = "processes" if all(len(set(a.plan.elements)) == 1 for a in mp.apps) else "threads"

@@ -15,9 +15,9 @@ from typing import Callable
 
 from hetflow.runtime.harness import Control, fault_text, stop_threads, supervise
 
-from .element import Element, hosts, make_app, prewarm
-from .multiplan import MultiPlan
-from .report import MultiRunReport, multi_report
+from hetflow.multi.element import Element, hosts, make_app, prewarm
+from hetflow.multi.multiplan import MultiPlan
+from hetflow.multi.report import MultiRunReport, multi_report
 
 POLL = 0.05
 

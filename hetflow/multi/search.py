@@ -30,12 +30,11 @@ from pymoo.optimize import minimize
 from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 
 from hetflow.errors import InfeasibleError, InputError
-from hetflow.mapping.mapping import Mapping
+from hetflow.plan.mapping import Mapping
 from hetflow.mapping.strategies.ga import RowDuplicates
 
-from .problem import MultiProblem, check_periods, schedule_of
-from .schedulability import (PENALTY, AppAnalysis, AppSchedule, analyse, energy_rate, penalty,
-                             utilisation)
+from hetflow.multi.problem import MultiProblem, check_periods, schedule_of
+from hetflow.multi.schedulability import PENALTY, AppAnalysis, AppSchedule, analyse, energy_rate, penalty, utilisation
 
 ALGORITHMS = ("nsga2", "spea2")
 ARCHIVE_LIMIT = 2000  # feasible mappings kept before pruning to the non-dominated ones

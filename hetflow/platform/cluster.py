@@ -4,7 +4,7 @@ links between them, with a transfer-time model t = a + b * bytes per link.
 Elements of a cluster are named `node:element` (`n1:cpu0`, `jetson:gpu0`); their cores stay the
 node's own core ids (the runtime pins threads on that node). This module is the description;
 the mapping problem of a cluster is in `hetflow.mapping.cluster`, the detection of a running Ray
-cluster in `hetflow.runtime.cluster_detect`. Each cluster element carries the Ray
+cluster in `hetflow.profile.clusters`. Each cluster element carries the Ray
 resource that places its worker on its node (`resources={'hetflow_node_n1': 0.001}`), so a plan
 made from a cluster knows where every stage runs.
 

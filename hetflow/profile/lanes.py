@@ -25,7 +25,7 @@ from hetflow.backends.together import frames_in_window, run_together
 from hetflow.errors import RuntimeFault
 from hetflow.model.subnet import extract_subnet
 
-from .measure import random_feeds, stats
+from hetflow.profile.measure import random_feeds, stats
 
 if TYPE_CHECKING:
     from hetflow.model.graph import CnnGraph

@@ -512,7 +512,7 @@ def _measure_lanes(prof: Profile, graph: "CnnGraph", platform: "Platform",
     core that no GPU drives (what the data-parallel baseline runs beside the GPU)."""
     from hetflow.platform.configs import finest_config
 
-    from .lanes import measure_lanes
+    from hetflow.profile.lanes import measure_lanes
 
     gpus = [e for e in elements if e.kind == "gpu"]
     if not gpus:
@@ -533,7 +533,7 @@ def _busy_rates(prof: Profile, graph: "CnnGraph", elements: list[ProcessingEleme
     from hetflow.runtime.baselines import measure_parallel
     from hetflow.runtime.inputs import random_source
 
-    from .lanes import best_busy_lanes
+    from hetflow.profile.lanes import best_busy_lanes
 
     singles = [e for e in elements if e.kind == "cpu" and len(e.cores) == 1
                and e.backend != "none"]

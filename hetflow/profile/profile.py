@@ -174,7 +174,7 @@ class Profile:
     def from_dict(d: Any, source: str = "") -> "Profile":
         from hetflow.schema import validate
 
-        from .profile_schema import ProfileFile
+        from hetflow.profile.profile_schema import ProfileFile
 
         f = validate(ProfileFile, d, source or "profile", "hetflow profile")
         return Profile(**f.model_dump(), source=source)

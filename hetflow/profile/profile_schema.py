@@ -8,7 +8,7 @@ from pydantic import ConfigDict
 
 from hetflow.schema import FileModel, exact_version
 
-from .profile import PROFILE_VERSION
+from hetflow.profile.profile import PROFILE_VERSION
 
 
 class StatsFile(FileModel):

@@ -17,7 +17,7 @@ from hetflow.backends import caller_cores_of, pin_current_thread
 from hetflow.backends.reuse import release, runners_for_many
 from hetflow.model.subnet import extract_subnet
 
-from .measure import random_feeds, stats
+from hetflow.profile.measure import random_feeds, stats
 
 if TYPE_CHECKING:
     from hetflow.model.graph import CnnGraph

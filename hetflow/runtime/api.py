@@ -9,10 +9,10 @@ import numpy as np
 
 from hetflow import interrupt
 from hetflow.errors import InputError
-from hetflow.mapping.plan import Plan
+from hetflow.plan.plan import Plan
 from hetflow.model.graph import CnnGraph
 
-from .report import RunReport
+from hetflow.runtime.report import RunReport
 
 
 def load_plan_model(plan: Plan, model: str | None = None) -> CnnGraph:
@@ -36,7 +36,7 @@ def load_plan_model(plan: Plan, model: str | None = None) -> CnnGraph:
 def make_source(graph: CnnGraph, spec: str, seed: int = 0) -> tuple[Callable[[int], dict], int | None]:
     from pathlib import Path
 
-    from .inputs import image_dir_source, npz_source, random_source
+    from hetflow.runtime.inputs import image_dir_source, npz_source, random_source
 
     if spec == "random":
         return random_source(graph, seed), None
@@ -62,9 +62,9 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
     at most `max_inflight` frames submitted, default `schedule.frames_in_flight`). `rate`:
     frames arrive at this many a second, as from a camera, and each frame's latency counts
     from its arrival; default: fed as fast as the plan takes them."""
-    from .check import check_outputs
-    from .energy import start_energy
-    from .trace import write_trace
+    from hetflow.runtime.check import check_outputs
+    from hetflow.runtime.energy import start_energy
+    from hetflow.runtime.trace import write_trace
 
     if check not in ("first", "all", "none"):
         raise InputError(f"--check {check!r}: use first, all or none")
@@ -76,11 +76,11 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
         raise InputError(f"--rate {rate}: frames per second must be a positive number")
     interrupt.check()  # a signal that an earlier run swallowed: no new run starts
     if engine == "ray":
-        from .ray_engine import import_ray
+        from hetflow.runtime.ray_engine import import_ray
 
         import_ray()  # say how to get Ray before loading anything
     else:
-        from hetflow.mapping.lanes import check_plan_lanes
+        from hetflow.plan.plan import check_plan_lanes
         from hetflow.platform.detect import check_cores_present
 
         check_cores_present(plan.elements.values(),
@@ -95,7 +95,7 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
     arrivals = None if rate is None else np.arange(frames) / rate
     energy = start_energy(plan.elements, local=engine == "local")
     if engine == "ray":
-        from .ray_engine import run_on_ray
+        from hetflow.runtime.ray_engine import run_on_ray
 
         report, kept, events = run_on_ray(plan, graph, source, frames, warmup, keep,
                                           stall_timeout, progress, on_frame, trace, address,
@@ -103,7 +103,7 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
     else:
         from hetflow.backends.reuse import reusing_runners
 
-        from .engine import prepare, run_prepared
+        from hetflow.runtime.engine import prepare, run_prepared
 
         # inside a scope (a bench's, else this run's own) the members of a replica group on
         # single cores share one session of their layers

@@ -19,8 +19,8 @@ from typing import Callable
 from hetflow.model.graph import CnnGraph
 from hetflow.platform.spec import ProcessingElement
 
-from .harness import frozen_heap
-from .report import RunReport, latency_stats
+from hetflow.runtime.harness import frozen_heap
+from hetflow.runtime.report import RunReport, latency_stats
 
 
 def measure_single(graph: CnnGraph, element: ProcessingElement, inputs: Callable[[int], dict],

@@ -13,8 +13,8 @@ import os
 import statistics
 
 from hetflow.dataflow.csdf import cnn_to_csdf
-from hetflow.mapping.mapping import Mapping
-from hetflow.mapping.plan import Plan
+from hetflow.plan.mapping import Mapping
+from hetflow.plan.plan import Plan
 from hetflow.model.synthetic import random_cnn_graph
 from hetflow.platform.spec import ProcessingElement
 
@@ -38,7 +38,7 @@ def ceiling(stages: int = 3, frames: int = 20_000, repeats: int = 3, copies: int
     """{"fps": best of `repeats` runs, "runs": [...], "stages": n} of a no-op chain (of the
     whole model on `copies` members, where given), element i on `cores[i % len(cores)]`
     (default: this process's cores)."""
-    from hetflow.mapping.mapping import group_members, group_name
+    from hetflow.plan.mapping import group_members, group_name
     from hetflow.runtime.check import check_outputs
     from hetflow.runtime.engine import prepare, run_prepared
     from hetflow.runtime.inputs import random_source

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Protocol
 
-from .harness import POLL, Control, Stopped
+from hetflow.runtime.harness import POLL, Control, Stopped
 
 
 class Channel(Protocol):

@@ -17,7 +17,7 @@ from hetflow.backends.energy import (POWERCAP, EnergyMeter, EnergySampler, Windo
                                      finite_or_none, nvml_meters, rapl_meters)
 from hetflow.platform.spec import ProcessingElement
 
-from .report import RunReport
+from hetflow.runtime.report import RunReport
 
 
 def part_of(e: ProcessingElement) -> str:

@@ -30,17 +30,17 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hetflow.mapping.interleaving import frames_ahead
-from hetflow.mapping.mapping import group_members
-from hetflow.mapping.plan import Plan
+from hetflow.plan.orders import frames_ahead
+from hetflow.plan.mapping import group_members
+from hetflow.plan.plan import Plan
 from hetflow.model.graph import CnnGraph
 
-from .channel import FrameChannel
-from .harness import Control, frozen_heap, stop_threads, supervise
-from .loop import Stream, Worker, drive
-from .program import Program, compile_programs
-from .report import RunReport, stream_report
-from .schedule import Dispatch, InOrder, channel_windows, firings
+from hetflow.runtime.channel import FrameChannel
+from hetflow.runtime.harness import Control, frozen_heap, stop_threads, supervise
+from hetflow.runtime.loop import Stream, Worker, drive
+from hetflow.plan.program import Program, compile_programs
+from hetflow.runtime.report import RunReport, stream_report
+from hetflow.plan.schedule import Dispatch, InOrder, channel_windows, firings
 
 __all__ = ["FrameChannel", "PreparedPlan", "RunState", "prepare", "run_prepared"]
 

@@ -20,10 +20,10 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .channel import Channel
-from .harness import POLL, Control, Stopped, fault_text
-from .program import DELIVER, FIRE, RECV, SEND, Program, rounds
-from .schedule import Firing
+from hetflow.runtime.channel import Channel
+from hetflow.runtime.harness import POLL, Control, Stopped, fault_text
+from hetflow.plan.program import DELIVER, FIRE, RECV, SEND, Program, rounds
+from hetflow.plan.schedule import Firing
 
 ARRIVAL_POLL = 0.0002  # s: how often a device's driver with a free lane looks for the
 # next frame's arrival while its oldest run is still in flight

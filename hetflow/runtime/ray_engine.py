@@ -44,15 +44,15 @@ import numpy as np
 
 from hetflow import interrupt
 from hetflow.errors import InputError, RuntimeFault, first_line
-from hetflow.mapping.interleaving import frames_ahead
-from hetflow.mapping.mapping import group_members
-from hetflow.mapping.plan import Plan
+from hetflow.plan.orders import frames_ahead
+from hetflow.plan.mapping import group_members
+from hetflow.plan.plan import Plan
 from hetflow.model.graph import CnnGraph
 
-from .harness import fault_text
-from .report import RunReport, stream_report
-from .program import FIRE, compile_programs, worker_actions
-from .schedule import Firing, firings, frames_in_flight, member_of, submission_order
+from hetflow.runtime.harness import fault_text
+from hetflow.runtime.report import RunReport, stream_report
+from hetflow.plan.program import FIRE, compile_programs, worker_actions
+from hetflow.plan.schedule import Firing, firings, frames_in_flight, member_of, submission_order
 
 RAY_MISSING = "--engine ray needs Ray: pip install 'hetflow[ray]'"
 POLL = 0.05

@@ -11,8 +11,8 @@ import onnx
 import pytest
 
 from hetflow.dataflow.csdf import cnn_to_csdf
-from hetflow.mapping.mapping import Mapping, group_members
-from hetflow.mapping.plan import Plan
+from hetflow.plan.mapping import Mapping, group_members
+from hetflow.plan.plan import Plan
 from hetflow.model.reader import load_model
 from hetflow.model.synthetic import random_cnn_model
 from hetflow.platform.spec import ProcessingElement

@@ -132,7 +132,7 @@ def test_the_parallel_baseline_is_the_better_of_two_passes(tmp_path, monkeypatch
 def test_the_balanced_plan_is_chosen_above_a_share_of_the_parallel_rate(tmp_path, monkeypatch):
     """The balanced kind's pilots are chosen under its latency cap and above its rate floor,
     both shares of the parallel baseline as measured; the throughput kinds have neither."""
-    import hetflow.runtime.pilot as pilot
+    import hetflow.mapping.pilot as pilot
 
     seen = {}
     real = pilot.choose_by_pilot

@@ -10,7 +10,7 @@ import pytest
 
 import fake_gpu
 from hetflow.bench.plans import time_gpu_stages
-from hetflow.mapping.mapping import Mapping
+from hetflow.plan.mapping import Mapping
 from hetflow.mapping.planner import make_plan
 from hetflow.mapping.problem import Problem, evaluate
 from hetflow.model.subnet import subnet_key

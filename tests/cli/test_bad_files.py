@@ -130,7 +130,7 @@ def test_files_hetflow_wrote_on_the_benchmark_machines_still_load():
     of docs/benchmarks.md load."""
     from pathlib import Path
 
-    from hetflow.mapping.plan import Plan
+    from hetflow.plan.plan import Plan
     from hetflow.multi.multiplan import MultiPlan
 
     seen = {"plan": 0, "profile": 0, "multi": 0}

@@ -6,8 +6,8 @@ import os
 import onnx
 
 from hetflow.dataflow.csdf import cnn_to_csdf
-from hetflow.mapping.mapping import Mapping
-from hetflow.mapping.plan import Plan
+from hetflow.plan.mapping import Mapping
+from hetflow.plan.plan import Plan
 from hetflow.model.reader import load_model
 from hetflow.model.synthetic import random_cnn_model
 from hetflow.platform.spec import ProcessingElement

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 
 def test_map_with_the_benchs_calibration_returns_the_benchs_plan(hetflow, tmp_path,
                                                                  monkeypatch):
     from hetflow.bench.core import BenchSettings, bench_model
-    from hetflow.mapping.plan import Plan
+    from hetflow.plan.plan import Plan
     from hetflow.platform import resolve_platform
 
     monkeypatch.setenv("HETFLOW_CACHE", str(tmp_path / "cache"))

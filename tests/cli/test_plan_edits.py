@@ -5,7 +5,7 @@ import json
 import pytest
 
 from hetflow.errors import InputError
-from hetflow.mapping.plan import Plan
+from hetflow.plan.plan import Plan
 
 
 def edited(path, edit):

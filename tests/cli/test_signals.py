@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from hetflow.cli.main import app
 from hetflow.dataflow.csdf import cnn_to_csdf
-from hetflow.mapping.mapping import Mapping
-from hetflow.mapping.plan import Plan
+from hetflow.plan.mapping import Mapping
+from hetflow.plan.plan import Plan
 from hetflow.mapping.problem import Problem
 from hetflow.model.reader import load_model
 from hetflow.model.synthetic import random_cnn_model

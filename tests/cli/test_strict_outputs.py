@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from hetflow.errors import InputError
-from hetflow.mapping.plan import Plan
+from hetflow.plan.plan import Plan
 from hetflow.mapping.problem import Problem
 from hetflow.model.reader import load_model
 from hetflow.model.synthetic import random_cnn_model

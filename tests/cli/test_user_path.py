@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hetflow.cli.main import app
-from hetflow.mapping.plan import Plan
+from hetflow.plan.plan import Plan
 from hetflow.model.synthetic import random_cnn_model
 
 runner = CliRunner()

@@ -84,8 +84,8 @@ def run_split(graph, parts: int = 2, frames: int = 8):
     """The model cut into `parts` contiguous stages on two CPU elements, run and checked: every
     stage a sub-network of the real export."""
     from hetflow.dataflow.csdf import cnn_to_csdf
-    from hetflow.mapping.mapping import Mapping
-    from hetflow.mapping.plan import Plan
+    from hetflow.plan.mapping import Mapping
+    from hetflow.plan.plan import Plan
     from hetflow.model.subnet import extract_subnet
     from hetflow.platform.spec import ProcessingElement
     from hetflow.runtime.api import run_plan

@@ -1,7 +1,7 @@
 """No strategy returns a design analysed below the whole model on one element."""
 from hypothesis import given, settings, strategies as st
 
-from hetflow.mapping.mapping import Mapping
+from hetflow.plan.mapping import Mapping
 from hetflow.mapping.planner import against_whole_model
 from hetflow.mapping.problem import evaluate
 from hetflow.mapping.strategies.base import SearchResult

@@ -4,7 +4,7 @@ baseline, or the profile's busy run for `hetflow map`)."""
 import pytest
 
 from hetflow.mapping.calibration import busy_lane_scales
-from hetflow.mapping.mapping import Mapping, group_name
+from hetflow.plan.mapping import Mapping, group_name
 from hetflow.mapping.problem import evaluate
 from tests.mapping.conftest import make_elements, make_problem
 

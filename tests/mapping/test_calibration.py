@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hetflow.mapping.calibration import apply_step, calibrate, contended
-from hetflow.mapping.mapping import Mapping
+from hetflow.plan.mapping import Mapping
 from hetflow.mapping.problem import evaluate
 from tests.mapping.conftest import make_elements, make_problem
 

@@ -164,7 +164,7 @@ def test_under_a_rate_floor_a_laned_candidate_is_offered_at_the_fewest_lanes_abo
     only the first."""
     from hetflow.mapping.planner import LEAN_MARGIN
     from hetflow.mapping.problem import evaluate
-    from hetflow.mapping.mapping import Mapping
+    from hetflow.plan.mapping import Mapping
 
     problem = _problem()
     problem.lane_slowdown["gpu0"] = {1: 1.0, 2: 1.1, 4: 1.5, 8: 2.4, 16: 4.4}
@@ -195,7 +195,7 @@ def test_the_gpu_alone_at_a_count_a_longer_run_measured_is_a_candidate():
     read by the table alone, now look best, and the 16 lanes that run measured are piloted
     beside them."""
     from hetflow.mapping.calibration import alone_lane_slowdown
-    from hetflow.mapping.mapping import Mapping
+    from hetflow.plan.mapping import Mapping
     from hetflow.mapping.planner import measured_whole_models
     from hetflow.mapping.problem import evaluate
 

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 from hetflow.mapping.calibration import contended
 from hetflow.mapping.from_profile import measured_subnets
-from hetflow.mapping.mapping import Mapping
+from hetflow.plan.mapping import Mapping
 from hetflow.mapping.problem import evaluate
-from hetflow.mapping.mapping import group_name, weighted_pattern
+from hetflow.plan.mapping import group_name, weighted_pattern
 from hetflow.model.subnet import subnet_key
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hetflow.errors import InputError
-from hetflow.mapping.mapping import Mapping, group_members, group_name
+from hetflow.plan.mapping import Mapping, group_members, group_name
 from hetflow.mapping.problem import evaluate
 from hetflow.mapping.strategies import exhaustive
 from hetflow.mapping.strategies.base import configurations, get_strategy

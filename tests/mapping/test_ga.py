@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hetflow.errors import InputError
-from hetflow.mapping.mapping import Mapping, group_members
+from hetflow.plan.mapping import Mapping, group_members
 from hetflow.mapping.problem import evaluate
 from hetflow.mapping.strategies import ga
 from hetflow.mapping.strategies.base import configurations, get_strategy

@@ -5,7 +5,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from hetflow.mapping.mapping import Mapping
+from hetflow.plan.mapping import Mapping
 from hetflow.mapping.problem import evaluate
 from hetflow.mapping.strategies.ga import Encoding, LoadBalanceModel, search
 

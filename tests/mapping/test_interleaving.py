@@ -3,8 +3,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from hetflow.errors import DeadlockError, InputError
-from hetflow.mapping.mapping import Mapping
-from hetflow.mapping.plan import Plan
+from hetflow.plan.mapping import Mapping
+from hetflow.plan.plan import Plan
 from hetflow.mapping.planner import make_plan
 from hetflow.mapping.problem import evaluate, timed_graph
 from synthetic_server import load_bounds, synthetic_problem

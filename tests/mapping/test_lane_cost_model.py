@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from hetflow.errors import InputError
 from hetflow.mapping.lanes import check_lanes, fit_lanes
-from hetflow.mapping.mapping import Mapping
+from hetflow.plan.mapping import Mapping
 from hetflow.mapping.planner import search_plan
 from hetflow.mapping.problem import evaluate
 
@@ -245,7 +245,7 @@ def test_one_lane_adds_the_hosts_work_to_each_phase_but_not_to_the_whole_model(f
 
 
 def test_a_plan_with_lanes_survives_its_file(factory, tmp_path):
-    from hetflow.mapping.plan import Plan
+    from hetflow.plan.plan import Plan
 
     p = gpu_problem(factory)
     plan, _ = search_plan(p, "single", "test")

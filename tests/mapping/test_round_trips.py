@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from hetflow.mapping.mapping import Mapping, group_name, weighted_pattern
+from hetflow.plan.mapping import Mapping, group_name, weighted_pattern
 from hetflow.mapping.planner import search_plan
 from hetflow.mapping.problem import Problem, build_app, evaluate
 from hetflow.mapping.strategies import exhaustive, ga, ilp, moo
@@ -238,7 +238,7 @@ def test_a_plan_keeps_the_interleaved_gpu_at_one_lane(tables):
     # lanes would run frames beside each other on the GPU, which its interleaved order forbids
     from dataclasses import replace
 
-    from hetflow.mapping.interleaving import check_interleave
+    from hetflow.plan.orders import check_interleave
 
     _, p, _ = tables[2]
     p = replace(p, lane_slowdown={GPU: {1: 1.0, 2: 2.0, 4: 4.0}})

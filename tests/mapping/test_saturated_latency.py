@@ -3,7 +3,7 @@ each (a producer computes its next frame before it waits for room), the source n
 import numpy as np
 import pytest
 
-from hetflow.mapping.mapping import Mapping
+from hetflow.plan.mapping import Mapping
 from hetflow.mapping.planner import make_plan
 from hetflow.mapping.problem import Problem, evaluate, saturated_latency
 from hetflow.model.synthetic import random_cnn_graph

@@ -6,7 +6,7 @@ import pytest
 from hetflow.errors import InputError
 from hetflow.multi.problem import MultiProblem, calibrate_to_whole, find_profile, schedule_of
 from hetflow.multi.spec import AppSpec
-from hetflow.mapping.mapping import Mapping
+from hetflow.plan.mapping import Mapping
 from hetflow.profile.profile import Profile
 
 from multi_helpers import app_problem, elements

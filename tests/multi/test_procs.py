@@ -7,7 +7,7 @@ import onnx
 import pytest
 
 from hetflow.errors import InputError, RuntimeFault
-from hetflow.mapping.mapping import Mapping
+from hetflow.plan.mapping import Mapping
 from hetflow.model.synthetic import random_cnn_model
 from hetflow.multi.procs import hosts, run_processes
 from hetflow.multi.run import run_multiplan

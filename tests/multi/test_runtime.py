@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from hetflow.mapping.mapping import Mapping
+from hetflow.plan.mapping import Mapping
 from hetflow.multi.multiplan import MultiPlan, make_multiplan
 from hetflow.multi.problem import MultiProblem
 from hetflow.multi.run import run_multiplan

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from hetflow.errors import InfeasibleError, InputError
-from hetflow.mapping.mapping import Mapping
+from hetflow.plan.mapping import Mapping
 from hetflow.multi.front import write_front
 from hetflow.multi.multiplan import MultiPlan, make_multiplan
 from hetflow.multi.problem import MultiProblem, check_periods, fastest_frame, schedule_of

@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, strategies as st
 
 from hetflow.errors import InputError
-from hetflow.mapping.mapping import Mapping
+from hetflow.plan.mapping import Mapping
 from hetflow.mapping.problem import build_app, timed_graph
 from hetflow.model.synthetic import random_cnn_graph
 from hetflow.mapping.cluster import ClusterTransfer, cluster_problem
 from hetflow.platform.cluster import (Link, cluster_from_dict, dump_cluster, load_cluster,
                                       split_element)
-from hetflow.runtime.cluster_detect import name_nodes
+from hetflow.profile.clusters import name_nodes
 from hetflow.profile.profile import Profile
 
 BOARD = {"name": "board", "clusters": [{"name": "cpu", "cores": "0-1"}],

@@ -3,8 +3,8 @@ import os
 import pytest
 
 from hetflow.dataflow.csdf import cnn_to_csdf
-from hetflow.mapping.mapping import Mapping, group_members
-from hetflow.mapping.plan import Plan
+from hetflow.plan.mapping import Mapping, group_members
+from hetflow.plan.plan import Plan
 from hetflow.platform.spec import ProcessingElement
 
 

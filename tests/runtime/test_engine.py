@@ -40,7 +40,7 @@ def test_the_trace_holds_every_firing_once_on_a_member_in_phase_order(plan_for, 
     """With a trace, each frame fires each phase of each actor exactly once, on a member of
     that actor, and a frame's phases of one actor run in order; whole-model copies (one actor,
     no channels) included."""
-    from hetflow.mapping.mapping import group_members
+    from hetflow.plan.mapping import group_members
 
     graph = GRAPHS[key]
     pool = data.draw(st.sampled_from([["pe0"], ["pe0|pe3"], ["pe1|pe4|pe5"], ["pe0", "pe1"],

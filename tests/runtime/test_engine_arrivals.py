@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import fake_gpu
-from hetflow.mapping.mapping import group_members
+from hetflow.plan.mapping import group_members
 from hetflow.runtime.check import check_outputs
 from hetflow.runtime.engine import prepare, run_prepared
 from hetflow.runtime.inputs import random_source

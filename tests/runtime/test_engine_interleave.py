@@ -9,10 +9,10 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from hetflow.dataflow.analysis import throughput_mcr
 from hetflow.dataflow.analysis.orders import unfolded
 from hetflow.errors import DeadlockError, InputError
-from hetflow.mapping.interleaving import firing_orders
+from hetflow.plan.orders import firing_orders
 from hetflow.model.synthetic import random_cnn_graph
 from hetflow.runtime.api import run_plan
-from hetflow.runtime.schedule import channel_windows, firings, phase_sequence, submission_order
+from hetflow.plan.schedule import channel_windows, firings, phase_sequence, submission_order
 
 GRAPHS = {(n, s): random_cnn_graph(n, s) for n in (8, 16) for s in range(4)}
 

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import fake_gpu
 from hetflow.dataflow.csdf import cnn_to_csdf
 from hetflow.errors import InputError
-from hetflow.mapping.mapping import Mapping, group_members
-from hetflow.mapping.plan import Plan
+from hetflow.plan.mapping import Mapping, group_members
+from hetflow.plan.plan import Plan
 from hetflow.model.synthetic import random_cnn_graph
 from hetflow.platform.spec import ProcessingElement
 from hetflow.runtime.api import run_plan

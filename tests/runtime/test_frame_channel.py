@@ -5,7 +5,7 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hetflow.mapping.mapping import weighted_pattern
+from hetflow.plan.mapping import weighted_pattern
 from hetflow.runtime.engine import FrameChannel
 from hetflow.runtime.harness import Control, Stopped
 

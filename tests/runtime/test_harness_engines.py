@@ -340,7 +340,7 @@ def test_a_stall_names_what_waits_after_the_stall_timeout(engine, tmp_path):
 def test_one_application_hung_beside_a_live_one_is_a_stall(kind, request, monkeypatch, tmp_path):
     """a alone on e0, b alone on e1: b keeps completing frames while a's stage blocks; the run
     must still stop, naming a (counting the frames of both, it ran for ever)."""
-    from hetflow.mapping.mapping import Mapping
+    from hetflow.plan.mapping import Mapping
 
     engine = KINDS[kind](request, monkeypatch, tmp_path)
     engine.mappings = lambda: [Mapping({l.name: on for l in app.graph.layers})

@@ -1,7 +1,7 @@
 """The Ray engine on a local three-node Ray cluster (ray.cluster_utils.Cluster): plans across
 nodes give the reference outputs in order, workers land on their nodes, a killed worker stops the
 run naming its element and node; without Ray, `run_plan(engine="ray")` says how to get it. (The
-order the driver submits firings in is `runtime.schedule.submission_order`, tested in
+order the driver submits firings in is `plan.schedule.submission_order`, tested in
 test_engine_interleave.py.)"""
 import sys
 
@@ -91,7 +91,7 @@ def test_interleaved_orders_run_on_their_nodes_in_order(cluster, plan_for, tmp_p
                                                        round_frames):
     import json
 
-    from hetflow.runtime.schedule import phase_sequence
+    from hetflow.plan.schedule import phase_sequence
 
     graph = GRAPHS[2]
     names = [l.name for l in graph.layers]
@@ -209,7 +209,7 @@ def test_element_on_a_missing_node_is_refused_by_name(cluster, plan_for):
 
 
 def test_detect_cluster_names_nodes_and_measures_links(cluster):
-    from hetflow.runtime.cluster_detect import detect_cluster
+    from hetflow.profile.clusters import detect_cluster
 
     c = detect_cluster(None, sizes=(1 << 10, 4 << 20), repeats=2)
     assert sorted(n.name for n in c.nodes) == sorted(NODES)

@@ -45,7 +45,7 @@ def test_split_plans_equal_the_unsplit_model_frame_by_frame(plan_for, key, data)
 def test_a_plan_with_splits_survives_its_file_and_runs(plan_for, tmp_path):
     import onnx
 
-    from hetflow.mapping.plan import Plan
+    from hetflow.plan.plan import Plan
 
     graph = GRAPHS[(8, 0)]
     path = tmp_path / "m.onnx"
@@ -89,7 +89,7 @@ def test_a_zoo_cnn_with_row_and_channel_splits_runs_across_two_elements(plan_for
     by channels, each part on an element of its own, saved and run from the plan file."""
     import pytest
 
-    from hetflow.mapping.plan import Plan
+    from hetflow.plan.plan import Plan
     from hetflow.model.reader import load_model
 
     zoo = pytest.importorskip("hetflow.model.zoo")

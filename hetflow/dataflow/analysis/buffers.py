@@ -15,10 +15,10 @@ from fractions import Fraction
 
 from hetflow.errors import DeadlockError, InfeasibleError, InputError
 
-from ..graphs import Channel, CsdfGraph
-from .hsdf import Expander
-from .liveness import check_liveness
-from .throughput import critical_cycle
+from hetflow.dataflow.graphs import Channel, CsdfGraph
+from hetflow.dataflow.analysis.hsdf import Expander
+from hetflow.dataflow.analysis.liveness import check_liveness
+from hetflow.dataflow.analysis.throughput import critical_cycle
 
 RELATIVE_TOLERANCE = 1e-9
 MAX_DOUBLINGS = 40

@@ -34,9 +34,9 @@ import numpy as np
 
 from hetflow.errors import DeadlockError, InputError
 
-from ..graphs import Channel, CsdfGraph
-from .orders import FiringOrders, check_firing_orders, processor_schedules
-from .repetition import repetition_vector
+from hetflow.dataflow.graphs import Channel, CsdfGraph
+from hetflow.dataflow.analysis.orders import FiringOrders, check_firing_orders, processor_schedules
+from hetflow.dataflow.analysis.repetition import repetition_vector
 
 MAX_NODES = 100_000
 

@@ -21,10 +21,10 @@ from itertools import combinations_with_replacement
 
 from hetflow.errors import DeadlockError
 
-from ..graphs import CsdfGraph
-from .orders import Firing, FiringOrders
-from .repetition import repetition_vector
-from .throughput import ThroughputResult, throughput_mcr
+from hetflow.dataflow.graphs import CsdfGraph
+from hetflow.dataflow.analysis.orders import Firing, FiringOrders
+from hetflow.dataflow.analysis.repetition import repetition_vector
+from hetflow.dataflow.analysis.throughput import ThroughputResult, throughput_mcr
 
 
 @dataclass(frozen=True)

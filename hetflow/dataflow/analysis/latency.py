@@ -31,13 +31,13 @@ import numpy as np
 
 from hetflow.errors import InputError
 
-from ..graphs import CsdfGraph
-from .hsdf import Hsdf, common_scale, expand, zero_token_order
-from .liveness import check_liveness
-from .mcr import max_cycle_ratio
-from .orders import FiringOrders
-from .simulation import StateSpaceLimitError
-from .throughput import critical_cycle
+from hetflow.dataflow.graphs import CsdfGraph
+from hetflow.dataflow.analysis.hsdf import Hsdf, common_scale, expand, zero_token_order
+from hetflow.dataflow.analysis.liveness import check_liveness
+from hetflow.dataflow.analysis.mcr import max_cycle_ratio
+from hetflow.dataflow.analysis.orders import FiringOrders
+from hetflow.dataflow.analysis.simulation import StateSpaceLimitError
+from hetflow.dataflow.analysis.throughput import critical_cycle
 
 MAX_ITERATIONS = 10_000
 RELATIVE_TOLERANCE = 1e-9

@@ -15,9 +15,9 @@ from typing import Iterable
 
 from hetflow.errors import DeadlockError
 
-from ..graphs import CsdfGraph
-from .orders import processor_schedules
-from .repetition import repetition_vector
+from hetflow.dataflow.graphs import CsdfGraph
+from hetflow.dataflow.analysis.orders import processor_schedules
+from hetflow.dataflow.analysis.repetition import repetition_vector
 
 
 def check_liveness(g: CsdfGraph, ordered: Iterable[str] = ()) -> None:

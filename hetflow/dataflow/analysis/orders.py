@@ -18,7 +18,7 @@ from typing import Iterable
 
 from hetflow.errors import InputError
 
-from ..graphs import CsdfGraph
+from hetflow.dataflow.graphs import CsdfGraph
 
 
 def processor_schedules(g: CsdfGraph, q: dict[str, int], ordered: Iterable[str] = ()

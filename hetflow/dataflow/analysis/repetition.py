@@ -14,7 +14,7 @@ from fractions import Fraction
 
 from hetflow.errors import InputError
 
-from ..graphs import CsdfGraph
+from hetflow.dataflow.graphs import CsdfGraph
 
 
 def repetition_vector(g: CsdfGraph) -> dict[str, int]:

@@ -43,12 +43,12 @@ import networkx as nx
 
 from hetflow.errors import DeadlockError, HetflowError
 
-from ..graphs import CsdfGraph
-from .hsdf import _last_needed, common_scale
-from .liveness import check_liveness
-from .orders import FiringOrders, check_firing_orders, processor_schedules
-from .repetition import repetition_vector
-from .throughput import ThroughputResult
+from hetflow.dataflow.graphs import CsdfGraph
+from hetflow.dataflow.analysis.hsdf import _last_needed, common_scale
+from hetflow.dataflow.analysis.liveness import check_liveness
+from hetflow.dataflow.analysis.orders import FiringOrders, check_firing_orders, processor_schedules
+from hetflow.dataflow.analysis.repetition import repetition_vector
+from hetflow.dataflow.analysis.throughput import ThroughputResult
 
 MAX_FIRINGS = 2_000_000
 

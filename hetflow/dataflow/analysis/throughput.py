@@ -5,11 +5,11 @@ import math
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 
-from ..graphs import CsdfGraph
-from .hsdf import Hsdf, expand, zero_token_order
-from .liveness import check_liveness
-from .mcr import max_cycle_ratio
-from .orders import FiringOrders
+from hetflow.dataflow.graphs import CsdfGraph
+from hetflow.dataflow.analysis.hsdf import Hsdf, expand, zero_token_order
+from hetflow.dataflow.analysis.liveness import check_liveness
+from hetflow.dataflow.analysis.mcr import max_cycle_ratio
+from hetflow.dataflow.analysis.orders import FiringOrders
 
 
 @dataclass

@@ -8,8 +8,8 @@ from typing import Any, Callable, Protocol
 
 from hetflow.errors import InputError
 
-from ..mapping import Mapping, group_name
-from ..problem import Metrics, Problem
+from hetflow.plan.mapping import Mapping, group_name
+from hetflow.mapping.problem import Metrics, Problem
 
 
 @dataclass

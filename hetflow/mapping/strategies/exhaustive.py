@@ -34,10 +34,10 @@ import numpy as np
 from hetflow.errors import InputError
 from hetflow.platform.configs import integer_partitions
 
-from ..interleaving import RunScores
-from ..mapping import Mapping, group_name
-from ..problem import Problem, evaluate
-from .base import SearchResult, configurations
+from hetflow.mapping.interleaving import RunScores
+from hetflow.plan.mapping import Mapping, group_name
+from hetflow.mapping.problem import Problem, evaluate
+from hetflow.mapping.strategies.base import SearchResult, configurations
 
 MAX_LAYERS = 12
 MAX_ELEMENTS = 4

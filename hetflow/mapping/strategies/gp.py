@@ -46,9 +46,9 @@ import numpy as np
 
 from hetflow.errors import InfeasibleError, InputError
 
-from ..mapping import group_members
-from ..problem import Problem
-from .base import SearchResult, configurations
+from hetflow.plan.mapping import group_members
+from hetflow.mapping.problem import Problem
+from hetflow.mapping.strategies.base import SearchResult, configurations
 
 
 @dataclass
@@ -269,7 +269,7 @@ def _apply_split(problem: Problem, base_mapping, layer: str, sizes: dict[str, in
     the layer's own actor (the input arrives there; each part is sent only its rows)."""
     from hetflow.model.split import LayerSplit, concat_name, slice_name
 
-    from ..mapping import Mapping
+    from hetflow.plan.mapping import Mapping
 
     used = [e for e, c in sizes.items() if c > 0]
     split = LayerSplit(layer, tuple(sizes[e] for e in used), axis)
@@ -300,7 +300,7 @@ def search(problem: Problem, seed: int = 0, layer: str | None = None,
     depthwise ones too) its output rows."""
     from hetflow.model.split import AXES, LayerSplit, check_split, split_size
 
-    from .base import get_strategy
+    from hetflow.mapping.strategies.base import get_strategy
 
     t0 = time.perf_counter()
     layer = layer or heaviest_conv(problem)
@@ -324,7 +324,7 @@ def search(problem: Problem, seed: int = 0, layer: str | None = None,
         grouped = {e for a in mapping.actors if "|" in a for e in group_members(a)}
         free = [e for e in elements if e not in grouped]
         if len(free) < 2:  # the base replicates over (nearly) everything: split beside the
-            from .base import whole_model_on  # model run on the layer's home element instead
+            from hetflow.mapping.strategies.base import whole_model_on  # model run on the layer's home element instead
 
             split_base, free = whole_model_on(problem, home), list(elements)
         elements = free
@@ -359,7 +359,7 @@ def search(problem: Problem, seed: int = 0, layer: str | None = None,
         "base_strategy": base, "base_throughput": based.metrics.throughput,
     }
     if apply != "never" and sum(1 for c in per_element.values() if c > 0) >= 2:
-        from ..problem import evaluate
+        from hetflow.mapping.problem import evaluate
 
         sp, split_mapping, split = _apply_split(problem, split_base, layer, per_element,
                                                 split_base.assignment[layer], axis)

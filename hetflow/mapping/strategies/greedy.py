@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import time
 
-from ..interleaving import RunScores
-from ..mapping import Mapping
-from ..problem import Problem
-from .base import SearchResult, best_of, configurations
+from hetflow.mapping.interleaving import RunScores
+from hetflow.plan.mapping import Mapping
+from hetflow.mapping.problem import Problem
+from hetflow.mapping.strategies.base import SearchResult, best_of, configurations
 
 
 def greedy_assignment(problem: Problem, config: list[str]) -> dict[str, str]:

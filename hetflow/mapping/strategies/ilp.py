@@ -46,10 +46,10 @@ from scipy.sparse import coo_array
 
 from hetflow.errors import InfeasibleError, InputError
 
-from ..mapping import Mapping
-from ..interleaving import RunScores
-from ..problem import Problem
-from .base import SearchResult, configurations
+from hetflow.plan.mapping import Mapping
+from hetflow.mapping.interleaving import RunScores
+from hetflow.mapping.problem import Problem
+from hetflow.mapping.strategies.base import SearchResult, configurations
 
 US = 1e6
 

@@ -29,12 +29,11 @@ from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 
 from hetflow.errors import InfeasibleError, InputError
 
-from ..interleaving import RunScores
-from ..mapping import Mapping
-from ..problem import Metrics, Problem
-from .base import SearchResult, best_of, configurations
-from .ga import (CanonicalRepair, Encoding, RowDuplicates, SingleGeneMutation, SinglePoint,
-                 baseline_seeds, pipeline_seeds)
+from hetflow.mapping.interleaving import RunScores
+from hetflow.plan.mapping import Mapping
+from hetflow.mapping.problem import Metrics, Problem
+from hetflow.mapping.strategies.base import SearchResult, best_of, configurations
+from hetflow.mapping.strategies.ga import CanonicalRepair, Encoding, RowDuplicates, SingleGeneMutation, SinglePoint, baseline_seeds, pipeline_seeds
 
 OBJECTIVES = ("throughput", "latency", "energy", "memory")
 

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..mapping import Mapping, group_name
-from ..interleaving import RunScores
-from ..problem import Problem
-from .base import SearchResult, best_of, configurations
+from hetflow.plan.mapping import Mapping, group_name
+from hetflow.mapping.interleaving import RunScores
+from hetflow.mapping.problem import Problem
+from hetflow.mapping.strategies.base import SearchResult, best_of, configurations
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import time
 
-from ..mapping import Mapping, group_name, weighted_pattern
-from ..problem import Problem, evaluate
-from .base import SearchResult, best_of, configurations, replica_groups, whole_model_on
+from hetflow.plan.mapping import Mapping, group_name, weighted_pattern
+from hetflow.mapping.problem import Problem, evaluate
+from hetflow.mapping.strategies.base import SearchResult, best_of, configurations, replica_groups, whole_model_on
 
 
 def search(problem: Problem, seed: int = 0, replicate: bool = True, weighted: bool = True,

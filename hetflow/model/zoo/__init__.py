@@ -16,8 +16,8 @@ import onnx
 from hetflow.errors import InputError
 from hetflow.io import atomic_write_bytes, cache_root
 
-from .builder import GraphBuilder, parameter_count
-from .catalog import ALIASES, CATALOG, ZOO_VERSION, ZooEntry
+from hetflow.model.zoo.builder import GraphBuilder, parameter_count
+from hetflow.model.zoo.catalog import ALIASES, CATALOG, ZOO_VERSION, ZooEntry
 
 __all__ = ["ZooEntry", "ZOO_VERSION", "list_models", "get_entry", "build_model", "export_model",
            "cached_model_path", "parameter_count", "cache_dir"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import classic, densenet, fer, googlenet, mobilenet, resnet, yolo
-from .builder import GraphBuilder, Tensor
+from hetflow.model.zoo import classic, densenet, fer, googlenet, mobilenet, resnet, yolo
+from hetflow.model.zoo.builder import GraphBuilder, Tensor
 
 # Bump when any architecture or the weight generator changes: cached files carry it in their name.
 ZOO_VERSION = "1"

@@ -7,7 +7,7 @@ Dropout is omitted: it is the identity at inference.
 """
 from __future__ import annotations
 
-from .builder import GraphBuilder, Tensor
+from hetflow.model.zoo.builder import GraphBuilder, Tensor
 
 
 def alexnet(b: GraphBuilder, x: Tensor) -> Tensor:

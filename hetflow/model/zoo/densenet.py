@@ -6,7 +6,7 @@ all of them: the many-edge join pattern that makes DenseNet a hard dataflow grap
 """
 from __future__ import annotations
 
-from .builder import GraphBuilder, Tensor
+from hetflow.model.zoo.builder import GraphBuilder, Tensor
 
 GROWTH, BN_SIZE = 32, 4
 

@@ -7,7 +7,7 @@ last fully connected layer too). Dropout is omitted (identity at inference).
 """
 from __future__ import annotations
 
-from .builder import GraphBuilder, Tensor
+from hetflow.model.zoo.builder import GraphBuilder, Tensor
 
 GROUPS = [[64, 64], [128, 128], [256, 256, 256], [256, 256, 256]]
 

@@ -7,7 +7,7 @@ here so that shapes and the 6,624,904 parameters match torchvision. No input tra
 """
 from __future__ import annotations
 
-from .builder import GraphBuilder, Tensor
+from hetflow.model.zoo.builder import GraphBuilder, Tensor
 
 # name -> (1x1, 3x3 reduce, 3x3, "5x5" reduce, "5x5", pool proj), as in torchvision
 INCEPTIONS = {

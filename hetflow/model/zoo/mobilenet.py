@@ -8,7 +8,7 @@ Keras (`conv_dw_1`, `conv_pw_1_bn`, ...). Keras pads strided convs asymmetricall
 """
 from __future__ import annotations
 
-from .builder import GraphBuilder, Tensor
+from hetflow.model.zoo.builder import GraphBuilder, Tensor
 
 # (pointwise out channels, depthwise stride) of the 13 separable blocks
 V1_BLOCKS = [(64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2),

@@ -5,7 +5,7 @@ third uses are `relu_1`, `relu_2` (the names torch.onnx gives them).
 """
 from __future__ import annotations
 
-from .builder import GraphBuilder, Tensor
+from hetflow.model.zoo.builder import GraphBuilder, Tensor
 
 
 def _conv_bn(b: GraphBuilder, x: Tensor, conv: str, bn: str, out: int, kernel: int,

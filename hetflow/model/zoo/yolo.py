@@ -8,7 +8,7 @@ Names are darknet-like: `conv1`, `bn1`, `leaky1`, `pool1`, ...
 """
 from __future__ import annotations
 
-from .builder import GraphBuilder, Tensor
+from hetflow.model.zoo.builder import GraphBuilder, Tensor
 
 
 def _conv_bn_leaky(b: GraphBuilder, x: Tensor, i: int, out: int) -> Tensor:

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hetflow import rules
-from hetflow.runtime.pilot import _pick, keep_chance
+from hetflow.mapping.pilot import _pick, keep_chance
 
 
 @pytest.mark.parametrize("rule", rules.ALL, ids=lambda r: r.name)

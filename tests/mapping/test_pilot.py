@@ -4,10 +4,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from hetflow.mapping.mapping import Mapping
+from hetflow.plan.mapping import Mapping
 from hetflow.rules import (PILOT_CHALLENGE, PILOT_P99_DRIFT, PILOT_P99_SPREAD, PILOT_RATE_DRIFT,
                            PILOT_RATE_SPREAD)
-from hetflow.runtime.pilot import choose_by_pilot, frames_for, pilot_summary
+from hetflow.mapping.pilot import choose_by_pilot, frames_for, pilot_summary
 from hetflow.runtime.report import RunReport
 
 CHALLENGE = PILOT_CHALLENGE.value
@@ -110,7 +110,7 @@ def test_with_a_rate_floor_a_p99_at_the_cap_loses_to_room_under_it(monkeypatch):
 
 
 def test_keep_chance_follows_the_pilots_noise_model():
-    from hetflow.runtime.pilot import keep_chance
+    from hetflow.mapping.pilot import keep_chance
 
     RATE_DRIFT, RATE_SPREAD = PILOT_RATE_DRIFT.value, PILOT_RATE_SPREAD.value
     P99_DRIFT, P99_SPREAD = PILOT_P99_DRIFT.value, PILOT_P99_SPREAD.value
@@ -132,7 +132,7 @@ def test_keep_chance_follows_the_pilots_noise_model():
 def test_a_rate_floor_choice_is_never_beaten_on_both_counts(pilots, cap, floor):
     """No other pilot ran faster at a lower p99 than the choice; where one kept the floor and
     the cap with room (1.3x the floor, 0.3 of the cap), the choice kept both."""
-    from hetflow.runtime.pilot import _pick
+    from hetflow.mapping.pilot import _pick
 
     tried = [{"pilot_throughput": r, "pilot_latency_p99": l} for r, l in pilots]
     i = _pick(tried, list(range(len(tried))), cap, None, floor)
@@ -169,7 +169,7 @@ def test_with_a_rate_floor_p99s_far_under_the_cap_go_to_the_faster(monkeypatch):
 def test_with_a_rate_floor_room_far_under_the_cap_buys_no_place(pilots):
     """Every pilot far under the cap (at most 0.3 of it) and near the floor: the fastest is
     chosen, however much lower another's p99 (fewer lanes, fewer frames in flight)."""
-    from hetflow.runtime.pilot import _pick
+    from hetflow.mapping.pilot import _pick
 
     floor, cap = 1000.0, 0.01
     tried = [{"pilot_throughput": r * floor, "pilot_latency_p99": l * cap} for r, l in pilots]
@@ -220,7 +220,7 @@ def test_a_throughput_plan_gives_up_no_rate_for_fewer_cores(monkeypatch):
 def test_without_a_cap_the_choice_is_the_fastest_or_the_incumbent(pilots, held):
     """Cores never buy a place: the pick is the fastest pilot, or the incumbent where none
     beats it by CHALLENGE."""
-    from hetflow.runtime.pilot import _pick
+    from hetflow.mapping.pilot import _pick
 
     tried = [{"pilot_throughput": r, "pilot_latency_p99": 0.01, "cores": c} for r, c in pilots]
     ran = list(range(len(tried)))

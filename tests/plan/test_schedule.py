@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from hetflow.dataflow.csdf import cnn_to_csdf
 from hetflow.model.synthetic import random_cnn_graph
-from hetflow.runtime.schedule import Dispatch, InOrder, Readiness, firings
+from hetflow.plan.schedule import Dispatch, InOrder, Readiness, firings
 
 GRAPHS = {s: random_cnn_graph(16, s) for s in range(4)}
 

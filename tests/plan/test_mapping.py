@@ -1,6 +1,6 @@
 from hypothesis import given, strategies as st
 
-from hetflow.mapping.mapping import Mapping, group_name
+from hetflow.plan.mapping import Mapping, group_name
 
 
 @given(st.integers(2, 6), st.integers(1, 5))
@@ -20,7 +20,7 @@ def test_mappings_that_run_alike_have_one_key(members, layers):
 
 
 def test_one_notation_for_designs():
-    from hetflow.mapping.mapping import describe_design
+    from hetflow.plan.mapping import describe_design
 
     assert describe_design(["gpu0", "cpu0|cpu1", "cpu2-5"], {"gpu0": 8}) == \
         "gpu0 x8 + cpu0|cpu1 + cpu2-5"

@@ -319,7 +319,7 @@ class InOrder:
 def channel_windows(plan) -> dict[str, int]:
     """Frames each channel of `plan` may hold ahead of its consumer
     (`mapping.interleaving.channel_windows`, which the analysis of a saturated run reads too)."""
-    from hetflow.mapping.interleaving import channel_windows as windows
+    from hetflow.plan.orders import channel_windows as windows
 
     return windows(plan.mapping, plan.app, plan.capacity_frames)
 

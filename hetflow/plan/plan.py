@@ -11,8 +11,9 @@ from hetflow.errors import InputError
 from hetflow.model.split import LayerSplit
 from hetflow.platform.spec import ProcessingElement
 
-from .interleaving import check_interleave
-from .mapping import Mapping, group_members
+from hetflow.plan.orders import check_interleave
+from hetflow.plan.mapping import Mapping, group_members
+from typing import Mapping as Mapping_
 
 PLAN_VERSION = 1  # plan_schema.PlanFile describes it
 
@@ -62,7 +63,7 @@ class Plan:
     def from_dict(d: Any, source: str = "plan") -> "Plan":
         from hetflow.schema import validate
 
-        from .plan_schema import PlanFile
+        from hetflow.plan.schema import PlanFile
 
         return Plan.from_file(validate(PlanFile, d, source, "hetflow plan"), source)
 
@@ -162,3 +163,17 @@ class Plan:
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise InputError(f"{path}: not a JSON plan file ({e})") from None
         return Plan.from_dict(d, str(path))
+
+
+def check_plan_lanes(mapping: Mapping, elements: Mapping_[str, ProcessingElement]) -> None:
+    """InputError naming the element for lanes on an element that is not a GPU, a lane count
+    below 1, or lanes on an element the mapping does not use."""
+    used = set(mapping.elements)
+    for e, k in mapping.lanes.items():
+        if e not in used or e not in elements:
+            raise InputError(f"lanes are given for element {e!r}, which the mapping does not use")
+        if elements[e].kind != "gpu":
+            raise InputError(f"element {e!r} is a {elements[e].kind} element: only GPU elements "
+                             f"run lanes (asked for {k})")
+        if not isinstance(k, int) or k < 1:
+            raise InputError(f"element {e!r}: lanes must be a whole number >= 1 (got {k!r})")

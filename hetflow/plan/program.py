@@ -26,11 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-from hetflow.mapping.interleaving import phase_rounds
-from hetflow.mapping.mapping import group_members
-from hetflow.mapping.plan import Plan
+from hetflow.plan.orders import phase_rounds
+from hetflow.plan.mapping import group_members
+from hetflow.plan.plan import Plan
 
-from .schedule import Firing, firings
+from hetflow.plan.schedule import Firing, firings
 
 RECV, FIRE, SEND, DELIVER = "recv", "fire", "send", "deliver"
 

@@ -6,11 +6,11 @@ import re
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from hetflow.mapping.mapping import group_members
+from hetflow.plan.mapping import group_members
 from hetflow.model.synthetic import random_cnn_graph
-from hetflow.runtime.program import (DELIVER, FIRE, RECV, SEND, compile_programs, describe,
+from hetflow.plan.program import (DELIVER, FIRE, RECV, SEND, compile_programs, describe,
                                      worker_actions)
-from hetflow.runtime.schedule import phase_sequence
+from hetflow.plan.schedule import phase_sequence
 
 GRAPHS = {(n, s): random_cnn_graph(n, s) for n in (8, 16) for s in range(4)}
 ELEMENTS = ["pe0", "pe1", "pe2", "pe0|pe1", "pe1|pe2|pe3"]

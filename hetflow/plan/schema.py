@@ -8,7 +8,7 @@ from pydantic import Field
 
 from hetflow.schema import FileModel, exact_version
 
-from .plan import PLAN_VERSION
+from hetflow.plan.plan import PLAN_VERSION
 
 
 class ElementFile(FileModel):

@@ -12,13 +12,13 @@ import statistics
 from typing import Any, Callable
 
 from hetflow.errors import HetflowError
-from hetflow.mapping.mapping import describe_design
-from hetflow.mapping.plan import Plan
+from hetflow.plan.mapping import describe_design
+from hetflow.plan.plan import Plan
 from hetflow.model.graph import CnnGraph
 from hetflow.rules import (PILOT_CHALLENGE, PILOT_P99_DRIFT, PILOT_P99_SPREAD, PILOT_RATE_DRIFT,
                            PILOT_RATE_SPREAD, PILOT_ROOM, PILOT_SAME_RATE)
 
-from .report import RunReport
+from hetflow.runtime.report import RunReport
 
 
 def frames_for(plan: Plan, seconds: float, at_least: int, at_most: int = 20000,
@@ -50,7 +50,7 @@ def choose_by_pilot(candidates: list[tuple[Plan, Any]], graph: CnnGraph | None,
     the pilots' noise. A design that fails its pilot is listed with its error; the others still
     compete. Report the winner from a fresh run, not from its pilot: the best of several noisy
     samples is biased high. One candidate: nothing is run."""
-    from .api import run_plan
+    from hetflow.runtime.api import run_plan
 
     if len(candidates) == 1:
         return (*candidates[0], [])
