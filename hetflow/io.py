@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from hetflow.errors import InputError
+import csv
+import io
 
 
 def cache_root() -> Path:
@@ -138,8 +140,6 @@ def claimed(path: str | os.PathLike | None, folder: bool = False) -> Iterator[No
 
 def write_csv(path: str | os.PathLike, rows: list[dict], columns: list[str] | None = None) -> Path:
     """Rows as CSV (header from `columns`, else the first row's keys)."""
-    import csv
-    import io
 
     buf = io.StringIO()
     w = csv.DictWriter(buf, columns or (list(rows[0]) if rows else ["id"]))
@@ -150,7 +150,6 @@ def write_csv(path: str | os.PathLike, rows: list[dict], columns: list[str] | No
 
 def save_png(fig: Any, path: str | os.PathLike, dpi: int = 100) -> Path:
     """Save a matplotlib figure atomically and close it."""
-    import io
 
     import matplotlib.pyplot as plt
 

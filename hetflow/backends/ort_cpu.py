@@ -32,6 +32,7 @@ from hetflow.backends.base import Backend
 from hetflow.backends.quantize import int8_model_path
 from hetflow.backends.registry import register_backend
 from hetflow.errors import BackendError
+import onnxruntime as ort
 
 if TYPE_CHECKING:
     from hetflow.model.subnet import Subnet
@@ -82,7 +83,6 @@ DISABLED_OPTIMIZERS = ["Pad_Fusion"]
 
 def session_options(cores: tuple[int, ...], spinning: bool = False, optimization: str = "all",
                     profile_prefix: str | None = None):
-    import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = max(1, len(cores))
@@ -141,7 +141,6 @@ class OrtCpuRunner:
         multi-layer stage ORT does neither (its arena reuses buffers), so a layer's time is
         measured without them. The profiler also takes off the cost of one call.
         """
-        import onnxruntime as ort
 
         io = self.session.io_binding()
         ins = {k: np.ascontiguousarray(feeds[k]) for k in self.inputs}  # kept alive while bound
@@ -183,7 +182,6 @@ class OrtCpuBackend(Backend):
         """`spinning`: let idle pool threads spin (only when the stage owns its cores alone).
         `optimization`: 'disable' | 'basic' | 'extended' | 'all'. `calibration`: feeds that
         calibrate an int8 element's quantization (else random frames)."""
-        import onnxruntime as ort
 
         if element.kind != "cpu":
             raise BackendError(f"ort_cpu runs on CPU elements, not on {element.name!r} "

@@ -28,6 +28,8 @@ import onnx
 
 from hetflow.errors import BackendError, first_line
 from hetflow.io import atomic_write_bytes, cache_root
+import onnxruntime as ort
+from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
 if TYPE_CHECKING:
     from hetflow.model.subnet import Subnet
@@ -93,8 +95,6 @@ class _Frames:
 
 
 def _quantize(subnet: "Subnet", frames: list[Feeds]) -> bytes:
-    import onnxruntime as ort
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     from hetflow.backends.ort_cpu import DISABLED_OPTIMIZERS
 

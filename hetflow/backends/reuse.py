@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from hetflow.backends.registry import backend_for
+from concurrent.futures import ThreadPoolExecutor
+from hetflow.model.subnet import extract_subnet, subnet_key
 
 if TYPE_CHECKING:
     from hetflow.model.graph import CnnGraph
@@ -151,7 +153,6 @@ def runners_for(graph: "CnnGraph", layers: Iterable[str], element: "ProcessingEl
                 lanes: int = 1, name: str | None = None) -> list["Runner"]:
     """`lanes` runners of `layers` of `graph` on `element` (one, unless a GPU runs lanes);
     give them back with `release`."""
-    from hetflow.model.subnet import extract_subnet, subnet_key
 
     layers = list(layers)
     backend = backend_for(element)
@@ -189,7 +190,6 @@ def runners_for_many(graph: "CnnGraph",
                      threads: int = 8) -> list[list["Runner"]]:
     """`runners_for(graph, layers, element, lanes, name)` of each item of `wanted`, in order:
     CPU runners by a pool of threads, the others here (see `build_together`)."""
-    from hetflow.model.subnet import extract_subnet
 
     wanted = [(list(layers), e, k, name) for layers, e, k, name in wanted]
     for layers, e, _, _ in wanted:  # cut (and made ready for ONNX Runtime) once, before the
@@ -208,7 +208,6 @@ def build_together(builders: Sequence[Callable[[], Any]], threaded: Sequence[boo
     core, for its parallel baseline, and a profile one a layer for each element shape). The
     others (a GPU's conversion and graph captures) run here, one at a time. On a failure, what
     was built (runners, or lists of them) is given back and the first error raised."""
-    from concurrent.futures import ThreadPoolExecutor
 
     out: list = [None] * len(builders)
     errors: list[BaseException] = []

@@ -10,6 +10,9 @@ from hetflow.runtime.report import RunReport
 
 from hetflow.bench.budget import Facts, plan_extra
 from hetflow.bench.rows import run_row
+from hetflow.bench.budget import over
+from hetflow.bench.profiles import baseline_elements
+from hetflow.runtime.baselines import measure_parallel, measure_single
 
 
 @dataclass
@@ -24,7 +27,6 @@ class Baselines:
 
 def _decide(ctx, problem, prof, singles, parallel, references: int) -> tuple[float, int]:
     """(seconds per baseline run, one-lane reference rows) the budget allows."""
-    from hetflow.bench.budget import over
 
     alone = {e: st["median"] for e, st in prof.whole_model.items() if e in problem.element_index}
     frame_s = max(alone.values(), default=0.01)
@@ -51,9 +53,7 @@ def run_baselines(ctx, problem, prof, source) -> Baselines:
     """Run the peak-single and parallel-copies baselines (and, where the budget allows, their
     one-lane references). A GPU runs at the lane count its profile found best: alone for the
     single element, beside busy CPU copies for the parallel baseline."""
-    from hetflow.runtime.baselines import measure_parallel, measure_single
 
-    from hetflow.bench.profiles import baseline_elements
 
     log, graph = ctx.log, ctx.graph
     singles, parallel = baseline_elements(ctx.platform)

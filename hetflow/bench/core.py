@@ -15,6 +15,20 @@ from hetflow.rules import BALANCED_TAIL
 from hetflow.bench.budget import MINIMUMS, Budget, Facts, over, plan_extra, summary as budget_summary
 # the profile cache, imported from here by the other benches
 from hetflow.bench.profiles import baseline_elements, cache_dir, cached_profile, get_profile, measure_profile, probe, profiled_elements
+from hetflow.backends.reuse import reusing_runners
+from hetflow.bench import plans
+from hetflow.bench.baselines import run_baselines
+from hetflow.bench.head_to_head import bench_head_to_head
+from hetflow.bench.rows import compared
+from hetflow.errors import InfeasibleError
+from hetflow.mapping import pilot
+from hetflow.mapping.calibration import calibrate
+from hetflow.mapping.from_profile import problem_from_profile
+from hetflow.mapping.planning import search_kind
+from hetflow.model import resolve_model
+from hetflow.model.subnet import subnet_key
+from hetflow.plan.mapping import group_members
+from hetflow.runtime.inputs import random_source
 
 __all__ = ["BenchSettings", "ModelBench", "bench_model", "cache_dir", "cached_profile",
            "get_profile"]
@@ -97,7 +111,6 @@ def bench_model(model: str, platform, settings: BenchSettings,
     """Profile (or reuse the cached profile), run the baselines, calibrate, search, pilot and
     run each plan kind. Runners (sessions, CUDA graphs) are built once per model and reused by
     every measurement that runs the same layers on the same element."""
-    from hetflow.backends.reuse import reusing_runners
 
     with reusing_runners() as runners:
         mb = _bench_model(model, platform, settings, log, report_dir)
@@ -107,14 +120,7 @@ def bench_model(model: str, platform, settings: BenchSettings,
 
 def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[str], None],
                  report_dir: Path | None) -> ModelBench:
-    from hetflow.mapping.calibration import calibrate
-    from hetflow.mapping.from_profile import problem_from_profile
-    from hetflow.model import resolve_model
-    from hetflow.runtime.inputs import random_source
 
-    from hetflow.bench.baselines import run_baselines
-    from hetflow.bench.head_to_head import bench_head_to_head
-    from hetflow.bench.rows import compared
 
     t_start = time.perf_counter()
     timeline: list[list] = []  # [seconds since the start, what began then]: where time went
@@ -229,13 +235,7 @@ def bench_kinds(ctx: Context, prof, problem, steps: list[dict], calibration: dic
     search is `hetflow map`'s (`planning.search_kind`) on the calibrated cost model; GPU stages
     timed for one kind's candidates join the calibration of the kinds after it. A plan's
     re-timed stages refine that plan's figure only, never the next kind's search."""
-    from hetflow.errors import InfeasibleError
-    from hetflow.plan.mapping import group_members
-    from hetflow.mapping.planning import search_kind
-    from hetflow.model.subnet import subnet_key
-    from hetflow.mapping import pilot
 
-    from hetflow.bench import plans  # (its functions looked up at the call: tests spy on them)
 
     settings, log, graph = ctx.settings, ctx.log, ctx.graph
     shared, rows = plans.Shared(), []

@@ -18,6 +18,11 @@ from typing import Callable
 
 from hetflow.plan.plan import Plan
 from hetflow.model.graph import CnnGraph
+from hetflow.bench.profiles import baseline_elements
+from hetflow.bench.rows import best_throughput_row, head_to_head_line
+from hetflow.mapping.pilot import frames_for
+from hetflow.runtime.api import run_plan
+from hetflow.runtime.baselines import measure_parallel
 
 
 def head_to_head(plan: Plan, graph: CnnGraph, parallel: list, lanes: dict[str, int],
@@ -31,9 +36,6 @@ def head_to_head(plan: Plan, graph: CnnGraph, parallel: list, lanes: dict[str, i
     medians, `ratio` = plan / copies and each round's ratio; the same of each run's p99
     (`p99_ratio`). `check`: the plan's reference check, as in `run_plan` (a failed check
     raises)."""
-    from hetflow.runtime.api import run_plan
-    from hetflow.runtime.baselines import measure_parallel
-    from hetflow.mapping.pilot import frames_for
 
     plan_fps, copies_fps, plan_p99, copies_p99 = [], [], [], []
     plan_split: list[dict] = []
@@ -118,8 +120,6 @@ def bench_head_to_head(ctx, rows: list[dict], plans: dict, baselines, source) ->
     """A bench's head to head notes (none where `settings.head_to_head` is 0 or no plan ran):
     its best throughput plan against the parallel copies (`rows.best_throughput_row`), then the
     balanced plan likewise, with its rate floor and latency cap."""
-    from hetflow.bench.profiles import baseline_elements
-    from hetflow.bench.rows import best_throughput_row, head_to_head_line
 
     s, log = ctx.settings, ctx.log
     ran_plans = [r for r in rows if r["kind"] == "plan" and not r.get("infeasible")]

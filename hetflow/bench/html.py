@@ -28,6 +28,9 @@ import networkx as nx
 import numpy as np
 
 from hetflow.errors import HetflowError, InputError
+from hetflow.io import atomic_write_text
+from hetflow.plan.plan import Plan
+from hetflow.runtime.api import load_plan_model
 
 REPORT_NAME = "report.html"
 DPI = 144  # rendered at 1.44x the CSS size, so plots stay sharp on high-density screens
@@ -89,7 +92,6 @@ def load_pareto(path: Path) -> list[dict[str, float]]:
 def find_plan_runs(report_dir: Path, model: str, rows: list[dict], strategies: list[str]
                    ) -> list[PlanRun]:
     """Every `{model}.{strategy}.plan.json` in DIR, in the order the bench ran the strategies."""
-    from hetflow.plan.plan import Plan
 
     prefix, suffix = f"{model}.", ".plan.json"
     found = [Path(p).name[len(prefix):-len(suffix)]
@@ -113,7 +115,6 @@ def mapped_graph(plan) -> tuple[nx.DiGraph, str | None]:
     """Layers as nodes (attrs actor, stage, layers), CNN edges as edges, and None; where the
     plan's model cannot be loaded (moved file, another hash), the stages and the channels
     between them instead, and why."""
-    from hetflow.runtime.api import load_plan_model
 
     stage_of = {l: f"{a}#{i}" for l, (a, i) in plan.app.phase_of().items()}
     try:
@@ -570,7 +571,6 @@ def write_report(report_dir: Path, data: dict) -> Path:
         import matplotlib  # noqa: F401
     except ImportError:
         raise InputError("the HTML report needs matplotlib: pip install hetflow[report]") from None
-    from hetflow.io import atomic_write_text
 
     report_dir = Path(report_dir)
     page = render_page(report_dir, data)  # everything is drawn before the file is touched

@@ -14,6 +14,15 @@ from hetflow.runtime.report import RunReport
 
 from hetflow.bench.budget import Facts, plan_extra
 from hetflow.bench.rows import run_row
+from hetflow.mapping.calibration import with_retimed_stages, with_stage_lanes
+from hetflow.mapping.pilot import frames_for
+from hetflow.mapping.planner import make_plan
+from hetflow.mapping.problem import evaluate
+from hetflow.model.subnet import subnet_key
+from hetflow.plan.mapping import describe_design
+from hetflow.profile import profile_subnets
+from hetflow.profile.lanes import measure_stage_lanes
+from hetflow.runtime.api import run_plan
 
 
 @dataclass
@@ -90,8 +99,6 @@ def measure_gpu_stages(graph, problem, candidates: list, seconds: float,
     runs several lanes and is not the whole model (whose curve the profile has), timed alone
     at its lane counts. A stage that cannot be timed is left out (said in `log`): its
     prediction keeps the whole model's curve, and its pilot, if any, fails the same way."""
-    from hetflow.model.subnet import subnet_key
-    from hetflow.profile.lanes import measure_stage_lanes
 
     whole = subnet_key(l.name for l in graph.layers)
     todo: dict[tuple[str, str], tuple[list[str], set[int]]] = {}
@@ -124,9 +131,6 @@ def time_gpu_stages(graph, problem, candidates: list, platform_name: str, second
     """`measure_gpu_stages`, then calibration step "stage lanes" with its tables: (the new
     problem, the candidates predicted again with it, best first, the tables). Still a
     prediction: a stage is timed alone, as the profile times layers, and no plan has run."""
-    from hetflow.mapping.calibration import with_stage_lanes
-    from hetflow.mapping.planner import make_plan
-    from hetflow.mapping.problem import evaluate
 
     tables = measure_gpu_stages(graph, problem, candidates, seconds, log)
     if not tables:
@@ -143,10 +147,6 @@ def refined(ctx, plan, problem, prof, k: dict) -> tuple[Any, Any]:
     `under_load`, with all its elements busy at once; the problem that prediction used). The
     fresh times win over the profile's: a profile taken earlier (or cached from a busier moment)
     can be far off."""
-    from hetflow.mapping.calibration import with_retimed_stages
-    from hetflow.mapping.planner import make_plan
-    from hetflow.mapping.problem import evaluate
-    from hetflow.profile import profile_subnets
 
     placed = [(e, ps) for a, ps in plan.app.phases.items() for e in group_members(a)]
     groups = [(e, p.layers) for e, ps in placed for p in ps]
@@ -171,9 +171,6 @@ def refined(ctx, plan, problem, prof, k: dict) -> tuple[Any, Any]:
 def run_chosen(ctx, label: str, plan, shared: Shared, k: dict) -> tuple[RunReport, str | None]:
     """The plan's run, checked: its own, or the run of the kind that chose the same design
     (whose label is returned with it)."""
-    from hetflow.plan.mapping import describe_design
-    from hetflow.runtime.api import run_plan
-    from hetflow.mapping.pilot import frames_for
 
     design = describe_design(plan.app.phases, plan.mapping.lanes)
     same = shared.ran.get(plan.mapping.key())

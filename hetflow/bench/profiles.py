@@ -9,6 +9,15 @@ from pathlib import Path
 from typing import Callable
 
 from hetflow.errors import HetflowError
+from contextlib import nullcontext
+from hetflow.backends import pinned
+from hetflow.backends.reuse import release, runners_for
+from hetflow.mapping.from_profile import searched_elements
+from hetflow.platform.configs import default_config, finest_config
+from hetflow.profile import profile_model
+from hetflow.profile.lanes import lanes_complete
+from hetflow.profile.measure import random_feeds, time_runner
+from hetflow.profile.profile import Profile
 
 
 def cache_dir() -> Path:
@@ -29,8 +38,6 @@ def _profile_path(graph, platform) -> Path:
 def cached_profile(graph, platform, log: Callable[[str], None], partial: bool = False):
     """The cached profile made for this model and platform, or None; one that a time limit cut
     short (some element shapes not measured) only where `partial`."""
-    from hetflow.profile.lanes import lanes_complete
-    from hetflow.profile.profile import Profile
 
     path = _profile_path(graph, platform)
     if path.exists():
@@ -59,7 +66,6 @@ def cached_profile(graph, platform, log: Callable[[str], None], partial: bool = 
 
 
 def profiled_elements(platform) -> list:
-    from hetflow.mapping.from_profile import searched_elements
 
     return [e for e in searched_elements(platform) if e.backend != "none"]
 
@@ -69,7 +75,6 @@ def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
     """Measure the profile of this model on this platform and cache it: (profile, seconds).
     With `time_limit_s`, the baselines' element shapes come first and the others only while
     the limit holds (profile_model)."""
-    from hetflow.profile import profile_model
 
     path = _profile_path(graph, platform)
     needed = profiled_elements(platform)
@@ -98,7 +103,6 @@ def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
 
 def baseline_elements(platform):
     """(peak-single candidates, parallel-copy elements) of a platform."""
-    from hetflow.platform.configs import default_config, finest_config
 
     singles = [e for e in default_config(platform).elements if e.backend != "none"]
     parallel = [e for e in finest_config(platform).elements if e.backend != "none"]
@@ -108,11 +112,7 @@ def baseline_elements(platform):
 def probe(graph, element) -> tuple[float, float]:
     """(seconds to build the whole model's runner on `element`, seconds of one frame there).
     Inside reusing_runners the runner is kept: the profile and the baselines take it again."""
-    from contextlib import nullcontext
 
-    from hetflow.backends import pinned
-    from hetflow.backends.reuse import release, runners_for
-    from hetflow.profile.measure import random_feeds, time_runner
 
     t0 = time.perf_counter()
     runner = runners_for(graph, [l.name for l in graph.layers], element)[0]

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from hetflow.runtime.report import RunReport
+from hetflow.plan.mapping import describe_design
+from hetflow.rules import PILOT_CHALLENGE
 
 
 def run_row(name: str, kind: str, r: RunReport, predicted: float | None = None,
          search_s: float | None = None, plan=None) -> dict[str, Any]:
-    from hetflow.plan.mapping import describe_design
 
     return {"name": name, "kind": kind, "throughput": r.throughput,
             "latency_p50": r.latency["p50"], "latency_p99": r.latency["p99"],
@@ -60,7 +61,6 @@ def best_throughput_row(ran_plans: list[dict], log: Callable[[str], None] = lamb
     groups: fewer threads beside the GPU's driving thread), and a pilot is a measurement made
     before either plan ran; the bench's one sample is not the choice (the better of two noisy
     samples is biased high)."""
-    from hetflow.rules import PILOT_CHALLENGE
 
     throughput = [r for r in ran_plans if r["name"] != "hetflow balanced"]
     if not throughput:

@@ -14,6 +14,12 @@ from hetflow.io import claimed, write_json
 from hetflow.rules import QUICK_MODEL_SECONDS
 
 from hetflow.cli.common import check_writable, console, err_console, positive, print_json, progress, strategy_list, strategy_names
+from hetflow.bench.core import BenchSettings, bench_model, cache_dir
+from hetflow.bench.html import write_report
+from hetflow.errors import HetflowError, InputError
+from hetflow.mapping.pilot import pilot_summary
+from hetflow.model import zoo
+from hetflow.platform import resolve_platform
 
 
 def print_bench(mb) -> None:
@@ -35,7 +41,6 @@ def print_bench(mb) -> None:
                   f"{r['search_seconds']:.2f}" if r["search_seconds"] is not None else "-",
                   f"{r['checked_frames']} ok" if r["checked_frames"] else "-")
     console.print(t)
-    from hetflow.mapping.pilot import pilot_summary
 
     for r in mb.rows:
         if r.get("pilots"):
@@ -56,8 +61,6 @@ def check_models(models: list[str]) -> None:
     """Refuse a model that is neither a file nor a zoo name before benching any (the same rule
     as resolve_model, without building the models); a file that cannot be read fails in its
     turn, as a failed model."""
-    from hetflow.errors import InputError
-    from hetflow.model import zoo
 
     for m in models:
         p = Path(m)
@@ -114,9 +117,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Profile, map and run MODELs against the baselines; print one table per model."""
         started = time.perf_counter()
-        from hetflow.bench.core import BenchSettings, bench_model, cache_dir
-        from hetflow.errors import HetflowError
-        from hetflow.platform import resolve_platform
 
         models = models or ["resnet18"]
         check_models(models)
@@ -191,8 +191,6 @@ def register(app: typer.Typer) -> None:
 
 
 def write_html(report: Path, data: dict) -> None:
-    from hetflow.bench.html import write_report
-    from hetflow.errors import HetflowError
 
     try:
         page = write_report(report, data)

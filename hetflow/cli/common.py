@@ -15,6 +15,7 @@ from rich.text import Text
 
 from hetflow.errors import InputError
 from hetflow.io import dumps
+from hetflow.mapping.strategies.base import REGISTRY
 
 # markup off: model-derived names and error messages (ONNX layer names such as
 # "[/features/features.0/Conv]") must print literally, not be read as rich markup; colour goes
@@ -92,7 +93,6 @@ def fmt_si(x: float | None, unit: str = "") -> str:
 
 
 def strategy_names() -> list[str]:
-    from hetflow.mapping.strategies.base import REGISTRY
 
     return sorted(REGISTRY)
 

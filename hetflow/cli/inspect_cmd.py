@@ -8,10 +8,12 @@ import typer
 from rich.table import Table
 
 from hetflow.cli.common import check_writable, console, fmt_si, print_json
+from hetflow.dataflow.sdf import cnn_to_sdf
+from hetflow.errors import InputError
+from hetflow.model import parse_input_shapes, resolve_model
 
 
 def inspect_summary(graph) -> dict:
-    from hetflow.dataflow.sdf import cnn_to_sdf
 
     sdf = cnn_to_sdf(graph)
     unknown = [l.name for l in graph.layers if l.flops is None]
@@ -33,7 +35,6 @@ def inspect_summary(graph) -> dict:
 
 def _layer_times(prof, graph, element: Optional[str]):
     """The profile's time of each layer on `element` (the profile's only one by default)."""
-    from hetflow.errors import InputError
 
     prof.check_matches(graph)
     elements = sorted(prof.layer_times)
@@ -68,7 +69,6 @@ def register(app: typer.Typer) -> None:
         limit: int = typer.Option(40, min=0, help="layers to list in the table (0: all)"),
     ) -> None:
         """Print the layers (operator, shapes, FLOPs), totals and the SDF summary of a model."""
-        from hetflow.model import parse_input_shapes, resolve_model
 
         check_writable(sdf3)
         if (profile is not None or element is not None) and sdf3 is None:

@@ -11,6 +11,7 @@ import sys
 import typer
 
 from hetflow.errors import HetflowError
+from hetflow import interrupt
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},  # subcommands inherit
@@ -63,7 +64,6 @@ def main(at_once: bool = True) -> None:
     """The console script. After a signal the process leaves at once once its results are
     written (interrupt.finish); `at_once=False` raises SystemExit instead, for a caller in
     this process (a test)."""
-    from hetflow import interrupt
 
     _say_notices()
     with interrupt.handled():  # a second signal while the results are written exits at once

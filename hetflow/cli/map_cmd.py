@@ -10,16 +10,22 @@ from rich.table import Table
 from hetflow import interrupt
 
 from hetflow.cli.common import check_writable, console, print_json, progress, strategy_name, strategy_names
+import json
+from hetflow.errors import InputError
+from hetflow.mapping.calibration import load_calibration
+from hetflow.mapping.from_profile import calibrated_problem
+from hetflow.mapping.pilot import choose_plan
+from hetflow.mapping.planner import describe_stages
+from hetflow.mapping.planning import search_kind
+from hetflow.model import parse_input_shapes, resolve_model
+from hetflow.platform import resolve_platform
+from hetflow.profile.profile import Profile
 
 
 def load_inputs(model: str, profile_path: Path, platform_arg: Optional[str],
                  capacity: int = 2, input_shape: Optional[list[str]] = None,
                  calibration_path: Optional[Path] = None):
     """(graph, platform, profile, calibration or None) of `hetflow map`'s arguments."""
-    from hetflow.mapping.calibration import load_calibration
-    from hetflow.model import parse_input_shapes, resolve_model
-    from hetflow.platform import resolve_platform
-    from hetflow.profile.profile import Profile
 
     prof = Profile.load(profile_path)
     if prof.meta.get("interrupted"):
@@ -41,9 +47,6 @@ def map_model(graph, platform, prof, strategy: str, calibration: dict | None = N
     busy-copies run where no calibration is given; `calibration.calibrate`), the search
     `hetflow bench` does (`planning.search_kind`), and with `pilots` above 1 the pilots'
     choice. Returns (plan, its search result, the pilots tried)."""
-    from hetflow.mapping.from_profile import calibrated_problem
-    from hetflow.mapping.planning import search_kind
-    from hetflow.mapping.pilot import choose_plan
 
     options = dict(options or {})
     problem, steps = calibrated_problem(graph, prof, platform, capacity, calibration)
@@ -59,9 +62,7 @@ def map_model(graph, platform, prof, strategy: str, calibration: dict | None = N
 
 def parse_options(items: Optional[list[str]]) -> dict:
     """['fitness=throughput', 'pop_size=64'] -> {'fitness': 'throughput', 'pop_size': 64}."""
-    import json
 
-    from hetflow.errors import InputError
 
     out = {}
     for item in items or []:
@@ -76,7 +77,6 @@ def parse_options(items: Optional[list[str]]) -> dict:
 
 
 def print_plan(plan, title: str = "plan") -> None:
-    from hetflow.mapping.planner import describe_stages
 
     t = Table(title=f"{title}: {plan.model_name}, strategy {plan.strategy}")
     for c in ("stage (actor)", "elements", "phases", "layers", "first .. last", "busy ms/frame",
@@ -159,7 +159,6 @@ def register(app: typer.Typer) -> None:
             from hetflow.mapping.pilot import pilot_summary
 
             console.print(pilot_summary(tried), highlight=False)
-        from hetflow.model import parse_input_shapes
 
         interrupt.check()  # a signal in the last pilot: no plan chosen on a cut-short run
         # `run` loads the model with the shapes the plan was made for

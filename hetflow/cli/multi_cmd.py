@@ -12,6 +12,12 @@ from hetflow import interrupt
 from hetflow.io import claimed, write_json
 
 from hetflow.cli.common import check_writable, console, positive, print_json, progress
+from hetflow.multi.front import write_front
+from hetflow.multi.multiplan import MultiPlan, make_multiplan
+from hetflow.multi.problem import load_multi_problem
+from hetflow.multi.run import run_multiplan
+from hetflow.multi.spec import parse_app_specs
+from hetflow.platform import resolve_platform
 
 
 def _ms(x) -> str:
@@ -119,12 +125,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="print the multi-plan as JSON"),
     ) -> None:
         """Map several CNNs with periods and priorities onto one machine (Kang et al. VI)."""
-        from hetflow.multi.front import write_front
-        from hetflow.multi.multiplan import make_multiplan
-        from hetflow.multi.problem import load_multi_problem
         from hetflow.multi.search import naive_result, search_multi
-        from hetflow.multi.spec import parse_app_specs
-        from hetflow.platform import resolve_platform
 
         check_writable(output, pareto)
         specs = parse_app_specs(apps)
@@ -179,8 +180,6 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="print the report as JSON"),
     ) -> None:
         """Run every application of a multi-plan at its period; report response times."""
-        from hetflow.multi.multiplan import MultiPlan
-        from hetflow.multi.run import run_multiplan
 
         check_writable(trace, output)
         mplan = MultiPlan.load(plan_path)

@@ -11,6 +11,14 @@ from rich.text import Text
 from hetflow.io import atomic_write_text
 
 from hetflow.cli.common import check_writable, console, print_json
+import itertools
+from hetflow.platform import (
+    configurations,
+    count_configurations,
+    detect_platform,
+    dump_platform,
+    resolve_platform,
+)
 
 platform_app = typer.Typer(no_args_is_help=True, help="Describe machines: detect this one, show a "
                            "description, list processing-element configurations.")
@@ -30,7 +38,6 @@ def detect(output: Optional[Path] = typer.Option(None, "-o", "--output",
                                                       "describe every node and measure the links")
            ) -> None:
     """Detect this machine's cores, clusters (by max frequency) and CUDA GPUs, as platform YAML."""
-    from hetflow.platform import detect_platform, dump_platform
 
     check_writable(output)
     if cluster is not None:
@@ -51,7 +58,6 @@ def detect(output: Optional[Path] = typer.Option(None, "-o", "--output",
 def show(platform: str = PLATFORM_ARG,
          json_out: bool = typer.Option(False, "--json", help="print JSON instead of tables")) -> None:
     """Show a platform: clusters, GPUs, accelerators, default elements, configuration count."""
-    from hetflow.platform import count_configurations, resolve_platform
 
     p = resolve_platform(platform)
     elements = p.elements()
@@ -98,9 +104,7 @@ def configs(platform: str = PLATFORM_ARG,
             json_out: bool = typer.Option(False, "--json", help="print JSON instead of a table")
             ) -> None:
     """List the PE configurations (Kang et al.): each cluster split into core groups."""
-    import itertools
 
-    from hetflow.platform import configurations, count_configurations, resolve_platform
 
     p = resolve_platform(platform)
     total = count_configurations(p)

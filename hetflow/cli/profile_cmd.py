@@ -13,11 +13,16 @@ from hetflow import interrupt
 from hetflow.io import claimed
 
 from hetflow.cli.common import check_writable, console, err_console, print_json
+from hetflow.mapping.calibration import busy_slowdowns
+from hetflow.mapping.from_profile import searched_elements
+from hetflow.model import parse_input_shapes, resolve_model
+from hetflow.platform import resolve_platform
+from hetflow.profile import estimate_profile, profile_model
+from hetflow.profile.table_import import import_table
 
 
 def profile_summary(prof, graph) -> dict:
     """What the command reports: per element the sum of layer times against the whole model."""
-    from hetflow.mapping.calibration import busy_slowdowns
 
     lanes = prof.calibration.get("busy_lanes", {})
     busy_fps = prof.calibration.get("busy_fps", {})
@@ -68,10 +73,6 @@ def _import_command():
         json_out: bool = typer.Option(False, "--json", help="print the summary as JSON"),
     ) -> None:
         """Import per-layer times (a vendor profiler's, another tool's) as a hetflow profile."""
-        from hetflow.mapping.from_profile import searched_elements
-        from hetflow.model import parse_input_shapes, resolve_model
-        from hetflow.platform import resolve_platform
-        from hetflow.profile.table_import import import_table
 
         check_writable(output)
         graph = resolve_model(model, parse_input_shapes(input_shape), fuse)
@@ -145,9 +146,6 @@ def register(app: typer.Typer) -> None:
 
         Or `hetflow profile import TABLE -m MODEL -p PLATFORM`: times measured elsewhere.
         """
-        from hetflow.model import parse_input_shapes, resolve_model
-        from hetflow.platform import resolve_platform
-        from hetflow.profile import estimate_profile, profile_model
 
         check_writable(output)
         graph = resolve_model(model, parse_input_shapes(input_shape), fuse)

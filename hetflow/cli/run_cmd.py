@@ -11,10 +11,13 @@ from hetflow import interrupt
 from hetflow.io import claimed
 
 from hetflow.cli.common import check_writable, console, err_console, positive, print_json, progress
+from hetflow.errors import InputError
+from hetflow.plan.plan import Plan
+from hetflow.runtime.api import load_plan_model, run_plan
+from hetflow.runtime.energy import energy_line
 
 
 def print_report(reports) -> None:
-    from hetflow.runtime.energy import energy_line
 
     t = Table(title="measured")
     for c in ("run", "frames/s", "p50 ms", "p90 ms", "p99 ms", "predicted fps", "pred/meas",
@@ -98,9 +101,6 @@ def register(app: typer.Typer) -> None:
 
         Exit code 1 when the run fails (a stall, an output that differs from the reference),
         130 when interrupted (after reporting the frames measured so far)."""
-        from hetflow.errors import InputError
-        from hetflow.plan.plan import Plan
-        from hetflow.runtime.api import load_plan_model, run_plan
 
         if address and engine != "ray":
             raise InputError("--address goes with --engine ray")

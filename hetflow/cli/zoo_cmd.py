@@ -7,6 +7,7 @@ import typer
 from rich.table import Table
 
 from hetflow.cli.common import check_writable, console, print_json
+from hetflow.model import zoo
 
 
 def register(app: typer.Typer) -> None:
@@ -17,7 +18,6 @@ def register(app: typer.Typer) -> None:
     def list_(json_out: bool = typer.Option(False, "--json",
                                             help="print JSON instead of a table")) -> None:
         """List the zoo's models with their input and output shapes."""
-        from hetflow.model import zoo
 
         entries = zoo.list_models()
         if json_out:
@@ -38,7 +38,6 @@ def register(app: typer.Typer) -> None:
                output: Path = typer.Option(..., "-o", "--output", help="ONNX file to write")
                ) -> None:
         """Write a zoo model as an ONNX file."""
-        from hetflow.model import zoo
 
         check_writable(output)
         path = zoo.export_model(name, output)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+from hetflow.errors import InputError
 
 
 @dataclass
@@ -88,7 +89,6 @@ class CsdfGraph:
 
     def validate(self) -> None:
         """Raise InputError on structural problems (unknown actors, wrong sequence lengths)."""
-        from hetflow.errors import InputError
 
         names = [a.name for a in self.actors]
         if len(set(names)) != len(names):

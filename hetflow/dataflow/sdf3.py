@@ -36,6 +36,9 @@ from hetflow.errors import InputError
 from hetflow.io import atomic_write_text
 
 from hetflow.dataflow.graphs import Actor, Channel, CsdfGraph
+from hetflow.dataflow.analysis.hsdf import Expander
+from hetflow.dataflow.analysis.orders import processor_schedules
+from hetflow.dataflow.analysis.repetition import repetition_vector
 
 DEFAULT_TIME_UNIT = 1e-6
 CONCURRENCY_SUFFIX = "__concurrency"
@@ -314,8 +317,6 @@ def plain_graph(g: CsdfGraph) -> CsdfGraph:
 
     Raises InputError for the cases above that have no plain equivalent here.
     """
-    from hetflow.dataflow.analysis.orders import processor_schedules
-    from hetflow.dataflow.analysis.repetition import repetition_vector
 
     g.validate()
     q = repetition_vector(g)
@@ -395,7 +396,6 @@ def _out_of_order_actors(g: CsdfGraph, q: dict, ordered: set[str]) -> set[str]:
     unequal times, several firings at once, no static order); raises InputError for
     what plain CSDF cannot express: cycle replicas of several phases, a self-loop bounded
     below one firing's claim."""
-    from hetflow.dataflow.analysis.hsdf import Expander
 
     out_of_order = set()  # actors whose firings may end out of start order
     for a in g.actors:

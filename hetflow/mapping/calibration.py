@@ -25,6 +25,10 @@ from typing import Any
 import numpy as np
 
 from hetflow.mapping.problem import Problem
+import json
+from hetflow.errors import InputError
+from hetflow.profile.lanes import slowdown_curves
+from pathlib import Path
 
 Calibration = dict[str, Any]
 
@@ -137,7 +141,6 @@ def with_stage_lanes(problem: Problem, tables: dict[str, dict[str, dict]]) -> tu
     """Step "stage lanes": each GPU stage's own lane curve and one-lane time from its lane
     table ({element: {subnet key: table}}, `profile.lanes.measure_stage_lanes`): a stage's lanes
     share the device by its work, not by its one-lane time."""
-    from hetflow.profile.lanes import slowdown_curves
 
     curves, times = dict(problem.stage_slowdown), dict(problem.subnet_times)
     for e, per in tables.items():
@@ -207,10 +210,7 @@ def load_calibration(path, model: str | None = None, platform: str | None = None
                      ) -> Calibration:
     """A calibration file (JSON, as `hetflow bench --report DIR` writes one per model); where
     it names its model and platform, they must be `model` and `platform` (if given)."""
-    import json
-    from pathlib import Path
 
-    from hetflow.errors import InputError
 
     try:
         data = json.loads(Path(path).read_text())

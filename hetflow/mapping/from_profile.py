@@ -10,6 +10,9 @@ from hetflow.model.graph import CnnGraph
 from hetflow.platform.configs import build_config, count_configurations
 
 from hetflow.mapping.problem import Problem
+from hetflow.mapping.calibration import calibrate, profile_calibration
+from hetflow.model.subnet import subnet_key
+from hetflow.platform.configs import configurations
 
 MAX_CONFIGS = 40
 
@@ -30,7 +33,6 @@ def _curated_partitions(n: int) -> list[tuple[int, ...]]:
 
 def select_configurations(platform, max_configs: int = MAX_CONFIGS):
     """All configurations when there are few; a representative subset otherwise."""
-    from hetflow.platform.configs import configurations
 
     if count_configurations(platform) <= max_configs:
         return list(configurations(platform))
@@ -116,7 +118,6 @@ def calibrated_problem(graph: CnnGraph, profile, platform, capacity_frames: int 
     """The cost model `hetflow map` and `hetflow bench` plan with: the profile's, then the
     calibration's steps (`calibration.calibrate`; None: the calibration the profile carries,
     its busy-copies run if it has one). Returns it with the record of the steps applied."""
-    from hetflow.mapping.calibration import calibrate, profile_calibration
 
     problem = problem_from_profile(graph, profile, platform, capacity_frames)
     return calibrate(problem, profile,
@@ -135,7 +136,6 @@ def measured_subnets(graph: CnnGraph, profile, elements) -> dict[tuple[str, str]
     the whole model included: a stage that is one of them costs what was measured, not the sum
     of its layers (on one CPU core the layer sum of mobilenet_v2 was 3x the whole model on the
     GPU machine, which gave a data-parallel plan's GPU three times its share of frames)."""
-    from hetflow.model.subnet import subnet_key
 
     names = {e.name for e in elements}
     out = {(e, k): float(st["median"]) for e, per in profile.subnet_times.items() if e in names

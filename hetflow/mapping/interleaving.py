@@ -13,6 +13,10 @@ from typing import TYPE_CHECKING
 
 from hetflow.plan.mapping import Mapping
 from hetflow.plan.orders import one_frame_at_a_time
+from hetflow.dataflow.analysis.interleave import best_interleaving, interleavable
+from hetflow.dataflow.analysis.repetition import repetition_vector
+from hetflow.errors import DeadlockError
+from hetflow.mapping.problem import build_app, evaluate, timed_graph
 
 if TYPE_CHECKING:
     from hetflow.mapping.problem import Metrics, Problem
@@ -37,11 +41,7 @@ def choose_interleave(problem, mapping: Mapping, latency_cap: float | None = Non
     Among those within `latency_trade` of the fastest, the lowest latency wins (googlenet with
     a round trip every 6 layers, GPU 20x a core: offsets 43.5 frames/s at 253 ms, rounds of two
     frames 41.5 at 48 ms)."""
-    from hetflow.dataflow.analysis.interleave import best_interleaving, interleavable
-    from hetflow.dataflow.analysis.repetition import repetition_vector
-    from hetflow.errors import DeadlockError
 
-    from hetflow.mapping.problem import build_app, evaluate, timed_graph
 
     if mapping.interleave:
         return mapping, None
@@ -116,7 +116,6 @@ class RunScores:
     frame_order: dict = field(default_factory=dict)  # mapping key -> its metrics in frame order
 
     def __call__(self, mapping: Mapping) -> tuple[Mapping, Metrics]:
-        from hetflow.mapping.problem import evaluate
 
         key = mapping.key()
         if key not in self.runs:

@@ -19,6 +19,8 @@ from hetflow.rules import (PILOT_CHALLENGE, PILOT_P99_DRIFT, PILOT_P99_SPREAD, P
                            PILOT_RATE_SPREAD, PILOT_ROOM, PILOT_SAME_RATE)
 
 from hetflow.runtime.report import RunReport
+from hetflow.mapping.planner import is_copies_design
+from hetflow.runtime.api import run_plan
 
 
 def frames_for(plan: Plan, seconds: float, at_least: int, at_most: int = 20000,
@@ -50,7 +52,6 @@ def choose_by_pilot(candidates: list[tuple[Plan, Any]], graph: CnnGraph | None,
     the pilots' noise. A design that fails its pilot is listed with its error; the others still
     compete. Report the winner from a fresh run, not from its pilot: the best of several noisy
     samples is biased high. One candidate: nothing is run."""
-    from hetflow.runtime.api import run_plan
 
     if len(candidates) == 1:
         return (*candidates[0], [])
@@ -162,7 +163,6 @@ def choose_plan(problem, candidates: list[tuple[Plan, Any]], graph: CnnGraph | N
     """The plan `hetflow map --pilots N` and `hetflow bench` keep of the candidates a search
     gave (`planning.search_kind`): `choose_by_pilot` with the parallel copies' design as the
     incumbent; one candidate: that one, nothing run."""
-    from hetflow.mapping.planner import is_copies_design
 
     return choose_by_pilot(candidates, graph, seconds, latency_cap, pilots, log,
                            incumbent=lambda p: is_copies_design(problem, p.mapping),

@@ -11,6 +11,16 @@ from hetflow.plan.mapping import Mapping, group_members
 from hetflow.plan.plan import Plan
 from hetflow.mapping.problem import Metrics, Problem, build_app, saturated_latency
 from hetflow.mapping.strategies.base import SearchResult, check_options, get_strategy
+from hetflow.errors import InfeasibleError
+from hetflow.mapping.lanes import check_lanes, fit_lanes
+from hetflow.mapping.problem import evaluate
+from hetflow.mapping.strategies.base import (
+    configurations,
+    group_name,
+    strategy_options,
+    whole_model_on,
+)
+from hetflow.mapping.strategies.single import weighted_group
 
 
 def make_plan(problem: Problem, mapping: Mapping, metrics: Metrics, strategy: str,
@@ -22,7 +32,6 @@ def make_plan(problem: Problem, mapping: Mapping, metrics: Metrics, strategy: st
     leave and come back get frame-interleaved phase orders where the analysis finds them faster
     (`choose_interleave`; a mapping a search already interleaved keeps its orders, and the
     GPUs of its interleaved actors their one lane)."""
-    from hetflow.mapping.lanes import check_lanes, fit_lanes
 
     mapping = replace(mapping, lanes={**interleaved_lanes(problem, mapping), **mapping.lanes})
     mapping, fitted = fit_lanes(problem, mapping, latency_cap, rate_floor=rate_floor)
@@ -53,8 +62,6 @@ def best_whole_model(problem: Problem, latency_cap: float | None = None
                      ) -> tuple[Mapping, Metrics] | None:
     """The whole model on the one element analysed fastest (a GPU at its best lane count),
     among those within the latency cap; None where none is."""
-    from hetflow.mapping.problem import evaluate
-    from hetflow.mapping.strategies.base import whole_model_on
 
     best = None
     for e in problem.elements:
@@ -77,8 +84,6 @@ def measured_whole_models(problem: Problem, latency_cap: float | None = None
     the curve another count, read by the lane table alone, may look best (alexnet: 24 lanes ran
     7,701 frames/s as the baseline, 16 lanes were read at 8,796 and ran 6,156); the pilots
     then compare the two."""
-    from hetflow.mapping.problem import evaluate
-    from hetflow.mapping.strategies.base import whole_model_on
 
     out = []
     for e, runs in problem.lane_alone_runs.items():
@@ -96,8 +101,6 @@ def copies_design(problem: Problem, latency_cap: float | None = None
     the configuration with the most elements (one copy per element, a GPU at its best lane
     count), with its analysis; None where that configuration has one element, a member cannot
     run the whole model, or the design is predicted beyond the latency cap."""
-    from hetflow.mapping.problem import evaluate
-    from hetflow.mapping.strategies.single import weighted_group
 
     config = _finest_configuration(problem)
     if len(config) < 2:
@@ -113,7 +116,6 @@ def copies_design(problem: Problem, latency_cap: float | None = None
 
 def is_copies_design(problem: Problem, mapping: Mapping) -> bool:
     """Whether `mapping` is `copies_design`'s (whatever its lane counts)."""
-    from hetflow.mapping.strategies.base import group_name
 
     config = _finest_configuration(problem)
     return len(config) > 1 and mapping.actors == [group_name(config)]
@@ -122,7 +124,6 @@ def is_copies_design(problem: Problem, mapping: Mapping) -> bool:
 def _finest_configuration(problem: Problem) -> list[str]:
     """The configuration with the most elements (the first such): a platform's own list comes
     in its order, not by size (the 2-core VM lists its two-core group first)."""
-    from hetflow.mapping.strategies.base import configurations
 
     return max(configurations(problem), key=len)
 
@@ -199,9 +200,7 @@ def search_candidates(problem: Problem, strategies: list[str], platform_name: st
     (`copies_design`), the whole model on a GPU at a lane count a longer run measured
     (`measured_whole_models`) and, under a latency cap, the fastest design with room under it
     (`_roomy_designs`) are piloted too."""
-    from hetflow.errors import InfeasibleError
 
-    from hetflow.mapping.strategies.base import strategy_options
 
     options = options or {}
     cap = options.get("latency_cap")
@@ -286,7 +285,6 @@ def _lean_lanes(problem: Problem, out: list, seen: set, platform_name: str, fuse
     """The first `LEAN_TRIES` candidates of `out` that run GPU lanes, again with each GPU's
     lanes fitted to `floor` (`fit_lanes`), where that gives fewer lanes and a design not in
     `seen`."""
-    from hetflow.mapping.lanes import fit_lanes
 
     extra = []
     for plan, result in list(out):

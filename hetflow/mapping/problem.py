@@ -20,6 +20,17 @@ from hetflow.model.graph import CnnGraph
 from hetflow.platform.spec import ProcessingElement
 
 from hetflow.plan.mapping import Mapping, group_members
+from hetflow.dataflow.analysis import (
+    StateSpaceLimitError,
+    latency,
+    saturated_latency as analysed,
+    throughput_mcr,
+)
+from hetflow.dataflow.analysis.latency import isolated_latency
+from hetflow.dataflow.analysis.orders import unfolded
+from hetflow.model.subnet import subnet_key
+from hetflow.plan.orders import channel_windows, extra_windows, firing_orders
+from hetflow.profile.lanes import best_count
 
 TransferFn = Callable[[int, str, str], float]
 
@@ -152,14 +163,12 @@ class Problem:
         key sorts the layer names, which a search evaluating thousands of mappings skips)."""
         if not self.stage_slowdown:
             return None
-        from hetflow.model.subnet import subnet_key
 
         return subnet_key(layers)
 
     def best_lanes(self, element: str, busy: bool = True) -> int:
         """The measured lane count with the highest throughput (k / slowdown); the fewest on a
         tie within 1% (fewer frames in flight, shorter latency)."""
-        from hetflow.profile.lanes import best_count
 
         ks = [k for k in self.lane_counts(element)
               if k <= self.lane_limit.get(element, 1 << 30)] or [1]
@@ -295,11 +304,7 @@ def saturated_latency(problem: Problem, mapping: Mapping, app: CsdfApp | None = 
     where a stage after the first is the slowest: every frame waits in front of it. NaN where
     the analysis finds no periodic regime in its iteration limit. `app`: the mapping's, if
     built already."""
-    from hetflow.dataflow.analysis import StateSpaceLimitError
-    from hetflow.dataflow.analysis import saturated_latency as analysed
-    from hetflow.dataflow.analysis.orders import unfolded
 
-    from hetflow.plan.orders import channel_windows, firing_orders
 
     app = app or build_app(problem, mapping)
     windows = channel_windows(mapping, app, problem.capacity_frames)
@@ -333,9 +338,7 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
     is k / that time. `capacities` ({channel: frames}) replaces the FIFO sizes otherwise derived
     from `capacity_frames`.
     """
-    from hetflow.model.subnet import subnet_key
 
-    from hetflow.plan.orders import extra_windows
 
     mapping = mapping or Mapping(app.assignment)
     uniform = {a: _is_uniform(problem, mapping, a) for a in app.phases}
@@ -406,11 +409,7 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
 
 
 def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> Metrics:
-    from hetflow.dataflow.analysis import latency, throughput_mcr
-    from hetflow.dataflow.analysis.latency import isolated_latency
-    from hetflow.dataflow.analysis.orders import unfolded
 
-    from hetflow.plan.orders import firing_orders
 
     if problem.contention and len(set(mapping.elements)) == 1 and not problem.loaded_times:
         problem = problem.alone

@@ -7,6 +7,7 @@ from hetflow.errors import InputError
 
 from hetflow.model.graph import CnnGraph, Edge, Layer, TensorInfo
 from hetflow.model.reader import load_model, parse_input_shapes
+from hetflow.model import zoo
 
 
 def resolve_model(arg: str, input_shapes: dict[str, tuple[int, ...]] | None = None,
@@ -15,7 +16,6 @@ def resolve_model(arg: str, input_shapes: dict[str, tuple[int, ...]] | None = No
     p = Path(arg)
     if p.exists() or p.suffix == ".onnx" or "/" in arg:
         return load_model(p, input_shapes, fuse)
-    from hetflow.model import zoo
 
     try:
         entry = zoo.get_entry(arg)

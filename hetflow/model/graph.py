@@ -10,6 +10,7 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
+import networkx as nx
 
 DTYPE_BYTES = {
     "float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4,
@@ -146,7 +147,6 @@ class CnnGraph:
         return sum(l.param_bytes for l in self.layers)
 
     def to_networkx(self):
-        import networkx as nx
 
         g = nx.DiGraph()
         for l in self.layers:

@@ -21,6 +21,9 @@ from hetflow.errors import InputError, ModelError
 
 from hetflow.model.flops import node_flops
 from hetflow.model.graph import CnnGraph, Layer, TensorInfo
+import numpy as np
+from onnx import numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 log = logging.getLogger("hetflow.model")
 
@@ -144,7 +147,6 @@ def _static_shape(vinfo: dict[str, onnx.ValueInfoProto], t: str) -> list[int] | 
 
 
 def _shape_value(n: onnx.NodeProto, shape: list[int]):
-    import numpy as np
 
     if n.op_type == "Size":
         return np.array(int(np.prod(shape, dtype=np.int64)), np.int64)
@@ -161,9 +163,6 @@ def _fold_constants(model: onnx.ModelProto) -> bool:
     an alias (its readers read the initializer: no copy of the weight); a node whose output is
     much larger than its inputs (Expand, ConstantOfShape, Tile) stays a node, so folding never
     inflates the model. Returns whether anything was folded."""
-    import numpy as np
-    from onnx import numpy_helper
-    from onnx.reference import ReferenceEvaluator
 
     g = model.graph
     vinfo = {v.name: v for v in (*g.input, *g.value_info, *g.output)}
@@ -381,7 +380,6 @@ def to_cnn_graph(model: onnx.ModelProto, name: str, fuse: bool = False) -> CnnGr
 
 
 def _nbytes(t: onnx.TensorProto) -> int:
-    import numpy as np
 
     n = int(np.prod(t.dims, dtype=np.int64)) if t.dims else 1
     return n * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize

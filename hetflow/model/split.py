@@ -34,6 +34,7 @@ from onnx import numpy_helper
 from hetflow.errors import InputError
 
 from hetflow.model.graph import CnnGraph
+from hetflow.model.reader import to_cnn_graph
 
 SPLITTABLE = ("Conv", "Gemm", "MatMul")
 AXES = ("channels", "rows")  # what a split's part sizes count; rows split a 2-D Conv only
@@ -384,7 +385,6 @@ def split_model(model: onnx.ModelProto, graph: CnnGraph,
 def apply_splits(graph: CnnGraph, splits: Sequence[LayerSplit], fuse: bool) -> CnnGraph:
     """The layer graph of `graph`'s model with `splits` applied (same name, hash and source:
     a plan names the model it was made for and the splits it applies to it)."""
-    from hetflow.model.reader import to_cnn_graph
 
     if not splits:
         return graph

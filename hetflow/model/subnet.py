@@ -23,6 +23,7 @@ from google.protobuf.message import Message
 
 from hetflow.errors import InputError, ModelError
 from hetflow.model.graph import CnnGraph
+from onnx import numpy_helper
 
 _KEY_MAX = 200  # longer keys are hashed
 CUT_CACHE_BYTES = 1 << 30  # weights held by an extractor's recent cuts, at most ...
@@ -233,7 +234,6 @@ def _copy_fields(dst, src, skip: str) -> None:
 def weightless_model(model: onnx.ModelProto) -> tuple[bytes, list[str], list[np.ndarray]]:
     """`model`'s bytes with its large initializers as external data, their names and arrays
     (what `Subnet.weightless` caches; see there)."""
-    from onnx import numpy_helper
 
     g = model.graph
     skel = onnx.ModelProto()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from hetflow.model.reader import normalise, to_cnn_graph
 
 
 def random_cnn_model(n_layers: int, seed: int = 0, channels: int = 4, size: int = 8,
@@ -73,7 +74,6 @@ def random_cnn_model(n_layers: int, seed: int = 0, channels: int = 4, size: int 
 
 def random_cnn_graph(n_layers: int, seed: int = 0, **kw):
     """The CnnGraph of `random_cnn_model` (normalised as if read from a file)."""
-    from hetflow.model.reader import normalise, to_cnn_graph
 
     model = normalise(random_cnn_model(n_layers, seed, **kw), f"random{seed}", {})
     g = to_cnn_graph(model, f"random{seed}")

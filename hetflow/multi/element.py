@@ -30,6 +30,7 @@ from hetflow.errors import InputError
 from hetflow.plan.schedule import Firing, FrameState, Readiness, firings
 
 from hetflow.multi.multiplan import AppEntry, MultiPlan
+from hetflow.runtime.inputs import _NP
 
 SPIN = 3e-4  # s: the last stretch before a release is spun, not slept (wake-up latency)
 PROGRESS_EVERY = 0.2  # s: the longest wait, so a stop or a progress report is never late
@@ -95,7 +96,6 @@ def prewarm(app: AppState, graph, only: set[int] | None = None) -> None:
     """Run one frame through every session (or the firings in `only`, those of one element)
     in phase order before the clock starts: first calls allocate and tune, and would otherwise
     show up as missed deadlines. An input another element would produce is zeros of its shape."""
-    from hetflow.runtime.inputs import _NP
 
     tensors = dict(app.source(0))
     for i, f in enumerate(app.schedule):

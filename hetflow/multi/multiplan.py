@@ -10,6 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from hetflow.errors import InputError
 from hetflow.plan.plan import Plan
+from hetflow.io import write_json
+from hetflow.mapping.planner import make_plan
+from hetflow.mapping.problem import Metrics
+from hetflow.schema import validate
 
 if TYPE_CHECKING:
     from hetflow.mapping.problem import Metrics
@@ -80,7 +84,6 @@ class MultiPlan:
 
     @staticmethod
     def from_dict(d: Any, source: str = "multi-plan") -> "MultiPlan":
-        from hetflow.schema import validate
 
         from hetflow.multi.multiplan_schema import MultiPlanFile
 
@@ -109,7 +112,6 @@ class MultiPlan:
         return mp
 
     def save(self, path: str | Path) -> Path:
-        from hetflow.io import write_json
 
         return write_json(path, self.to_dict())
 
@@ -139,7 +141,6 @@ def app_prediction(cand, name: str) -> dict[str, Any]:
 def app_metrics(sched, analysis, powers: dict) -> "Metrics":
     """Single-plan metrics of one application in the multi setting: it runs one frame per
     period, so throughput is 1/period and latency the predicted worst response time."""
-    from hetflow.mapping.problem import Metrics
 
     util = {e: sched.busy(e) / sched.period for e in sched.elements}
     watts = [powers.get(e) for e in sched.elements]
@@ -153,7 +154,6 @@ def app_metrics(sched, analysis, powers: dict) -> "Metrics":
 def make_multiplan(mp, result, strategy: str = "multi") -> MultiPlan:
     """The multi-plan of a search's chosen joint mapping (`mp`: MultiProblem,
     `result`: MultiSearchResult)."""
-    from hetflow.mapping.planner import make_plan
 
     cand = result.chosen
     apps = []

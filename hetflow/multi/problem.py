@@ -23,6 +23,11 @@ from hetflow.platform.spec import ProcessingElement
 
 from hetflow.multi.schedulability import AppSchedule, Task
 from hetflow.multi.spec import AppSpec
+from hetflow.mapping.from_profile import problem_from_profile
+from hetflow.mapping.strategies.base import configurations
+from hetflow.model import resolve_model
+from hetflow.multi.spec import check_specs
+from hetflow.profile.profile import Profile
 
 
 @dataclass
@@ -53,7 +58,6 @@ class MultiProblem:
                 raise InputError(f"model {a.spec.model} is given twice (applications "
                                  f"{hashes[h]} and {a.name} have the same model)")
             hashes[h] = a.name
-        from hetflow.multi.spec import check_specs
 
         check_specs([a.spec for a in self.apps])
 
@@ -71,7 +75,6 @@ class MultiProblem:
     def configurations(self) -> list[list[str]]:
         """Element sets every application may use together: the configurations of the first
         app's problem (all come from one platform) restricted to elements every profile has."""
-        from hetflow.mapping.strategies.base import configurations
 
         common = set.intersection(*({e.name for e in a.problem.elements} for a in self.apps))
         out = []
@@ -186,7 +189,6 @@ def calibrate_to_whole(problem: Problem, profile, stat: str = "median") -> dict[
 def find_profile(spec: AppSpec, profile_dir: Path | None, platform) -> Path:
     """The profile of `spec`: its own :profile=, else the one file `<model>.profile.json` or
     `<model>.*.profile.json` in `profile_dir` made for `platform`."""
-    from hetflow.profile.profile import Profile
 
     if spec.profile:
         return Path(spec.profile)
@@ -212,9 +214,6 @@ def find_profile(spec: AppSpec, profile_dir: Path | None, platform) -> Path:
 
 def load_app(spec: AppSpec, platform, profile_dir: Path | None = None,
              calibrate: bool = True, time_stat: str = "median") -> AppProblem:
-    from hetflow.mapping.from_profile import problem_from_profile
-    from hetflow.model import resolve_model
-    from hetflow.profile.profile import Profile
 
     path = find_profile(spec, profile_dir, platform)
     prof = Profile.load(path)
@@ -227,7 +226,6 @@ def load_app(spec: AppSpec, platform, profile_dir: Path | None = None,
 
 def load_multi_problem(specs: list[AppSpec], platform, profile_dir: Path | None = None,
                        calibrate: bool = True, time_stat: str = "median") -> MultiProblem:
-    from hetflow.multi.spec import check_specs
 
     check_specs(specs)
     if time_stat != "median" and not calibrate:

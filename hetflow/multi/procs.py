@@ -28,6 +28,8 @@ from hetflow.runtime.harness import Control, fault_text, supervise
 from hetflow.multi.element import PROGRESS_EVERY, Element, hosts, make_app, prewarm
 from hetflow.multi.multiplan import MultiPlan
 from hetflow.multi.report import multi_report
+import ctypes
+from hetflow.backends import control_cores, pinned
 
 READY_TIMEOUT = 600.0  # s: loading models and sessions in every process
 
@@ -38,7 +40,6 @@ READY_TIMEOUT = 600.0  # s: loading models and sessions in every process
 def die_with_parent(parent_pid: int) -> None:
     """Have the kernel kill this process when its parent exits, however it exits (Linux's
     PR_SET_PDEATHSIG; elsewhere nothing)."""
-    import ctypes
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -148,7 +149,6 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
              for el, names in placement.items()}
     for p in procs.values():
         p.start()
-    from hetflow.backends import control_cores, pinned
 
     watching = contextlib.ExitStack()  # this process, while it watches, stays off the cores
     watching.enter_context(pinned(control_cores(  # of the CPU stages

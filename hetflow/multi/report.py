@@ -10,6 +10,8 @@ import numpy as np
 from hetflow.runtime.report import RunReport, latency_stats
 
 from hetflow.multi.multiplan import AppEntry, MultiPlan
+from hetflow.runtime.check import check_outputs
+from hetflow.runtime.inputs import random_source
 
 
 @dataclass
@@ -37,8 +39,6 @@ def app_report(entry: AppEntry, index: int, responses: list[float], done_at: lis
     source as the run). `execs`: per frame, the seconds its firings ran; the report splits
     each response into that and waiting (late release, blocking, queueing), which says whether
     a long response came from a slow firing or from the schedule."""
-    from hetflow.runtime.check import check_outputs
-    from hetflow.runtime.inputs import random_source
 
     resp = responses[warmup:]
     done = done_at[warmup:]

@@ -8,6 +8,10 @@ from hetflow.errors import InputError
 
 from hetflow.multi.multiplan import MultiPlan
 from hetflow.multi.report import MultiRunReport
+from hetflow.multi.procs import hosts, run_processes
+from hetflow.multi.runtime import run_threads
+from hetflow.platform.detect import check_cores_present
+from hetflow.runtime.api import load_plan_model
 
 
 def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
@@ -25,7 +29,6 @@ def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
     processes where every application runs on one element (as measured), else threads.
     `realtime` (process engine): the element processes run under SCHED_FIFO during the run,
     where the OS allows it (the report says whether it did)."""
-    from hetflow.runtime.api import load_plan_model
 
     if check not in ("first", "none"):
         raise InputError(f"--check {check!r}: use first or none")
@@ -38,12 +41,9 @@ def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
     if engine not in ("auto", "threads", "processes"):
         raise InputError(f"--engine {engine!r}: use auto, threads or processes")
     mp.validate()
-    from hetflow.platform.detect import check_cores_present
 
     for a in mp.apps:
         check_cores_present(a.plan.elements.values(), f"application {a.name}")
-    from hetflow.multi.procs import hosts, run_processes
-    from hetflow.multi.runtime import run_threads
 
     if engine == "auto":
         engine = "processes" if all(len(set(a.plan.elements)) == 1 for a in mp.apps) else "threads"

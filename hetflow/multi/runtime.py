@@ -18,12 +18,15 @@ from hetflow.runtime.harness import Control, fault_text, stop_threads, supervise
 from hetflow.multi.element import Element, hosts, make_app, prewarm
 from hetflow.multi.multiplan import MultiPlan
 from hetflow.multi.report import MultiRunReport, multi_report
+from hetflow.backends import caller_cores_of, control_cores, pin_current_thread, pinned
+from hetflow.runtime.engine import prepare
+from hetflow.runtime.harness import frozen_heap
+from hetflow.runtime.inputs import random_source
 
 POLL = 0.05
 
 
 def _prepare(mp: MultiPlan, graphs: dict, progress) -> dict[str, object]:
-    from hetflow.runtime.engine import prepare
 
     return {a.name: prepare(a.plan, graphs[a.name], progress) for a in mp.apps}
 
@@ -33,9 +36,6 @@ def run_threads(mp: MultiPlan, graphs: dict, frames: int, warmup: int, n_check: 
                 progress: Callable[[str], None] | None, seed: int,
                 switch_interval: float) -> MultiRunReport:
     """`run_multiplan` on the thread engine: every element a thread of this interpreter."""
-    from hetflow.backends import caller_cores_of, control_cores, pin_current_thread, pinned
-    from hetflow.runtime.harness import frozen_heap
-    from hetflow.runtime.inputs import random_source
 
     placement = hosts(mp)
     elements = {}

@@ -35,6 +35,7 @@ from hetflow.mapping.strategies.ga import RowDuplicates
 
 from hetflow.multi.problem import MultiProblem, check_periods, schedule_of
 from hetflow.multi.schedulability import PENALTY, AppAnalysis, AppSchedule, analyse, energy_rate, penalty, utilisation
+from hetflow.mapping.strategies.greedy import greedy_assignment
 
 ALGORITHMS = ("nsga2", "spea2")
 ARCHIVE_LIMIT = 2000  # feasible mappings kept before pruning to the non-dominated ones
@@ -239,7 +240,6 @@ def naive_mappings(mp: MultiProblem) -> list[Mapping]:
 
 
 def _app_seeds(enc: JointEncoding, i: int) -> list[np.ndarray]:
-    from hetflow.mapping.strategies.greedy import greedy_assignment
 
     a, n = enc.mp.apps[i], len(enc.layers[i])
     seeds = [np.full(n, k, dtype=np.int64) for k in range(len(enc.allowed[i]))]

@@ -14,6 +14,8 @@ from hetflow.platform.spec import ProcessingElement
 from hetflow.plan.orders import check_interleave
 from hetflow.plan.mapping import Mapping, group_members
 from typing import Mapping as Mapping_
+from hetflow.io import write_json
+from hetflow.schema import validate
 
 PLAN_VERSION = 1  # plan_schema.PlanFile describes it
 
@@ -61,7 +63,6 @@ class Plan:
 
     @staticmethod
     def from_dict(d: Any, source: str = "plan") -> "Plan":
-        from hetflow.schema import validate
 
         from hetflow.plan.schema import PlanFile
 
@@ -149,7 +150,6 @@ class Plan:
                              f"{self.model_name} does not have; run `hetflow map` again")
 
     def save(self, path: str | Path) -> Path:
-        from hetflow.io import write_json
 
         return write_json(path, self.to_dict())
 

@@ -25,6 +25,8 @@ import numpy as np
 
 from hetflow.dataflow.csdf import AppChannel, CsdfApp
 from hetflow.errors import InputError
+import networkx as nx
+from hetflow.plan.orders import channel_windows as windows
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,6 @@ class Firing:
 
 def firings(app: CsdfApp) -> list[Firing]:
     """The firings of one frame, producers before consumers, ties by actor then phase."""
-    import networkx as nx
 
     g = nx.DiGraph()
     rank: dict[tuple[str, int], int] = {}
@@ -319,7 +320,6 @@ class InOrder:
 def channel_windows(plan) -> dict[str, int]:
     """Frames each channel of `plan` may hold ahead of its consumer
     (`mapping.interleaving.channel_windows`, which the analysis of a saturated run reads too)."""
-    from hetflow.plan.orders import channel_windows as windows
 
     return windows(plan.mapping, plan.app, plan.capacity_frames)
 

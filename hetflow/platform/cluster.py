@@ -33,6 +33,8 @@ from typing import Any, Mapping
 
 from hetflow.errors import InputError
 from hetflow.platform.spec import Platform, ProcessingElement
+import yaml
+from hetflow.platform.load import load_platform, platform_from_dict
 
 
 NODE_SEP = ":"
@@ -200,7 +202,6 @@ def _link(d: Any, source: str, where: str) -> Link:
 
 
 def _node_platform(v: Any, source: str, where: str, base: Path) -> Platform:
-    from hetflow.platform.load import load_platform, platform_from_dict
 
     if isinstance(v, Mapping):
         return platform_from_dict(v, f"{source}: {where}")
@@ -290,7 +291,6 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base: Path | None = N
 
 
 def load_cluster(path: str | os.PathLike) -> Cluster:
-    import yaml
 
     path = Path(path)
     try:
@@ -305,6 +305,5 @@ def load_cluster(path: str | os.PathLike) -> Cluster:
 
 
 def dump_cluster(cluster: Cluster) -> str:
-    import yaml
 
     return yaml.safe_dump(cluster.to_dict(), sort_keys=False, default_flow_style=None)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from hetflow.errors import InputError
 from hetflow.platform.spec import CpuCluster, Gpu, Platform, format_cores
+import psutil
 
 SYS_CPU = Path("/sys/devices/system/cpu")
 
@@ -19,7 +20,6 @@ def usable_cores() -> tuple[int, ...]:
     """Cores this process may run on (respects taskset / cgroup cpusets)."""
     if hasattr(os, "sched_getaffinity"):
         return tuple(sorted(os.sched_getaffinity(0)))
-    import psutil
 
     return tuple(range(psutil.cpu_count(logical=True) or 1))
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping
 from hetflow.errors import InputError
 from hetflow.platform.precision import DEFAULT_PRECISION, SEPARATOR, precision_problem
 from hetflow.platform.spec import Accelerator, CpuCluster, Gpu, Platform
+import yaml
 
 COMM_KEYS = ("cpu->cpu", "cpu->gpu", "gpu->cpu", "gpu->gpu", "cpu->accel", "accel->cpu")
 
@@ -250,7 +251,6 @@ def load_platform(path_or_name: str | os.PathLike, check_devices: bool = False) 
     `check_devices`: also check that every core and GPU exists on this machine (needed to
     measure or run; not to look at a description or to estimate).
     """
-    import yaml
 
     p = Path(path_or_name)
     if p.is_file():
@@ -289,6 +289,5 @@ def resolve_platform(arg: str | os.PathLike | None, check_devices: bool = False)
 
 def dump_platform(platform: Platform) -> str:
     """YAML text that `load_platform` reads back to an equal Platform."""
-    import yaml
 
     return yaml.safe_dump(platform.to_dict(), sort_keys=False, default_flow_style=None)

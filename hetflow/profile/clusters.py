@@ -10,6 +10,10 @@ import numpy as np
 from hetflow.errors import InputError
 from hetflow.platform.cluster import Cluster, Link, Node, node_resource
 from hetflow.platform.spec import Platform
+import time
+from hetflow.platform.detect import detect_platform
+from hetflow.profile.comm import fit_linear
+from hetflow.runtime.ray_engine import ray_session
 
 DETECT_SIZES = (1 << 10, 64 << 10, 1 << 20, 4 << 20)
 
@@ -24,7 +28,6 @@ def detect_cluster(address: str | None = "auto", sizes: Iterable[int] = DETECT_S
 
     Nodes that advertise a `hetflow_node_<name>` resource take that name; others are named
     n0, n1, ... (head first) and placed by their address."""
-    from hetflow.runtime.ray_engine import ray_session
 
     sizes = sorted(set(int(s) for s in sizes))
     if repeats < 1 or not sizes:
@@ -59,7 +62,6 @@ def name_nodes(ray_nodes: list[dict[str, Any]]) -> list[tuple[str, str | None, s
 def _detect(ray, sizes: list[int], repeats: int, timeout: float, name: str) -> Cluster:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from hetflow.profile.comm import fit_linear
 
     alive = [n for n in ray.nodes() if n.get("Alive")]
     alive.sort(key=lambda n: (not n.get("Resources", {}).get("node:__internal_head__"),
@@ -112,7 +114,6 @@ class _Probe:
     """Lives on one node: detects its platform, makes and fetches objects for link timing."""
 
     def platform(self, name: str) -> Platform:
-        from hetflow.platform.detect import detect_platform
 
         return replace(detect_platform(), name=name)
 
@@ -123,7 +124,6 @@ class _Probe:
         return [ray.put(np.full(nbytes, 7, dtype=np.uint8))]
 
     def fetch(self, held: list) -> float:
-        import time
 
         import ray
 

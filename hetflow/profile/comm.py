@@ -19,6 +19,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from hetflow.backends.affinity import pin_current_thread, pinned
+from hetflow.runtime.engine import FrameChannel
+from hetflow.runtime.harness import Control, Stopped
 
 DEFAULT_SIZES = tuple(4 ** k * 1024 for k in range(0, 9))  # 1 KiB .. 64 MiB
 
@@ -83,8 +85,6 @@ def bench_engine_handoff(src_core: int, dst_core: int, repeats: int = 200) -> fl
     runner copies its borders itself, so this wake-up is what a channel to or from a GPU adds
     (17 us on the H100 host; an engine trace on the H200 host had read 30-55 us a crossing
     beyond the copies the model then knew)."""
-    from hetflow.runtime.engine import FrameChannel
-    from hetflow.runtime.harness import Control, Stopped
 
     n, skip = repeats + 10, 10
     control = Control()

@@ -43,6 +43,15 @@ from hetflow.platform.detect import core_cur_freq_mhz
 from hetflow.platform.spec import ProcessingElement, cpu_element_name
 from hetflow.profile import comm as commbench
 from hetflow.profile.profile import Profile, Stats
+import importlib.util
+import queue
+import threading
+from hetflow.backends.affinity import pin_current_thread
+from hetflow.platform.configs import finest_config
+from hetflow.runtime.baselines import measure_parallel
+from hetflow.runtime.ceiling import firing_seconds
+from hetflow.runtime.inputs import random_source
+from onnx import TensorProto, helper
 
 if TYPE_CHECKING:
     from hetflow.model.graph import CnnGraph
@@ -100,7 +109,6 @@ def time_runner(runner, feeds: Mapping[str, np.ndarray], repeats: int, warmup: i
 
 def relu_subnet(name: str, n: int) -> Subnet:
     """A one-layer sub-network: ReLU over n floats, x -> y (what the calibrations time)."""
-    from onnx import TensorProto, helper
 
     model = helper.make_model(
         helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], name,
@@ -134,10 +142,7 @@ def border_cost(backend, element: ProcessingElement, writer_core: int | None,
     bound once, in cache). On the 2-core VM a squeezenet1_0 phase fed from the other core
     fired 0.1-0.8 ms above its layers' profiled sum, growing with its border bytes.
     `writer_core`: the core that writes the inputs (None: the caller writes them)."""
-    import queue
-    import threading
 
-    from hetflow.backends.affinity import pin_current_thread
 
     points: list[tuple[float, float]] = []
     for nbytes in sizes:
@@ -510,7 +515,6 @@ def _measure_lanes(prof: Profile, graph: "CnnGraph", platform: "Platform",
                    elements: list[ProcessingElement], bar: _Progress, seconds: float) -> None:
     """The lane table of every GPU element; the busy runs keep single-thread copies on every
     core that no GPU drives (what the data-parallel baseline runs beside the GPU)."""
-    from hetflow.platform.configs import finest_config
 
     from hetflow.profile.lanes import measure_lanes
 
@@ -530,8 +534,6 @@ def _busy_rates(prof: Profile, graph: "CnnGraph", elements: list[ProcessingEleme
     """({element: whole-model frames/s}, {GPU: lanes}) while every single-core CPU element runs
     a copy and every GPU with a lane table runs the whole model at the lanes it has beside busy
     copies: the parallel baseline, shorter. ({}, {}) with fewer than two elements."""
-    from hetflow.runtime.baselines import measure_parallel
-    from hetflow.runtime.inputs import random_source
 
     from hetflow.profile.lanes import best_busy_lanes
 
@@ -549,7 +551,6 @@ def _busy_rates(prof: Profile, graph: "CnnGraph", elements: list[ProcessingEleme
 
 
 def _cuda_available() -> bool:
-    import importlib.util
 
     if importlib.util.find_spec("torch") is None:
         return False
@@ -598,7 +599,6 @@ def _measure_comm(prof: Profile, elements: list[ProcessingElement], sizes: Seque
 def _measure_engine_firing(cores: list[int], bar: _Progress) -> float:
     """What one firing costs the engine beyond its runner (`runtime.ceiling.firing_seconds`),
     on the first core the profile measured."""
-    from hetflow.runtime.ceiling import firing_seconds
 
     task = bar.task("engine: cost of a firing")
     firing = firing_seconds(cores[0])

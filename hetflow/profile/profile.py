@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from hetflow.errors import InputError
 from hetflow.io import atomic_write_text
 from hetflow.model.subnet import subnet_key
+from hetflow.schema import validate
 
 if TYPE_CHECKING:
     from hetflow.model.graph import CnnGraph
@@ -172,7 +173,6 @@ class Profile:
 
     @staticmethod
     def from_dict(d: Any, source: str = "") -> "Profile":
-        from hetflow.schema import validate
 
         from hetflow.profile.profile_schema import ProfileFile
 

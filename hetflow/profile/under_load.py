@@ -18,6 +18,7 @@ from hetflow.backends.reuse import release, runners_for_many
 from hetflow.model.subnet import extract_subnet
 
 from hetflow.profile.measure import random_feeds, stats
+from hetflow.backends.together import run_together
 
 if TYPE_CHECKING:
     from hetflow.model.graph import CnnGraph
@@ -50,7 +51,6 @@ def time_stages_together(graph: "CnnGraph",
 
 
 def _run_together(work, runners, seconds, warmup, min_samples, max_seconds):
-    from hetflow.backends.together import run_together
 
     times = [[[] for _ in mine] for mine in runners]
 

@@ -13,11 +13,14 @@ from hetflow.plan.plan import Plan
 from hetflow.model.graph import CnnGraph
 
 from hetflow.runtime.report import RunReport
+from hetflow.model import resolve_model
+from hetflow.runtime.check import check_outputs
+from hetflow.runtime.inputs import image_dir_source, npz_source, random_source
+from hetflow.runtime.trace import write_trace
 
 
 def load_plan_model(plan: Plan, model: str | None = None) -> CnnGraph:
     """The plan's model (or `model`, a path or zoo name), refusing one with another hash."""
-    from hetflow.model import resolve_model
 
     arg = model or plan.model_source or plan.model_name
     shapes = {k: tuple(v) for k, v in plan.input_shapes.items()} or None
@@ -34,9 +37,7 @@ def load_plan_model(plan: Plan, model: str | None = None) -> CnnGraph:
 
 
 def make_source(graph: CnnGraph, spec: str, seed: int = 0) -> tuple[Callable[[int], dict], int | None]:
-    from pathlib import Path
 
-    from hetflow.runtime.inputs import image_dir_source, npz_source, random_source
 
     if spec == "random":
         return random_source(graph, seed), None
@@ -62,9 +63,7 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
     at most `max_inflight` frames submitted, default `schedule.frames_in_flight`). `rate`:
     frames arrive at this many a second, as from a camera, and each frame's latency counts
     from its arrival; default: fed as fast as the plan takes them."""
-    from hetflow.runtime.check import check_outputs
     from hetflow.runtime.energy import start_energy
-    from hetflow.runtime.trace import write_trace
 
     if check not in ("first", "all", "none"):
         raise InputError(f"--check {check!r}: use first, all or none")

@@ -21,6 +21,10 @@ from hetflow.platform.spec import ProcessingElement
 
 from hetflow.runtime.harness import frozen_heap
 from hetflow.runtime.report import RunReport, latency_stats
+from hetflow.backends import pin_current_thread
+from hetflow.backends.inflight import InFlight
+from hetflow.backends.reuse import release, runners_for_many
+from hetflow.backends.together import frames_in_window, run_together
 
 
 def measure_single(graph: CnnGraph, element: ProcessingElement, inputs: Callable[[int], dict],
@@ -37,10 +41,6 @@ def measure_parallel(graph: CnnGraph, elements: list[ProcessingElement],
                      lanes: dict[str, int] | None = None) -> RunReport:
     """All copies run at once; throughput counts frames completed by all of them in the window
     after every copy finished its warm-up. `lanes`: copies per element (GPU lanes), default 1."""
-    from hetflow.backends import pin_current_thread
-    from hetflow.backends.inflight import InFlight
-    from hetflow.backends.reuse import release, runners_for_many
-    from hetflow.backends.together import frames_in_window, run_together
 
     lanes = lanes or {}
     whole = [l.name for l in graph.layers]

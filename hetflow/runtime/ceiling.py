@@ -17,6 +17,10 @@ from hetflow.plan.mapping import Mapping
 from hetflow.plan.plan import Plan
 from hetflow.model.synthetic import random_cnn_graph
 from hetflow.platform.spec import ProcessingElement
+from hetflow.plan.mapping import group_members, group_name
+from hetflow.runtime.check import check_outputs
+from hetflow.runtime.engine import prepare, run_prepared
+from hetflow.runtime.inputs import random_source
 
 
 class _Instant:
@@ -38,10 +42,6 @@ def ceiling(stages: int = 3, frames: int = 20_000, repeats: int = 3, copies: int
     """{"fps": best of `repeats` runs, "runs": [...], "stages": n} of a no-op chain (of the
     whole model on `copies` members, where given), element i on `cores[i % len(cores)]`
     (default: this process's cores)."""
-    from hetflow.plan.mapping import group_members, group_name
-    from hetflow.runtime.check import check_outputs
-    from hetflow.runtime.engine import prepare, run_prepared
-    from hetflow.runtime.inputs import random_source
 
     graph = random_cnn_graph(stages, 0, channels=1, size=1)
     layers = [l.name for l in graph.layers]

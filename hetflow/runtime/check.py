@@ -8,6 +8,8 @@ import numpy as np
 from hetflow.dataflow.csdf import CsdfApp
 from hetflow.errors import RuntimeFault
 from hetflow.model.graph import CnnGraph
+import onnxruntime as ort
+from hetflow.model.subnet import weightless_model
 
 RTOL, ATOL = 1e-3, 1e-4  # float32 with different kernel orders (and TF32-free GPU math)
 # Tolerances from the output's dtype, both relative to the output's magnitude (see below).
@@ -49,9 +51,7 @@ def reference_session(graph: CnnGraph):
     it wrong), built once per graph: a bench checks every plan it runs against it, and building
     it took seconds for vgg19 (its 548 MB of weights serialised and parsed back, before they
     were taken from memory)."""
-    import onnxruntime as ort
 
-    from hetflow.model.subnet import weightless_model
 
     session = graph.__dict__.get("_reference_session")  # cached like the graph's derived views
     if session is not None:

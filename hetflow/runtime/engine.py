@@ -41,6 +41,9 @@ from hetflow.runtime.loop import Stream, Worker, drive
 from hetflow.plan.program import Program, compile_programs
 from hetflow.runtime.report import RunReport, stream_report
 from hetflow.plan.schedule import Dispatch, InOrder, channel_windows, firings
+from hetflow.backends import caller_cores_of, control_cores, pinned
+from hetflow.backends.inflight import launches
+from hetflow.backends.reuse import release, runners_for_many
 
 __all__ = ["FrameChannel", "PreparedPlan", "RunState", "prepare", "run_prepared"]
 
@@ -61,7 +64,6 @@ class PreparedPlan:
             self.more_lanes[(element, phase)][lane - 1]
 
     def close(self) -> None:
-        from hetflow.backends.reuse import release
 
         release([*self.runners.values(), *(x for rs in self.more_lanes.values() for x in rs)])
 
@@ -69,7 +71,6 @@ class PreparedPlan:
 def prepare(plan: Plan, graph: CnnGraph, progress: Callable[[str], None] | None = None,
             only: set[str] | None = None) -> PreparedPlan:
     """Sessions for every (element, phase) of `plan` (on the elements in `only`, if given)."""
-    from hetflow.backends.reuse import runners_for_many
 
     wanted, keys = [], []
     for actor, phases in plan.app.phases.items():
@@ -141,8 +142,6 @@ def bind(pp: PreparedPlan, programs: list[Program], frames: int, delivering: lis
          ) -> list[Worker]:
     """Each program with its element's runners, the run's channels and its group's dispatch;
     laned workers listen on the channels they use."""
-    from hetflow.backends import caller_cores_of
-    from hetflow.backends.inflight import launches
 
     plan = pp.plan
     steps: dict[str, dict[int, Any]] = {}
@@ -178,7 +177,6 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     which each frame arrives (a camera's clock): no element takes a frame before it, and its
     latency counts from it, time spent queued included; None: every frame is there from the
     start, the stream fed as fast as the plan takes it."""
-    from hetflow.backends import control_cores, pinned
 
     plan = pp.plan
     programs = compile_programs(plan)

@@ -24,6 +24,7 @@ from hetflow.runtime.channel import Channel
 from hetflow.runtime.harness import POLL, Control, Stopped, fault_text
 from hetflow.plan.program import DELIVER, FIRE, RECV, SEND, Program, rounds
 from hetflow.plan.schedule import Firing
+from hetflow.backends import pin_current_thread
 
 ARRIVAL_POLL = 0.0002  # s: how often a device's driver with a free lane looks for the
 # next frame's arrival while its oldest run is still in flight
@@ -197,7 +198,6 @@ def drive(s: Stream, w: Worker) -> None:
     stopping at the first not finished, as `backends.inflight` collects them: asking each
     lane's run at every step cost the driving thread tens of microseconds a frame at 16-24
     lanes."""
-    from hetflow.backends import pin_current_thread
 
     el, k, control = w.program.element, w.program.lanes, s.control
     gens = [lane_loop(s, w, lane, f"{el}/lane{lane}" if k > 1 else el) for lane in range(k)]

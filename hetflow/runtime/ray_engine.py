@@ -53,6 +53,12 @@ from hetflow.runtime.harness import fault_text
 from hetflow.runtime.report import RunReport, stream_report
 from hetflow.plan.program import FIRE, compile_programs, worker_actions
 from hetflow.plan.schedule import Firing, firings, frames_in_flight, member_of, submission_order
+import onnx
+import os
+import socket
+from hetflow.backends import backend_for, pin_current_thread
+from hetflow.model.subnet import Subnet, extract_subnet
+from hetflow.platform.cluster import PLACEMENT_SHARE, node_resource, split_element
 
 RAY_MISSING = "--engine ray needs Ray: pip install 'hetflow[ray]'"
 POLL = 0.05
@@ -97,7 +103,6 @@ def element_placement(plan: Plan, element: str) -> dict[str, float]:
     """Ray resources that put `element`'s worker on its node: those the element carries (a
     cluster element), else the `hetflow_node_<node>` convention for `node:element` names;
     {} for a plain name (the worker then runs on the driver's node)."""
-    from hetflow.platform.cluster import PLACEMENT_SHARE, node_resource, split_element
 
     res = dict(plan.elements[element].resources) if element in plan.elements else {}
     node, _ = split_element(element)
@@ -117,10 +122,7 @@ class ElementWorker:
 
     def __init__(self, plan_dict: dict, actor: str, element: str, node: str,
                  subnets: dict[int, bytes], trace: bool = False):
-        import onnx
 
-        from hetflow.backends import backend_for, pin_current_thread
-        from hetflow.model.subnet import Subnet
 
         self.plan = Plan.from_dict(plan_dict)
         self.actor, self.element_name, self.node = actor, element, node
@@ -146,8 +148,6 @@ class ElementWorker:
         self.failed: str | None = None  # the first failure: later firings repeat it
 
     def ready(self) -> dict[str, Any]:
-        import os
-        import socket
 
         import ray
 
@@ -231,8 +231,6 @@ class RayPipeline:
     def __init__(self, plan: Plan, graph: CnnGraph, runtime_env: dict | None = None,
                  progress: Callable[[str], None] | None = None, start_timeout: float = 300.0,
                  trace: bool = False):
-        from hetflow.model.subnet import extract_subnet
-        from hetflow.platform.cluster import split_element
 
         self.ray = ray = import_ray()
         self.plan, self.graph = plan, graph

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from hetflow.io import write_json
 
 
 def chrome_trace(events: list[tuple[str, str, int, int, float, float]], t0: float) -> dict:
@@ -17,6 +18,5 @@ def chrome_trace(events: list[tuple[str, str, int, int, float, float]], t0: floa
 
 
 def write_trace(path: str | Path, events, t0: float) -> Path:
-    from hetflow.io import write_json
 
     return write_json(path, chrome_trace(events, t0))

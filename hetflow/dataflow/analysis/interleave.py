@@ -25,6 +25,8 @@ from hetflow.dataflow.graphs import CsdfGraph
 from hetflow.dataflow.analysis.orders import Firing, FiringOrders
 from hetflow.dataflow.analysis.repetition import repetition_vector
 from hetflow.dataflow.analysis.throughput import ThroughputResult, throughput_mcr
+import networkx as nx
+import time
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,6 @@ def level_offsets(g: CsdfGraph, q: dict[str, int], actors: list[str]
     actor then runs a round later than its producer (s = 1), so no round waits on itself.
     Levels never decrease along an actor's firings, so offsets never increase. Largest s (fewest
     frames in flight) first; none if the data of one iteration has a cycle."""
-    import networkx as nx
 
     dag = nx.DiGraph()
     for a in g.actors:
@@ -117,7 +118,6 @@ def best_interleaving(g: CsdfGraph, max_offset: int = 2, passes: int = 3,
     local optimum of the coordinate descent described above; never worse than no interleaving;
     with `time_limit` seconds, the best found when the descent runs out of it). Raises what
     throughput_mcr raises for `g` itself."""
-    import time
 
     deadline = None if time_limit is None else time.perf_counter() + time_limit
     plain = throughput_mcr(g)

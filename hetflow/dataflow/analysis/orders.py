@@ -19,6 +19,7 @@ from typing import Iterable
 from hetflow.errors import InputError
 
 from hetflow.dataflow.graphs import CsdfGraph
+from dataclasses import replace
 
 
 def processor_schedules(g: CsdfGraph, q: dict[str, int], ordered: Iterable[str] = ()
@@ -115,7 +116,6 @@ def unfolded(g: CsdfGraph, k: int) -> CsdfGraph:
     i // q, q the original firings per iteration). A firing order of the unfolded graph can then
     visit the same phase of k frames before the next phase of any. Actors must have concurrency
     1: a replicated actor's cycle would otherwise become k frames on one replica."""
-    from dataclasses import replace
 
     if k == 1:
         return g

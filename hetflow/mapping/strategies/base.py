@@ -10,6 +10,8 @@ from hetflow.errors import InputError
 
 from hetflow.plan.mapping import Mapping, group_name
 from hetflow.mapping.problem import Metrics, Problem
+import inspect
+import networkx as nx
 
 
 @dataclass
@@ -66,7 +68,6 @@ def strategy_options(name: str, options: dict | None = None) -> set[str]:
     those of the function named by its `options_of`); a strategy marked `passes_options_to_base`
     also takes its base strategy's (`options["base"]`, default pipeline). Not `interleave`,
     which the planner passes (whether plans interleave, hence how designs are scored)."""
-    import inspect
 
     fn = get_strategy(name)
     params = inspect.signature(getattr(fn, "options_of", fn)).parameters.values()
@@ -92,7 +93,6 @@ def configurations(problem: Problem) -> list[list[str]]:
     pairwise core-disjoint elements (the maximal cliques of the compatibility graph)."""
     if problem.configurations:
         return [list(c) for c in problem.configurations]
-    import networkx as nx
 
     names = [e.name for e in problem.elements]
     idx = problem.element_index

@@ -70,6 +70,8 @@ from hetflow.mapping.interleaving import RunScores
 from hetflow.plan.mapping import Mapping, group_members, group_name, weighted_pattern
 from hetflow.mapping.problem import Metrics, Problem, evaluate
 from hetflow.mapping.strategies.base import SearchResult, best_of, configurations
+from hetflow.mapping.strategies.greedy import greedy_assignment
+from hetflow.mapping.strategies.pipeline import search as pipeline_search
 
 # mating_rounds: how often pymoo re-mates when offspring duplicate the population (its default,
 # 100, makes a converged population of 1000 cost minutes per generation)
@@ -370,7 +372,6 @@ class _IntProblem(PymooProblem):
 def baseline_seeds(problem: Problem, config: list[str]) -> dict[str, Mapping]:
     """Whole model on each element, on each full class of identical elements and (weighted
     round robin, as `single` builds it) on the whole configuration; and greedy's mapping."""
-    from hetflow.mapping.strategies.greedy import greedy_assignment
 
     layers = [l.name for l in problem.graph.layers]
     seeds = {f"single:{e}": Mapping({l: e for l in layers}) for e in config}
@@ -391,7 +392,6 @@ def baseline_seeds(problem: Problem, config: list[str]) -> dict[str, Mapping]:
 
 
 def pipeline_seeds(problem: Problem) -> dict[str, Mapping]:
-    from hetflow.mapping.strategies.pipeline import search as pipeline_search
 
     return {f"pipeline#{i}": m for i, (m, _) in enumerate(pipeline_search(problem).front)}
 

@@ -49,6 +49,18 @@ from hetflow.errors import InfeasibleError, InputError
 from hetflow.plan.mapping import group_members
 from hetflow.mapping.problem import Problem
 from hetflow.mapping.strategies.base import SearchResult, configurations
+from dataclasses import replace
+from hetflow.mapping.strategies.base import get_strategy
+from hetflow.model.split import (
+    AXES,
+    LayerSplit,
+    apply_splits,
+    check_split,
+    concat_name,
+    slice_name,
+    split_size,
+)
+from hetflow.plan.mapping import Mapping
 
 
 @dataclass
@@ -238,9 +250,7 @@ def split_problem(problem: Problem, split) -> Problem:
     element (time linear in output channels or rows: the part models' own assumption where no
     samples were measured); the Concat at a copy of the layer's output at CONCAT_BYTES_PER_S,
     and a row part's Slice at a copy of the rows it cuts."""
-    from dataclasses import replace
 
-    from hetflow.model.split import apply_splits, concat_name, slice_name
 
     g = problem.graph
     fused = any(len(l.nodes) > 1 for l in g.layers)
@@ -267,9 +277,7 @@ def _apply_split(problem: Problem, base_mapping, layer: str, sizes: dict[str, in
     """(split problem, mapping, split) with part i of `layer` on the i-th element of `sizes`
     (elements given no channel or row left out), and the Concat and a row split's Slices on
     the layer's own actor (the input arrives there; each part is sent only its rows)."""
-    from hetflow.model.split import LayerSplit, concat_name, slice_name
 
-    from hetflow.plan.mapping import Mapping
 
     used = [e for e, c in sizes.items() if c > 0]
     split = LayerSplit(layer, tuple(sizes[e] for e in used), axis)
@@ -298,9 +306,7 @@ def search(problem: Problem, seed: int = 0, layer: str | None = None,
     mapping, "always" keeps it, "never" only recommends it (in `notes`).
     axis: "channels" splits the layer's output channels, "rows" (a 2-D Conv, grouped and
     depthwise ones too) its output rows."""
-    from hetflow.model.split import AXES, LayerSplit, check_split, split_size
 
-    from hetflow.mapping.strategies.base import get_strategy
 
     t0 = time.perf_counter()
     layer = layer or heaviest_conv(problem)
