@@ -724,12 +724,13 @@ class TorchCudaBackend(Backend):
 
     def prepare(self, subnet: "Subnet", element: "ProcessingElement", *, cuda_graph: bool = True,
                 warmup: int = 3, sync: str = "spin", graph_copies: bool = True,
-                **_ignored: Any) -> TorchCudaRunner:
+                batch: int = 1, **_ignored: Any) -> TorchCudaRunner:
         """`cuda_graph`: capture the forward as a CUDA graph (False: eager).
         `warmup`: eager runs before capture (cuDNN autotuning). `sync`: see the module notes.
-        `graph_copies`: the border copies inside the graph (one launch a run)."""
+        `graph_copies`: the border copies inside the graph (one launch a run). `batch`:
+        frames a run."""
         return self.prepare_lanes(subnet, element, 1, cuda_graph=cuda_graph, warmup=warmup,
-                                  sync=sync, graph_copies=graph_copies)[0]
+                                  sync=sync, graph_copies=graph_copies, batch=batch)[0]
 
     def prepare_lanes(self, subnet: "Subnet", element: "ProcessingElement", lanes: int, *,
                       cuda_graph: bool = True, warmup: int = 3, sync: str = "spin",
