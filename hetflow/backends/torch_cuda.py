@@ -627,21 +627,25 @@ class TorchCudaRunner:
         and return at once; `collect` waits for it and gives its outputs. One run in flight
         per runner: a lane is free again once its run was collected. A batched runner runs
         the frame padded to its batch."""
-        self.submit_frames([feeds])
+        if self.batch > 1:
+            self.submit_frames([feeds])
+            return
+        if self._module is None:
+            raise BackendError(f"{NAME}: runner of {self.subnet.name} is closed")
+        for name, host_np in zip(self.inputs, self._host_in_np):
+            self._stage_input(name, feeds, host_np)
+        self._frames = 1
+        self._launch()
 
     def submit_frames(self, frames) -> None:
         """Launch one run of 1..batch frames (rows of the pinned buffers, the rest copies of
         the last frame); `collect_frames` gives their outputs."""
         if self._module is None:
             raise BackendError(f"{NAME}: runner of {self.subnet.name} is closed")
-        if self.batch == 1 and len(frames) == 1:  # the plain runner's path, no row views
-            for name, host_np in zip(self.inputs, self._host_in_np):
-                self._stage_input(name, frames[0], host_np)
-        else:
-            rows = pad(list(frames), self.batch, f"{self.subnet.name} on {self.element.name}")
-            for name, host_np in zip(self.inputs, self._host_in_np):
-                for i, frame in enumerate(rows):
-                    self._stage_input(name, frame, host_np[i:i + 1])
+        rows = pad(list(frames), self.batch, f"{self.subnet.name} on {self.element.name}")
+        for name, host_np in zip(self.inputs, self._host_in_np):
+            for i, frame in enumerate(rows):
+                self._stage_input(name, frame, host_np[i:i + 1])
         self._frames = len(frames)
         self._launch()
 
@@ -682,14 +686,14 @@ class TorchCudaRunner:
         if self._frames != 1:
             raise BackendError(f"{NAME}: {self.subnet.name} on {self.element.name}: collect "
                                f"after a run of {self._frames} frames (use collect_frames)")
-        return self.collect_frames()[0]
+        self.wait()
+        return {name: host[:1].copy() if self.batch > 1 else host.copy()
+                for name, host in zip(self.outputs, self._host_out_np)}
 
     def collect_frames(self) -> list[dict[str, np.ndarray]]:
         """Wait for the submitted run; the outputs of its real frames (leading dim 1 each,
         arrays the caller owns), in order; the padding's are dropped."""
         self.wait()
-        if self.batch == 1:
-            return [{name: host.copy() for name, host in zip(self.outputs, self._host_out_np)}]
         return [{name: host[i:i + 1].copy() for name, host in zip(self.outputs, self._host_out_np)}
                 for i in range(self._frames)]
 
