@@ -384,6 +384,23 @@ def parse_batch_key(key: str) -> tuple[int, int]:
     return int(b), int(k)
 
 
+def batch_one_from_lanes(lanes_table: dict[str, Any]) -> dict[str, Any]:
+    """The batch table's entries "1,k" from the lane table (measure_lanes), which timed them:
+    a batch of one is a plain firing."""
+    memory = lanes_table.get("memory", {})
+    out: dict[str, Any] = {}
+    for k, entry in lanes_table.items():
+        if not k.isdigit():
+            continue
+        row = {"alone": entry["alone"], "alone_fps": entry["alone_fps"]}
+        row.update({f: entry[f] for f in ("busy", "busy_fps") if f in entry})
+        if "first_lane_bytes" in memory:
+            row["memory_bytes"] = int(memory["first_lane_bytes"]
+                                      + (int(k) - 1) * memory["per_lane_bytes"])
+        out[batch_key(1, int(k))] = row
+    return out
+
+
 def _build_lanes(graph: "CnnGraph", layers: list[str], element: "ProcessingElement",
                  lanes: int, batch: int) -> tuple[list, list[int] | None]:
     """(`lanes` runners of batch `batch`, the device memory [first lane, the others] took at
@@ -398,6 +415,10 @@ def _build_lanes(graph: "CnnGraph", layers: list[str], element: "ProcessingEleme
     except BaseException:
         release(first)
         raise
+    if any(getattr(r, "batch", 1) != batch for r in first + more):
+        release(first + more)
+        raise BackendError(f"backend {backend.name!r} on {element.name}: its runners do not "
+                           f"run batches (batch {batch} asked)")
     got = [getattr(first[0], "memory_bytes", None), getattr(more[0], "memory_bytes", 0)
            if more else 0]
     return first + more, (None if got[0] is None else got)

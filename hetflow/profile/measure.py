@@ -526,7 +526,8 @@ def _measure_lanes(prof: Profile, graph: "CnnGraph", platform: "Platform",
     `batch_budget_s` is not 0); the busy runs keep single-thread copies on every core that no
     GPU drives (what the data-parallel baseline runs beside the GPU)."""
 
-    from hetflow.profile.lanes import measure_batches, measure_lanes
+    from hetflow.profile.lanes import (BATCHES, batch_one_from_lanes, measure_batches,
+                                       measure_lanes)
 
     gpus = [e for e in elements if e.kind == "gpu"]
     if not gpus:
@@ -539,8 +540,10 @@ def _measure_lanes(prof: Profile, graph: "CnnGraph", platform: "Platform",
         task.advance()
         if batch_budget_s != 0:
             task = bar.task(f"{g.name} batches")
-            prof.gpu_batches[g.name] = measure_batches(graph, g, busy, seconds=seconds / 2,
-                                                       budget_s=batch_budget_s)
+            table = batch_one_from_lanes(prof.gpu_lanes[g.name])  # batch 1: the lane table's
+            table.update(measure_batches(graph, g, busy, [b for b in BATCHES if b > 1],
+                                         seconds=seconds / 2, budget_s=batch_budget_s))
+            prof.gpu_batches[g.name] = table
             task.advance()
 
 
