@@ -138,3 +138,23 @@ def test_a_bad_batch_table_is_refused(bad, says, tmp_path):
     path.write_text(json.dumps(_profile_dict(gpu_batches={"gpu0": bad})))
     with pytest.raises(InputError, match=says):
         Profile.load(path)
+
+
+def test_profile_model_adds_the_batch_table_beside_the_lane_table(monkeypatch, slow_gpu):
+    from hetflow.platform import CpuCluster, Gpu, Platform
+    from hetflow.profile.measure import profile_model
+
+    plat = Platform("p", (CpuCluster("cpu", CORES),),
+                    gpus=(Gpu(0, "fake", CORES[0], backend=fake_gpu.NAME),))
+    monkeypatch.setattr("hetflow.platform.detect.check_devices_present", lambda p: None)
+    prof = profile_model(GRAPH, plat, elements=["gpu0"], comm=False, repeats=2, warmup=1,
+                         progress=False, contention=False, lane_seconds=0.1,
+                         batch_budget_s=0.5)
+    table = prof.gpu_batches["gpu0"]
+    lanes = prof.gpu_lanes["gpu0"]
+    # batch 1 is the lane table's; batch 2 always timed; the rest as the budget allows
+    assert {parse_batch_key(k) for k in table if k.startswith("1,")} == {
+        (1, int(k)) for k in lanes if k.isdigit()}
+    assert table["1,2"]["alone_fps"] == lanes["2"]["alone_fps"]
+    assert {"2,1", "2,8"} <= set(table) and "32" in table["skipped"]
+    assert Profile.from_dict(prof.to_dict()).gpu_batches == prof.gpu_batches
