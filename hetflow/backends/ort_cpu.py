@@ -135,7 +135,12 @@ class OrtCpuRunner:
                    ) -> list[dict[str, np.ndarray]]:
         """1..batch frames in one session run (padded to the batch); their outputs, in order."""
         where = f"sub-network {self.subnet.name} on {self.element.name} (batch {self.batch})"
-        return split(self._run(gather(frames, self.inputs, self.batch, where)), len(frames))
+        outs = self._run(gather(frames, self.inputs, self.batch, where))
+        wrong = [k for k, v in outs.items() if np.ndim(v) == 0 or np.shape(v)[0] != self.batch]
+        if wrong:
+            raise BackendError(f"{where}: output {wrong[0]!r} has shape "
+                               f"{np.shape(outs[wrong[0]])}: it does not carry the batch")
+        return split(outs, len(frames))
 
     def _run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:
