@@ -192,3 +192,18 @@ def test_converted_batched_module_carries_the_batch_on_cpu():
     assert y.shape == (3, 5)
     for i, frame in enumerate(frames):
         np.testing.assert_allclose(y[i:i + 1], runner(1).run(frame)["y"], rtol=1e-4, atol=1e-4)
+
+
+def test_an_output_that_does_not_carry_the_batch_is_a_backend_error():
+    """A ReduceSum over the frames' axis: its output has leading dim 1 at any batch."""
+    m = helper.make_model(helper.make_graph(
+        [helper.make_node("ReduceSum", ["x", "axes"], ["y"], name="sum", keepdims=1)], "sum",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(np.array([0], np.int64), "axes")]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    sub = Subnet("sum", ("sum",), m, ["x"], ["y"])
+    r = get_backend("cpu").prepare(sub, CPU, batch=3)
+    with pytest.raises(BackendError, match=r"sub-network sum on cpu0 \(batch 3\).*'y'"):
+        r.run_frames([{"x": np.ones((1, 4), np.float32)}])
