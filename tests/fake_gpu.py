@@ -4,7 +4,10 @@ profiler in CI. `SLOW` seconds of sleep per run (the GIL released, as a device w
 it) make several lanes overlap measurably; `IN_FLIGHT` records the most runs at once, `ASKED`
 how often a driver asked whether a run was done. Like a
 device's runner it launches runs without waiting (`submit`: the run goes to a thread of the
-runner's own, its "stream"), so one thread can keep several lanes busy."""
+runner's own, its "stream"), so one thread can keep several lanes busy.
+Batches: `prepare(..., batch=b)` wraps a batch-b ONNX Runtime runner (the real model's outputs,
+padding included), and a firing sleeps t(b) = SLOW * (A + (1 - A) * b): A is the share of a
+frame's time that a batch pays once (`reset(slow, a=...)`)."""
 from __future__ import annotations
 
 import concurrent.futures
@@ -17,6 +20,7 @@ from hetflow.platform.spec import ProcessingElement
 
 NAME = "fake_gpu"
 SLOW = 0.0
+A = 0.0  # the fixed share of a firing's time: t(b) = SLOW * (A + (1 - A) * b)
 IN_FLIGHT = {"now": 0, "max": 0}
 ASKED = {"finished": 0}  # how often a driver asked whether a run was done
 _lock = threading.Lock()
@@ -25,6 +29,7 @@ _lock = threading.Lock()
 class _Runner:
     def __init__(self, inner):
         self.inner, self.inputs, self.outputs = inner, inner.inputs, inner.outputs
+        self.batch = inner.batch
         self._pending = None
         self._queue = queue.SimpleQueue()
         threading.Thread(target=self._stream, daemon=True).start()
@@ -34,10 +39,16 @@ class _Runner:
         return self.inner.caller_cores
 
     def submit(self, feeds):
+        self._launch(self.run, dict(feeds))
+
+    def submit_frames(self, frames):
+        self._launch(self.run_frames, [dict(f) for f in frames])
+
+    def _launch(self, run, work):
         if self._pending is not None:
             raise RuntimeError("fake_gpu: a run is already in flight on this lane")
         self._pending = concurrent.futures.Future()
-        self._queue.put((dict(feeds), self._pending))
+        self._queue.put((run, work, self._pending))
 
     def finished(self):
         ASKED["finished"] += 1
@@ -50,22 +61,30 @@ class _Runner:
         pending, self._pending = self._pending, None
         return pending.result()
 
+    collect_frames = collect
+
     def _stream(self):
         while (job := self._queue.get()) is not None:
-            feeds, result = job
+            run, work, result = job
             try:
-                result.set_result(self.run(feeds))
+                result.set_result(run(work))
             except BaseException as e:  # noqa: BLE001 - given back by collect
                 result.set_exception(e)
 
     def run(self, feeds):
+        return self._fire(self.inner.run, feeds)
+
+    def run_frames(self, frames):
+        return self._fire(self.inner.run_frames, frames)
+
+    def _fire(self, run, work):
         with _lock:
             IN_FLIGHT["now"] += 1
             IN_FLIGHT["max"] = max(IN_FLIGHT["max"], IN_FLIGHT["now"])
         try:
             if SLOW:
-                time.sleep(SLOW)
-            return self.inner.run(feeds)
+                time.sleep(firing_seconds(self.batch))
+            return run(work)
         finally:
             with _lock:
                 IN_FLIGHT["now"] -= 1
@@ -79,9 +98,14 @@ class FakeGpuBackend(Backend):
     name = NAME
     kinds = ("gpu",)
 
-    def prepare(self, subnet, element, **opts):
+    def prepare(self, subnet, element, batch=1, **opts):
         cpu = ProcessingElement(element.name, "cpu", element.cores)
-        return _Runner(get_backend("ort_cpu").prepare(subnet, cpu))
+        return _Runner(get_backend("ort_cpu").prepare(subnet, cpu, batch=batch))
+
+
+def firing_seconds(batch: int) -> float:
+    """The sleep of one firing of `batch` frames."""
+    return SLOW * (A + (1 - A) * batch)
 
 
 def gpu(name: str = "gpu0", core: int = 0) -> ProcessingElement:
@@ -90,8 +114,12 @@ def gpu(name: str = "gpu0", core: int = 0) -> ProcessingElement:
     return ProcessingElement(name, "gpu", (core,), device_index=0, backend=NAME, model="fake")
 
 
-def reset(slow: float = 0.0) -> None:
-    global SLOW
-    SLOW = slow
+def reset(slow: float = 0.0, a: float = 0.0) -> None:
+    """`slow`: seconds a frame's firing sleeps at batch 1; `a`: the share of it a batch pays
+    once (0: a batch of b takes b times as long; 1: as long as one frame)."""
+    global SLOW, A
+    if not 0.0 <= a <= 1.0:
+        raise ValueError(f"fake_gpu: a={a} is outside [0, 1]")
+    SLOW, A = slow, a
     IN_FLIGHT.update(now=0, max=0)
     ASKED.update(finished=0)

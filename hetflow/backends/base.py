@@ -13,6 +13,12 @@ Optional launch hooks of device runners, so that one thread can keep several lan
 flight: `submit(feeds)` launches a run and returns at once, `finished()` says whether it is
 done, `wait()` waits for it, `collect()` waits and returns its outputs (`run` = submit +
 collect). A runner keeps one run in flight. Lanes of a runner without them run one at a time.
+
+Batches: every runner has `batch` (1 for a plain runner) and `run_frames(frames)`: 1..batch
+frames (leading dim 1 each) in one run, padded to `batch` with copies of the last frame, their
+outputs split back (leading dim 1 each; the padding's dropped); a runner with the launch hooks
+also has `submit_frames(frames)` and `collect_frames()`. `prepare(..., batch=b)` builds one
+(`hetflow.backends.batching`).
 """
 from __future__ import annotations
 

@@ -16,6 +16,9 @@
   the copies of one sub-network on many single cores need one session, not one each. Building
   fifteen vgg19 sessions, one a core, took 14 s on the 16-core GPU machine, and each holds its
   own ~0.7 GB of (re-laid-out) weights.
+- Batches (`prepare(..., batch=b)`): a session of the sub-network at leading dim b
+  (`backends.batching`); `run_frames` stacks 1..b frames, pads to b and splits the outputs.
+  A CPU element runs batched only where the profile measured a frame faster that way.
 - int8 elements run the sub-network quantized statically to QDQ (`hetflow.backends.quantize`:
   why static, the recipe, the cache); inputs and outputs stay float32, so channels do not
   change. Calibration frames: `prepare(..., calibration=[feeds, ...])`, else random ones.
@@ -29,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from hetflow.backends.base import Backend
+from hetflow.backends.batching import batched_subnet, check_batch, gather, split
 from hetflow.backends.quantize import int8_model_path
 from hetflow.backends.registry import register_backend
 from hetflow.errors import BackendError
@@ -108,11 +112,12 @@ def session_options(cores: tuple[int, ...], spinning: bool = False, optimization
 
 class OrtCpuRunner:
     def __init__(self, subnet: "Subnet", element: "ProcessingElement", session,
-                 profiling: bool = False):
-        self.subnet = subnet
+                 profiling: bool = False, batch: int = 1):
+        self.subnet = subnet  # at leading dim `batch`
         self.element = element
         self.session = session
         self.profiling = profiling  # the session writes a profile file: it is never shared
+        self.batch = batch
         self.inputs = list(subnet.inputs)
         self.outputs = list(subnet.outputs)
 
@@ -121,6 +126,23 @@ class OrtCpuRunner:
         return self.element.cores[:1]
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One frame (leading dim 1; padded to the batch where it is more than 1)."""
+        if self.batch > 1:
+            return self.run_frames([feeds])[0]
+        return self._run(feeds)
+
+    def run_frames(self, frames: Sequence[Mapping[str, np.ndarray]]
+                   ) -> list[dict[str, np.ndarray]]:
+        """1..batch frames in one session run (padded to the batch); their outputs, in order."""
+        where = f"sub-network {self.subnet.name} on {self.element.name} (batch {self.batch})"
+        outs = self._run(gather(frames, self.inputs, self.batch, where))
+        wrong = [k for k, v in outs.items() if np.ndim(v) == 0 or np.shape(v)[0] != self.batch]
+        if wrong:
+            raise BackendError(f"{where}: output {wrong[0]!r} has shape "
+                               f"{np.shape(outs[wrong[0]])}: it does not carry the batch")
+        return split(outs, len(frames))
+
+    def _run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:
             outs = self.session.run(self.outputs, {k: feeds[k] for k in self.inputs})
         except KeyError as e:
@@ -146,7 +168,7 @@ class OrtCpuRunner:
         ins = {k: np.ascontiguousarray(feeds[k]) for k in self.inputs}  # kept alive while bound
         for k, v in ins.items():
             io.bind_cpu_input(k, v)
-        outs = self.run(ins)
+        outs = self._run(ins)
         bound = [ort.OrtValue.ortvalue_from_numpy(outs[o]) for o in self.outputs]
         for name, value in zip(self.outputs, bound):
             io.bind_ortvalue_output(name, value)
@@ -178,10 +200,11 @@ class OrtCpuBackend(Backend):
     def prepare(self, subnet: "Subnet", element: "ProcessingElement", *, spinning: bool = False,
                 optimization: str = "all", profile_prefix: str | None = None,
                 calibration: Sequence[Mapping[str, np.ndarray]] | None = None,
-                **_ignored: Any) -> OrtCpuRunner:
+                batch: int = 1, **_ignored: Any) -> OrtCpuRunner:
         """`spinning`: let idle pool threads spin (only when the stage owns its cores alone).
         `optimization`: 'disable' | 'basic' | 'extended' | 'all'. `calibration`: feeds that
-        calibrate an int8 element's quantization (else random frames)."""
+        calibrate an int8 element's quantization (else random frames). `batch`: frames a
+        run (see the module notes; `benchmark` then takes feeds of leading dim `batch`)."""
 
         if element.kind != "cpu":
             raise BackendError(f"ort_cpu runs on CPU elements, not on {element.name!r} "
@@ -190,6 +213,11 @@ class OrtCpuBackend(Backend):
         if optimization not in _OPT_LEVELS:
             raise BackendError(f"ort_cpu: optimization {optimization!r} is not one of "
                                f"{', '.join(_OPT_LEVELS)}")
+        batch = check_batch(batch, f"ort_cpu on {element.name}")
+        if batch > 1 and element.precision == "int8":
+            raise BackendError(f"ort_cpu: element {element.name!r} is int8; int8 sub-networks "
+                               f"run at batch 1, not {batch}")
+        subnet = batched_subnet(subnet, batch)
         so = session_options(element.cores, spinning, optimization, profile_prefix)
         try:
             if element.precision == "int8":
@@ -209,7 +237,8 @@ class OrtCpuBackend(Backend):
             raise BackendError(f"ort_cpu cannot run {_blame(msg, subnet)}sub-network "
                                f"{subnet.name} on {element.name}: "
                                f"{msg}") from None
-        return OrtCpuRunner(subnet, element, session, profiling=profile_prefix is not None)
+        return OrtCpuRunner(subnet, element, session, profiling=profile_prefix is not None,
+                            batch=batch)
 
     def share_key(self, element: "ProcessingElement") -> tuple | None:
         if element.kind != "cpu" or len(element.cores) != 1:
@@ -221,7 +250,7 @@ class OrtCpuBackend(Backend):
         if (runner.session is None or self.share_key(element) is None
                 or self.share_key(runner.element) != self.share_key(element) or runner.profiling):
             return None
-        return OrtCpuRunner(runner.subnet, element, runner.session)
+        return OrtCpuRunner(runner.subnet, element, runner.session, batch=runner.batch)
 
 
 register_backend(OrtCpuBackend.name, OrtCpuBackend)

@@ -6,9 +6,9 @@ per lane. ONNX Runtime builds a session with the GIL released, so `runners_for_m
 CPU runners of many elements on a pool of threads.
 A bench builds the same runners again and again: the parallel baseline's whole-model copy on
 each core, then each pilot, the plan's re-timing and its run. Inside `reusing_runners()`,
-`runners_for` hands back the runners built earlier for the same model, layers and element
-(GPU lanes from one pool per element: k lanes are the pool's first k, and lanes added to a pool
-share its weights; elements of one `share_key`, single CPU cores, share one runner's state) and
+`runners_for` hands back the runners built earlier for the same model, layers, element and
+batch (GPU lanes from one pool per element and batch: k lanes are the pool's first k, and
+lanes added to a pool share its weights; elements of one `share_key`, single CPU cores, share one runner's state) and
 `release` keeps them;
 they are closed when the scope ends, or earlier, least recently used first, when the models
 they hold exceed the scope's byte budget. Outside a scope `runners_for` builds fresh runners
@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from hetflow.backends.registry import backend_for
+from hetflow.errors import BackendError
 from concurrent.futures import ThreadPoolExecutor
 from hetflow.model.subnet import extract_subnet, subnet_key
 
@@ -150,17 +151,26 @@ def reusing_runners(max_bytes: int | None = -1) -> Iterator[_Scope]:
 
 
 def runners_for(graph: "CnnGraph", layers: Iterable[str], element: "ProcessingElement",
-                lanes: int = 1, name: str | None = None) -> list["Runner"]:
-    """`lanes` runners of `layers` of `graph` on `element` (one, unless a GPU runs lanes);
-    give them back with `release`."""
+                lanes: int = 1, name: str | None = None, batch: int = 1) -> list["Runner"]:
+    """`lanes` runners of `layers` of `graph` on `element` (one, unless a GPU runs lanes),
+    each running `batch` frames a firing; give them back with `release`."""
 
     layers = list(layers)
     backend = backend_for(element)
     key = subnet_key(layers)
     share = backend.share_key(element) if _scope is not None else None
-    twin_key = (graph.model_hash, key, backend.name, share)
+    twin_key = (graph.model_hash, key, backend.name, share, batch)
+    opts = {"batch": batch} if batch != 1 else {}  # backends without batches take none
 
     def build(existing: list, k: int) -> tuple[list, int]:
+        made, nbytes = build_lanes(existing, k)
+        if any(getattr(r, "batch", 1) != batch for r in made):
+            release(made)
+            raise BackendError(f"backend {backend.name!r} on {element.name}: its runners do not "
+                               f"run batches (batch {batch} asked)")
+        return made, nbytes
+
+    def build_lanes(existing: list, k: int) -> tuple[list, int]:
         sub = extract_subnet(graph, layers, name=name)
         if k == 1 and not existing and share is not None:
             # the first of several threads builds; the others wait and share its state
@@ -169,30 +179,30 @@ def runners_for(graph: "CnnGraph", layers: Iterable[str], element: "ProcessingEl
                 made = backend.prepare_like(twin, element) if twin is not None else None
                 if made is not None:
                     return [made], 0
-                _scope.twins[twin_key] = made = backend.prepare(sub, element)
+                _scope.twins[twin_key] = made = backend.prepare(sub, element, **opts)
                 return [made], weights
         if k == 1 and not existing:
-            return [backend.prepare(sub, element)], weights
+            return [backend.prepare(sub, element, **opts)], weights
         # more lanes for a pool share its first runner's weights where the backend can
         made = list(backend.prepare_lanes(sub, element, k, like=existing[0] if existing
-                                          else None))
+                                          else None, **opts))
         return made, 0 if existing and element.kind == "gpu" else weights
 
     # the weights a runner holds (ByteSize() walks the whole proto: 3.4 s on vgg19)
     weights = sum(graph.layer(l).param_bytes for l in layers)
     if _scope is None:
         return build([], lanes)[0]
-    return _scope.take((graph.model_hash, key, element), build, lanes)
+    return _scope.take((graph.model_hash, key, element, batch), build, lanes)
 
 
-def runners_for_many(graph: "CnnGraph",
-                     wanted: Sequence[tuple[Iterable[str], "ProcessingElement", int, str | None]],
-                     threads: int = 8) -> list[list["Runner"]]:
-    """`runners_for(graph, layers, element, lanes, name)` of each item of `wanted`, in order:
-    CPU runners by a pool of threads, the others here (see `build_together`)."""
+def runners_for_many(graph: "CnnGraph", wanted: Sequence[tuple], threads: int = 8
+                     ) -> list[list["Runner"]]:
+    """`runners_for(graph, layers, element, lanes, name[, batch])` of each item of `wanted`
+    (tuples of those arguments, batch 1 where left out), in order: CPU runners by a pool of
+    threads, the others here (see `build_together`)."""
 
-    wanted = [(list(layers), e, k, name) for layers, e, k, name in wanted]
-    for layers, e, _, _ in wanted:  # cut (and made ready for ONNX Runtime) once, before the
+    wanted = [(list(w[0]), *w[1:]) for w in wanted]
+    for layers, e, *_ in wanted:  # cut (and made ready for ONNX Runtime) once, before the
         sub = extract_subnet(graph, layers)  # threads share them
         if e.kind == "cpu":
             sub.weightless()

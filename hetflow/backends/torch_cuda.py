@@ -30,6 +30,13 @@
   16-24 lanes ran up to 1.2x faster and far steadier than on blocking events, whose wake-ups
   came late by turns); `sync="block"` sleeps on a blocking CUDA event instead. A thread per
   lane cannot spin: lanes sharing one core then do not scale at all.
+- Batches (`prepare_lanes(..., batch=b)`): the sub-network is rewritten to leading dim b
+  before conversion (`backends.batching`: a Reshape whose constant target pins batch 1 gets
+  b), so each lane holds one pinned host buffer of b frames, one copy in, one CUDA graph
+  captured at b, one copy out. `run_frames`/`submit_frames` stage 1..b frames into it (the
+  rest padded with the last frame), `collect_frames` splits the first n rows back. A module
+  converted at b is shared only by lanes of the same b. The device memory the k lanes took
+  at build (the peak allocated over the build) is `runner.memory_bytes`.
 - Precision is the element's (`gpu0@fp16`): fp32, tf32, fp16 or bf16 (bf16 where the device
   computes it natively, `native_bf16`). fp16/bf16: the module's weights are cast once; the
   border tensors stay float32, and the casts to and from the compute dtype run on the device
@@ -55,6 +62,7 @@ import numpy as np
 import onnx
 
 from hetflow.backends.base import Backend
+from hetflow.backends.batching import batched_subnet, check_batch, pad
 from hetflow.backends.registry import register_backend
 from hetflow.errors import BackendError, first_line
 
@@ -436,13 +444,16 @@ class TorchCudaRunner:
 
     def __init__(self, subnet: "Subnet", element: "ProcessingElement", module,
                  device_index: int, cuda_graph: bool = True, warmup: int = 3,
-                 sync: str = "spin", graph_copies: bool = True):
+                 sync: str = "spin", graph_copies: bool = True, batch: int = 1):
         import torch
 
         if sync not in ("block", "spin"):
             raise BackendError(f"{NAME}: sync={sync!r}: use 'block' or 'spin'")
-        self.subnet = subnet
+        self.subnet = subnet  # at leading dim `batch`
         self.element = element
+        self.batch = batch
+        self.memory_bytes: int | None = None  # set by prepare_lanes
+        self._frames = 0  # frames of the run in flight (rows of the buffers that are real)
         self.inputs = list(subnet.inputs)
         self.outputs = list(subnet.outputs)
         self.precision = element.precision
@@ -508,12 +519,17 @@ class TorchCudaRunner:
                 for _ in range(n - 2):
                     outs = self._forward()
                 self._stream.synchronize()
-                return outs
             except BackendError:
                 raise
             except Exception as e:
                 raise BackendError(f"{NAME} failed running {self.subnet.name} on "
                                    f"{self.element.name}: {first_line(e)}") from None
+        wrong = [o for o, t in zip(self.outputs, outs) if t.dim() == 0 or t.shape[0] != self.batch]
+        if wrong:
+            raise BackendError(f"{NAME}: {self.subnet.name} on {self.element.name} at batch "
+                               f"{self.batch}: output {wrong[0]!r} does not carry the batch "
+                               "(its leading dim is not the batch)")
+        return outs
 
     def _run_naming_node(self) -> None:
         from torch.fx import Interpreter
@@ -601,15 +617,40 @@ class TorchCudaRunner:
         self.submit(feeds)
         return self.collect()
 
+    def run_frames(self, frames) -> list[dict[str, np.ndarray]]:
+        """1..batch frames (leading dim 1 each) in one run; their outputs, in order."""
+        self.submit_frames(frames)
+        return self.collect_frames()
+
     def submit(self, feeds: Mapping[str, np.ndarray]) -> None:
         """Launch one run (input copies, the forward, output copies) on this runner's stream
         and return at once; `collect` waits for it and gives its outputs. One run in flight
-        per runner: a lane is free again once its run was collected."""
-        torch = self._torch
+        per runner: a lane is free again once its run was collected. A batched runner runs
+        the frame padded to its batch."""
+        if self.batch > 1:
+            self.submit_frames([feeds])
+            return
         if self._module is None:
             raise BackendError(f"{NAME}: runner of {self.subnet.name} is closed")
         for name, host_np in zip(self.inputs, self._host_in_np):
             self._stage_input(name, feeds, host_np)
+        self._frames = 1
+        self._launch()
+
+    def submit_frames(self, frames) -> None:
+        """Launch one run of 1..batch frames (rows of the pinned buffers, the rest copies of
+        the last frame); `collect_frames` gives their outputs."""
+        if self._module is None:
+            raise BackendError(f"{NAME}: runner of {self.subnet.name} is closed")
+        rows = pad(list(frames), self.batch, f"{self.subnet.name} on {self.element.name}")
+        for name, host_np in zip(self.inputs, self._host_in_np):
+            for i, frame in enumerate(rows):
+                self._stage_input(name, frame, host_np[i:i + 1])
+        self._frames = len(frames)
+        self._launch()
+
+    def _launch(self) -> None:
+        torch = self._torch
         if self.copies_in_graph:
             # the graph runs on the thread's current stream: this lane's, then the caller's
             # again (setting a stream sets its device too)
@@ -642,8 +683,19 @@ class TorchCudaRunner:
         """Wait for the submitted run; its outputs, as arrays the caller owns. A run already
         seen complete is not waited for again: each wait gives the GIL up and takes it back,
         which other busy threads can delay."""
+        if self._frames != 1:
+            raise BackendError(f"{NAME}: {self.subnet.name} on {self.element.name}: collect "
+                               f"after a run of {self._frames} frames (use collect_frames)")
         self.wait()
-        return {name: host.copy() for name, host in zip(self.outputs, self._host_out_np)}
+        return {name: host[:1].copy() if self.batch > 1 else host.copy()
+                for name, host in zip(self.outputs, self._host_out_np)}
+
+    def collect_frames(self) -> list[dict[str, np.ndarray]]:
+        """Wait for the submitted run; the outputs of its real frames (leading dim 1 each,
+        arrays the caller owns), in order; the padding's are dropped."""
+        self.wait()
+        return [{name: host[i:i + 1].copy() for name, host in zip(self.outputs, self._host_out_np)}
+                for i in range(self._frames)]
 
     def _stage_input(self, name: str, feeds: Mapping[str, np.ndarray], dst: np.ndarray) -> None:
         try:
@@ -676,21 +728,23 @@ class TorchCudaBackend(Backend):
 
     def prepare(self, subnet: "Subnet", element: "ProcessingElement", *, cuda_graph: bool = True,
                 warmup: int = 3, sync: str = "spin", graph_copies: bool = True,
-                **_ignored: Any) -> TorchCudaRunner:
+                batch: int = 1, **_ignored: Any) -> TorchCudaRunner:
         """`cuda_graph`: capture the forward as a CUDA graph (False: eager).
         `warmup`: eager runs before capture (cuDNN autotuning). `sync`: see the module notes.
-        `graph_copies`: the border copies inside the graph (one launch a run)."""
+        `graph_copies`: the border copies inside the graph (one launch a run). `batch`:
+        frames a run."""
         return self.prepare_lanes(subnet, element, 1, cuda_graph=cuda_graph, warmup=warmup,
-                                  sync=sync, graph_copies=graph_copies)[0]
+                                  sync=sync, graph_copies=graph_copies, batch=batch)[0]
 
     def prepare_lanes(self, subnet: "Subnet", element: "ProcessingElement", lanes: int, *,
                       cuda_graph: bool = True, warmup: int = 3, sync: str = "spin",
                       graph_copies: bool = True, like: TorchCudaRunner | None = None,
-                      **_ignored: Any) -> list[TorchCudaRunner]:
+                      batch: int = 1, **_ignored: Any) -> list[TorchCudaRunner]:
         """`lanes` runners over one copy of the weights (see the module notes): the weights of
-        `like`, a runner of the same sub-network on the same element, where given (more lanes
-        for a pool), else a fresh conversion. A lane count that the device memory cannot hold
-        is a BackendError naming the element."""
+        `like`, a runner of the same sub-network and batch on the same element, where given
+        (more lanes for a pool), else a fresh conversion. `batch`: frames a run. A lane count
+        that the device memory cannot hold is a BackendError naming the element, batch and
+        lane count."""
         reason = _missing_reason()
         if reason is not None:
             raise BackendError(f"{NAME} cannot run {subnet.name} on {element.name}: {reason}")
@@ -710,9 +764,14 @@ class TorchCudaBackend(Backend):
                     raise BackendError(f"{NAME}: element {element.name!r}: CUDA device {index} "
                                        f"({torch.cuda.get_device_name(index)}) does not "
                                        "support bf16")
+        batch = check_batch(batch, f"{NAME} on {element.name}")
         configure_torch()
+        subnet = batched_subnet(subnet, batch)
+        torch.cuda.synchronize(index)
+        torch.cuda.reset_peak_memory_stats(index)
+        before = torch.cuda.memory_allocated(index)
         module = getattr(like, "_module", None)  # in the compute dtype of `like`'s element
-        if module is None or like.precision != element.precision:
+        if module is None or like.precision != element.precision or like.batch != batch:
             module = to_torch_module(subnet.model, subnet.name).to(
                 getattr(torch, COMPUTE_DTYPES[element.precision]))
         runners: list[TorchCudaRunner] = []
@@ -720,17 +779,22 @@ class TorchCudaBackend(Backend):
             for lane in range(max(1, lanes)):
                 try:
                     runners.append(TorchCudaRunner(subnet, element, module, index, cuda_graph,
-                                                   warmup, sync, graph_copies))
+                                                   warmup, sync, graph_copies, batch))
                 except torch.cuda.OutOfMemoryError:
                     free, total = torch.cuda.mem_get_info(index)
                     raise BackendError(
                         f"{NAME}: element {element.name!r} cannot hold {lanes} lanes of "
-                        f"{subnet.name}: device memory ran out at lane {lane + 1} "
-                        f"({free / 2**30:.1f} of {total / 2**30:.1f} GiB free)") from None
+                        f"{subnet.name} at batch {batch}: device memory ran out at lane "
+                        f"{lane + 1} ({free / 2**30:.1f} of {total / 2**30:.1f} GiB free)"
+                    ) from None
         except BaseException:
             for r in runners:
                 r.close()
             raise
+        torch.cuda.synchronize(index)
+        used = max(0, torch.cuda.max_memory_allocated(index) - before)
+        for r in runners:
+            r.memory_bytes = used
         return runners
 
 

@@ -8,6 +8,12 @@ idle and once with single-thread whole-model copies busy on the other cores (the
 data-parallel or pipelined plan puts beside the GPU). The contention curve t(k) is then data:
 the cost model reads firing-time ratios from it. Device memory per lane is recorded, and the
 most lanes the free device memory holds.
+
+Batches (`measure_batches`): the same at each batch b of BATCHES x lane count k: a firing is
+one run of b frames on one lane, so the element's rate at (b, k) is k * b / t(b, k). The
+profile keeps it as `gpu_batches[element]["b,k"]` with the device memory the k lanes of b took
+at build. A CPU element gets a batch table (`measure_cpu_batches`) only where ONNX Runtime ran
+a frame faster in a batch than alone, by CPU_BATCH_MARGIN.
 """
 from __future__ import annotations
 
@@ -18,11 +24,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from hetflow.backends import pin_current_thread
+from hetflow.backends import pin_current_thread, pinned
 from hetflow.backends.inflight import InFlight
+from hetflow.backends.batching import gather
+from hetflow.backends.registry import backend_for
 from hetflow.backends.reuse import release, reusing_runners, runners_for, runners_for_many
 from hetflow.backends.together import frames_in_window, run_together
-from hetflow.errors import RuntimeFault
+from hetflow.errors import BackendError, RuntimeFault
 from hetflow.model.subnet import extract_subnet
 
 from hetflow.profile.measure import random_feeds, stats
@@ -37,6 +45,10 @@ LANE_COUNTS = (1, 2, 4, 8)  # always timed
 # than at 8 (tiny_yolo_v2 and squeezenet1_0 no faster), googlenet faster again at 24.
 MORE_COUNTS = (16, 24)
 MORE_GAIN = 1.10
+BATCHES = (1, 2, 4, 8, 16, 32)  # frames a GPU firing, timed in turn while the budget lasts
+BATCH_LANES = (1, 2, 4, 8)  # lane counts timed at each batch
+CPU_BATCHES = (1, 2, 4, 8)
+CPU_BATCH_MARGIN = 0.05  # a CPU batch is kept where a frame ran this much faster in it
 
 
 def next_count(rates: dict[int, float], limit: int | None = None,
@@ -69,13 +81,16 @@ def _device_memory(element: "ProcessingElement") -> tuple[int, int] | None:
 
 
 def _time_lanes(what: str, lanes: list, element: "ProcessingElement", feeds: dict,
-                seconds: float, warmup: int) -> dict[str, Any]:
+                seconds: float, warmup: int, batch: int = 1) -> dict[str, Any]:
     """Firing-time stats, frames/s and the driving thread's CPU time per firing (launching
     and collecting, not waiting) of `lanes` kept busy for `seconds` by one thread on the
-    element's driving core, as the runtime drives them (after `warmup` frames each)."""
+    element's driving core, as the runtime drives them (after `warmup` frames each). With
+    `batch` > 1 each firing runs a full batch of `batch` frames (copies of `feeds`)."""
     spans: list[tuple[float, float]] = []  # (launched, collected) per firing
     cpu: list[float] = []  # the driving thread's CPU time per firing, its wait left out
     runs = InFlight(lanes)
+    frames = [feeds] * batch
+    launch = runs.submit if batch == 1 else (lambda _, tag: runs.submit_frames(frames, tag))
 
     def prepare(_: int) -> None:
         pin_current_thread(element.cores[:1])
@@ -93,7 +108,7 @@ def _time_lanes(what: str, lanes: list, element: "ProcessingElement", feeds: dic
     def step(_: int) -> bool:
         while runs.has_room():
             c0, launch_cpu = time.thread_time(), [0.0]
-            runs.submit(feeds, (time.perf_counter(), launch_cpu))
+            launch(feeds, (time.perf_counter(), launch_cpu))
             launch_cpu[0] = time.thread_time() - c0
         one_firing()
         return True
@@ -102,8 +117,8 @@ def _time_lanes(what: str, lanes: list, element: "ProcessingElement", feeds: dic
     while len(runs):  # runs under way at the window's end count by their share inside it
         one_firing()
     flat = [e - b for b, e in spans]
-    frames = frames_in_window(spans, window.start, window.stop)
-    return {"firing": stats(flat), "fps": frames / (window.stop - window.start),
+    done = batch * frames_in_window(spans, window.start, window.stop)
+    return {"firing": stats(flat), "fps": done / (window.stop - window.start),
             "host": stats(cpu)}
 
 
@@ -356,3 +371,193 @@ def slowdown_curves(table: dict[str, dict[str, Any]]) -> tuple[dict[int, float],
     busy = {int(k): firing(k, "busy") / t1 for k, v in table.items()
             if k.isdigit() and "busy" in v}
     return alone, busy
+
+
+def batch_key(batch: int, lanes: int) -> str:
+    """The batch table's key of (b, k): "b,k"."""
+    return f"{batch},{lanes}"
+
+
+def parse_batch_key(key: str) -> tuple[int, int]:
+    """(b, k) of a batch table key "b,k"."""
+    b, k = key.split(",")
+    return int(b), int(k)
+
+
+def batch_one_from_lanes(lanes_table: dict[str, Any]) -> dict[str, Any]:
+    """The batch table's entries "1,k" from the lane table (measure_lanes), which timed them:
+    a batch of one is a plain firing."""
+    memory = lanes_table.get("memory", {})
+    out: dict[str, Any] = {}
+    for k, entry in lanes_table.items():
+        if not k.isdigit():
+            continue
+        row = {"alone": entry["alone"], "alone_fps": entry["alone_fps"]}
+        row.update({f: entry[f] for f in ("busy", "busy_fps") if f in entry})
+        if "first_lane_bytes" in memory:
+            row["memory_bytes"] = int(memory["first_lane_bytes"]
+                                      + (int(k) - 1) * memory["per_lane_bytes"])
+        out[batch_key(1, int(k))] = row
+    return out
+
+
+def _build_lanes(graph: "CnnGraph", layers: list[str], element: "ProcessingElement",
+                 lanes: int, batch: int) -> tuple[list, list[int] | None]:
+    """(`lanes` runners of batch `batch`, the device memory [first lane, the others] took at
+    build where the backend says it). Built here, not kept in a reuse scope: a table builds
+    pools at six batches that a plan runs at one."""
+    backend = backend_for(element)
+    sub = extract_subnet(graph, layers)
+    first = backend.prepare_lanes(sub, element, 1, batch=batch)
+    try:
+        more = (backend.prepare_lanes(sub, element, lanes - 1, like=first[0], batch=batch)
+                if lanes > 1 else [])
+    except BaseException:
+        release(first)
+        raise
+    if any(getattr(r, "batch", 1) != batch for r in first + more):
+        release(first + more)
+        raise BackendError(f"backend {backend.name!r} on {element.name}: its runners do not "
+                           f"run batches (batch {batch} asked)")
+    got = [getattr(first[0], "memory_bytes", None), getattr(more[0], "memory_bytes", 0)
+           if more else 0]
+    return first + more, (None if got[0] is None else got)
+
+
+def measure_batches(graph: "CnnGraph", element: "ProcessingElement",
+                    busy_elements: Sequence["ProcessingElement"] = (),
+                    batches: Sequence[int] = BATCHES, counts: Sequence[int] = BATCH_LANES,
+                    seconds: float = 0.5, warmup: int = 2, budget_s: float | None = None
+                    ) -> dict[str, Any]:
+    """{"b,k": {"alone": firing stats (seconds per firing of b frames), "alone_fps", "busy":
+    firing stats beside busy single-thread copies on `busy_elements`, "busy_fps",
+    "memory_bytes" (where the device reports it)}} of the whole model on `element`, plus
+    {"skipped": {"b": why}} for the batches not timed and {"seconds": {part: seconds}}.
+    Batches are timed in increasing order, each at every lane count of `counts` (two passes
+    of `seconds`, as the lane table), alone then beside the busy copies; a batch is left out
+    when the time spent (`budget_s`) would not hold it, judged by the batch before it, or
+    when the device cannot hold its lanes (and then every larger batch)."""
+    with reusing_runners():  # the busy copies: the bench's scope where there is one
+        return _measure_batches(graph, element, busy_elements, batches, counts, seconds,
+                                warmup, budget_s)
+
+
+def _measure_batches(graph, element, busy_elements, batches, counts, seconds, warmup,
+                     budget_s):
+    whole = [l.name for l in graph.layers]
+    feeds = random_feeds(graph, extract_subnet(graph, whole).inputs)
+    counts = sorted(set(counts))
+    out: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    spent: dict[str, float] = {}
+    started = time.perf_counter()
+    last = 0.0  # seconds the batch before took
+    busy = [rs[0] for rs in runners_for_many(graph, [(whole, e, 1, None)
+                                                    for e in busy_elements])]
+    spent["busy copies built"] = round(time.perf_counter() - started, 2)
+    try:
+        for n, b in enumerate(sorted(set(batches))):
+            t0 = time.perf_counter()
+            if budget_s is not None and n and t0 - started + last > budget_s:
+                skipped.update({str(x): f"the batch table's {budget_s:.1f} s would be passed"
+                                for x in sorted(set(batches)) if x >= b})
+                break
+            try:
+                lanes, memory = _build_lanes(graph, whole, element, max(counts), b)
+            except BackendError as e:
+                skipped.update({str(x): str(e) for x in sorted(set(batches)) if x >= b})
+                break
+            try:
+                _time_batch(out, element, lanes, memory, feeds, b, counts, seconds, warmup,
+                            busy)
+            finally:
+                release(lanes)
+            last = time.perf_counter() - t0
+            spent[f"batch {b}"] = round(last, 2)
+    finally:
+        release(busy)
+    if skipped:
+        out["skipped"] = skipped
+    out["seconds"] = spent
+    return out
+
+
+def _time_batch(out, element, lanes, memory, feeds, b, counts, seconds, warmup, busy):
+    """The entries "b,k" of each lane count: alone, then beside the busy copies."""
+    def timed(what: str, w: int):
+        return lambda k, sec: _time_lanes(f"{element.name} {what}with {k} lanes of batch {b}",
+                                          lanes[:k], element, feeds, sec, w, b)
+
+    alone = _two_passes(counts, timed("", warmup), seconds)
+    for k, r in alone.items():
+        entry = out[batch_key(b, k)] = {"alone": r["firing"], "alone_fps": r["fps"],
+                                        "host": r["host"]}
+        if memory is not None and memory[0]:
+            per_lane = memory[1] / max(1, len(lanes) - 1)
+            entry["memory_bytes"] = int(memory[0] + (k - 1) * per_lane)
+    if busy:
+        with running_beside(busy, feeds):
+            beside = _two_passes(counts, timed("beside busy copies ", 1), seconds)
+        for k, r in beside.items():
+            out[batch_key(b, k)].update(busy=r["firing"], busy_fps=r["fps"],
+                                        busy_host=r["host"])
+
+
+def measure_stage_batches(graph: "CnnGraph", layers: Sequence[str],
+                          element: "ProcessingElement", pairs: Sequence[tuple[int, int]],
+                          seconds: float = 1.0, warmup: int = 3) -> dict[str, dict[str, Any]]:
+    """{"b,k": {"alone": firing stats, "alone_fps"}} of the sub-network `layers` on `element`
+    at each (batch, lanes) of `pairs`, the other elements idle (as measure_stage_lanes, whose
+    runners come from `runners_for`, so a run of the plan that holds this stage takes them
+    again inside the same reuse scope)."""
+    sub = extract_subnet(graph, list(layers))
+    feeds = random_feeds(graph, sub.inputs)
+    out: dict[str, dict[str, Any]] = {}
+    for b in sorted({b for b, _ in pairs}):
+        counts = sorted({k for x, k in pairs if x == b})
+        lanes = runners_for(graph, list(layers), element, lanes=max(counts), batch=b)
+        try:
+            got = _two_passes(counts, lambda k, sec: _time_lanes(
+                f"a stage on {element.name} with {k} lanes of batch {b}", lanes[:k], element,
+                feeds, sec, warmup, b), seconds)
+        finally:
+            release(lanes)
+        out.update({batch_key(b, k): {"alone": r["firing"], "alone_fps": r["fps"]}
+                    for k, r in got.items()})
+    return out
+
+
+def measure_cpu_batches(graph: "CnnGraph", element: "ProcessingElement",
+                        batches: Sequence[int] = CPU_BATCHES, repeats: int = 10,
+                        warmup: int = 2, margin: float = CPU_BATCH_MARGIN
+                        ) -> tuple[dict[str, Any], dict[str, float]]:
+    """(the batch table of the whole model on CPU element `element`: {"b,1": {"alone":
+    firing stats}} of batch 1 and of each batch that ran a frame at least `margin` faster
+    than batch 1, or {} when none did; {str(b): seconds a frame, the median} of every batch
+    timed, to report). ONNX Runtime's `benchmark` (outputs bound once) times each batch, in
+    two passes (batches up, then down), keeping each batch's faster pass: on a shared machine
+    another process slows a pass down, never speeds it up, and single passes on the 2-core VM
+    moved a batch's time a frame by up to 40% from one run to the next."""
+    whole = [l.name for l in graph.layers]
+    sub = extract_subnet(graph, whole)
+    feeds = random_feeds(graph, sub.inputs)
+    backend = backend_for(element)
+    order = sorted(set(batches) | {1})
+    runners = {}
+    firings: dict[int, dict[str, Any]] = {}
+    try:
+        for b in order:
+            runners[b] = backend.prepare(sub, element, batch=b)
+        for b in order + order[::-1]:
+            runner = runners[b]
+            staged = gather([feeds], runner.inputs, b, f"{element.name} at batch {b}")
+            with pinned(runner.caller_cores or element.cores):
+                got = stats(runner.benchmark(staged, repeats=repeats, warmup=warmup))
+            if b not in firings or got["median"] < firings[b]["median"]:
+                firings[b] = got
+    finally:
+        release(runners.values())
+    per_frame = {b: f["median"] / b for b, f in firings.items()}
+    faster = [b for b in order if b > 1 and per_frame[b] <= (1 - margin) * per_frame[1]]
+    table = ({batch_key(b, 1): {"alone": firings[b]} for b in [1, *faster]} if faster else {})
+    return table, {str(b): t for b, t in per_frame.items()}

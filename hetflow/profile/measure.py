@@ -369,11 +369,16 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
                   skip_unavailable: bool = False, lanes: bool = True,
                   lane_seconds: float = 1.0, time_limit_s: float | None = None,
                   required: Iterable[str] = (), contention: bool = True,
-                  keep_partial: bool = False) -> Profile:
+                  keep_partial: bool = False, batch_budget_s: float | None = -1,
+                  cpu_batches: bool = False) -> Profile:
     """Measure every layer of `graph` on `elements` (default: every element of every
     configuration of `platform`), the whole model on each, and the communication links.
     `lanes`: time the whole model on each GPU element at several lane counts (profile/lanes.py),
-    each lane count about `lane_seconds` alone and as long beside busy CPU copies.
+    each lane count about `lane_seconds` alone and as long beside busy CPU copies; with them,
+    its batch table (`profile.gpu_batches`, lanes.measure_batches), each (batch, lanes) about
+    half `lane_seconds`, within `batch_budget_s` seconds per GPU (-1: 10 x `lane_seconds`;
+    None: no bound; 0: no batch table). `cpu_batches`: time the whole model at batches on each
+    single-core CPU element shape, kept where a frame runs faster (lanes.measure_cpu_batches).
 
     `time_limit_s`: the elements of `required` (names; all when empty) and the lanes and links
     are measured first; each other element shape after them only if it is expected to end
@@ -436,7 +441,10 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
             measure(rep, members)
         t0 = time.perf_counter()
         if lanes:
-            _measure_lanes(prof, graph, platform, measurable, bar, lane_seconds)
+            budget = 10 * lane_seconds if batch_budget_s == -1 else batch_budget_s
+            _measure_lanes(prof, graph, platform, measurable, bar, lane_seconds, budget)
+        if cpu_batches:
+            _measure_cpu_batches(prof, graph, groups, bar)
         t1 = time.perf_counter()
         if comm:
             _measure_comm(prof, measurable, comm_sizes, comm_repeats, bar)
@@ -512,11 +520,14 @@ def _kept_on_interrupt(keep: bool, prof: Profile) -> Iterator[None]:
 
 
 def _measure_lanes(prof: Profile, graph: "CnnGraph", platform: "Platform",
-                   elements: list[ProcessingElement], bar: _Progress, seconds: float) -> None:
-    """The lane table of every GPU element; the busy runs keep single-thread copies on every
-    core that no GPU drives (what the data-parallel baseline runs beside the GPU)."""
+                   elements: list[ProcessingElement], bar: _Progress, seconds: float,
+                   batch_budget_s: float | None = 0) -> None:
+    """The lane table and batch table of every GPU element (the batch table when
+    `batch_budget_s` is not 0); the busy runs keep single-thread copies on every core that no
+    GPU drives (what the data-parallel baseline runs beside the GPU)."""
 
-    from hetflow.profile.lanes import measure_lanes
+    from hetflow.profile.lanes import (BATCHES, batch_one_from_lanes, measure_batches,
+                                       measure_lanes)
 
     gpus = [e for e in elements if e.kind == "gpu"]
     if not gpus:
@@ -526,6 +537,32 @@ def _measure_lanes(prof: Profile, graph: "CnnGraph", platform: "Platform",
     for g in gpus:
         task = bar.task(f"{g.name} lanes")
         prof.gpu_lanes[g.name] = measure_lanes(graph, g, busy, seconds=seconds)
+        task.advance()
+        if batch_budget_s != 0:
+            task = bar.task(f"{g.name} batches")
+            table = batch_one_from_lanes(prof.gpu_lanes[g.name])  # batch 1: the lane table's
+            table.update(measure_batches(graph, g, busy, [b for b in BATCHES if b > 1],
+                                         seconds=seconds / 2, budget_s=batch_budget_s))
+            prof.gpu_batches[g.name] = table
+            task.advance()
+
+
+def _measure_cpu_batches(prof: Profile, graph: "CnnGraph",
+                         groups: dict[ProcessingElement, list[ProcessingElement]],
+                         bar: _Progress) -> None:
+    """The batch table of each single-core CPU element shape, for the elements it stands for,
+    where a batch ran a frame faster (else none); every batch's time a frame in
+    `meta["cpu_batch_frame_s"]`."""
+    from hetflow.profile.lanes import measure_cpu_batches
+
+    for rep, members in groups.items():
+        if rep.kind != "cpu" or len(rep.cores) != 1:
+            continue
+        task = bar.task(f"{rep.name} batches")
+        table, per_frame = measure_cpu_batches(graph, rep)
+        prof.meta.setdefault("cpu_batch_frame_s", {})[rep.name] = per_frame
+        if table:
+            prof.gpu_batches.update({e.name: table for e in members})
         task.advance()
 
 

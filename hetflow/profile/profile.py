@@ -46,6 +46,9 @@ class Profile:
     whole_model: dict[str, Stats] = field(default_factory=dict)
     # [element]: the whole model at k GPU lanes (hetflow.profile.lanes.measure_lanes)
     gpu_lanes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # [element]["b,k"]: the whole model at batch b on k lanes, seconds a firing of b frames
+    # (hetflow.profile.lanes.measure_batches; a CPU element's only where a batch ran faster)
+    gpu_batches: dict[str, dict[str, Any]] = field(default_factory=dict)
     # [element][subnet key]: a stage of the model at its lane counts, timed alone
     # (hetflow.profile.lanes.measure_stage_lanes)
     stage_lanes: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
