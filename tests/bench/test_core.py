@@ -4,6 +4,7 @@ import onnx
 import pytest
 
 from hetflow.bench.core import BenchSettings, bench_model
+from patching import patch_everywhere
 
 QUICK = dict(frames=30, warmup=5, plan_seconds=0.1, pilot_seconds=0.05, baseline_seconds=0.2,
              profile_repeats=3, pilot_candidates=1)
@@ -77,17 +78,17 @@ def test_each_search_sees_the_profile_not_the_previous_plans_re_timing(tmp_path,
 def test_plan_kinds_that_chose_one_design_share_its_run(tmp_path, monkeypatch):
     """A design is run (and checked) once per bench, however many plan kinds choose it; a kind
     that chose it again shows that run, and says whose it is."""
-    import hetflow.runtime.api as api
+    import hetflow.bench.plans as plans_module
 
     checked = []
-    real = api.run_plan
+    real = plans_module.run_plan
 
     def spy(plan, *args, **kwargs):
         if kwargs.get("check") == "first":  # a plan's run, not a pilot's
             checked.append(plan.mapping.key())
         return real(plan, *args, **kwargs)
 
-    monkeypatch.setattr(api, "run_plan", spy)
+    patch_everywhere(monkeypatch, api, "run_plan", spy)
     mb = bench_small(tmp_path, monkeypatch, 6, 3, BenchSettings(**QUICK, refine=False))
     assert len(checked) == len(set(checked))
     plans = {r["name"]: r for r in mb.rows if r.get("kind") == "plan" and not r.get("infeasible")}
@@ -119,7 +120,7 @@ def test_the_parallel_baseline_is_the_better_of_two_passes(tmp_path, monkeypatch
             passes.append(r.throughput)
         return r
 
-    monkeypatch.setattr(baselines, "measure_parallel", measure_parallel)
+    patch_everywhere(monkeypatch, baselines, "measure_parallel", measure_parallel)
     mb = bench_small(tmp_path, monkeypatch, 6, 3, BenchSettings(**QUICK))
     row = next(r for r in mb.rows if r["name"] == "parallel copies")
     assert len(passes) == 2 and row["throughput"] == pytest.approx(max(passes))

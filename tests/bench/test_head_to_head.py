@@ -10,6 +10,7 @@ from hetflow.bench.head_to_head import head_to_head
 from hetflow.runtime.report import RunReport
 
 from test_core import QUICK, bench_small
+from patching import patch_everywhere
 
 
 class _Plan:
@@ -40,8 +41,8 @@ def test_the_sides_alternate_and_the_ratio_is_of_the_medians(monkeypatch):
         return RunReport("plan", frames, warmup, fps, {"p50": 0.0, "p99": next(plans_p99)},
                          notes={"per_element_fps": split})
 
-    monkeypatch.setattr("hetflow.runtime.baselines.measure_parallel", measure_parallel)
-    monkeypatch.setattr("hetflow.runtime.api.run_plan", run_plan)
+    patch_everywhere(monkeypatch, "hetflow.runtime.baselines.measure_parallel", measure_parallel)
+    patch_everywhere(monkeypatch, "hetflow.runtime.api.run_plan", run_plan)
     said = []
     h = head_to_head(_Plan(1000.0), None, [], {}, None, repeats=3, seconds=0.5, at_least=50,
                      log=said.append)

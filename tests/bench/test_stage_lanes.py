@@ -17,6 +17,7 @@ from hetflow.model.subnet import subnet_key
 from hetflow.model.synthetic import random_cnn_graph
 from hetflow.platform.spec import ProcessingElement
 from hetflow.profile.lanes import slowdown_curves
+from patching import patch_everywhere
 
 CORES = sorted(os.sched_getaffinity(0))
 CURVE = {1: 1.0, 2: 1.3, 4: 2.0}
@@ -90,7 +91,7 @@ def test_a_stage_that_cannot_be_timed_keeps_the_whole_models_curve(monkeypatch):
     def fail(*args, **kwargs):
         raise BackendError("gpu0 cannot hold 4 lanes of the stage")
 
-    monkeypatch.setattr(lanes, "measure_stage_lanes", fail)
+    patch_everywhere(monkeypatch, lanes, "measure_stage_lanes", fail)
     graph, problem = setup()
     names = [l.name for l in graph.layers]
     split = candidate(problem, {**{l: "gpu0" for l in names[:5]},

@@ -26,7 +26,7 @@ def small(tmp_path, monkeypatch):
 
 
 def test_a_tight_budget_skips_says_what_and_keeps_the_rows_it_ran(hetflow, small, tmp_path):
-    from hetflow.bench.core import get_profile
+    from hetflow.bench.profiles import get_profile
     from hetflow.model import resolve_model
     from hetflow.platform import resolve_platform
 

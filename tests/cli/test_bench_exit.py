@@ -11,6 +11,7 @@ import pytest
 import hetflow.bench.core as core
 from hetflow.bench.core import ModelBench
 from hetflow.errors import RuntimeFault
+from patching import patch_everywhere
 
 LAYER = "[/features/features.0/Conv]"  # an ONNX layer name rich would read as markup
 
@@ -38,7 +39,7 @@ def fake_bench(outcomes: dict):
     (["--budget", "-5"], "--budget"),
 ])
 def test_bad_input_is_refused_before_any_work(hetflow, tmp_path, monkeypatch, args, says):
-    monkeypatch.setattr(core, "bench_model", fake_bench({}))  # would raise KeyError if called
+    patch_everywhere(monkeypatch, core, "bench_model", fake_bench({}))  # would raise KeyError if called
     report = tmp_path / "out"
     code, out, err = hetflow("bench", *args, "--report", report)
     assert code == 2 and says in err and "Traceback" not in err
@@ -53,7 +54,7 @@ def test_an_unwritable_report_folder_is_refused_before_any_work(hetflow, tmp_pat
 
 def test_a_failed_model_makes_the_bench_exit_one(hetflow, tmp_path, monkeypatch):
     fault = RuntimeFault(f"frame 0: output 'y' differs; produced by stage cpu0 (layers {LAYER})")
-    monkeypatch.setattr(core, "bench_model", fake_bench({"resnet18": None,
+    patch_everywhere(monkeypatch, core, "bench_model", fake_bench({"resnet18": None,
                                                          "squeezenet1_0": fault}))
     code, out, err = hetflow("bench", "resnet18", "squeezenet1_0", "--json")
     assert code == 1
@@ -64,7 +65,7 @@ def test_a_failed_model_makes_the_bench_exit_one(hetflow, tmp_path, monkeypatch)
 
 
 def test_ctrl_c_writes_what_was_measured_and_exits_130(hetflow, tmp_path, monkeypatch):
-    monkeypatch.setattr(core, "bench_model", fake_bench({"resnet18": None,
+    patch_everywhere(monkeypatch, core, "bench_model", fake_bench({"resnet18": None,
                                                          "squeezenet1_0": KeyboardInterrupt()}))
     report = tmp_path / "out"
     code, out, err = hetflow("bench", "resnet18", "squeezenet1_0", "--report", report, "--json")
@@ -83,7 +84,7 @@ def test_a_run_the_engine_cut_short_still_stops_the_bench(hetflow, monkeypatch):
             pass
         return ModelBench(model, platform.name, [], 0.0)
 
-    monkeypatch.setattr(core, "bench_model", fake_bench({"resnet18": cut_short,
+    patch_everywhere(monkeypatch, core, "bench_model", fake_bench({"resnet18": cut_short,
                                                          "squeezenet1_0": None}))
     code, out, err = hetflow("bench", "resnet18", "squeezenet1_0", "--json")
     assert code == 130
@@ -95,7 +96,7 @@ def test_a_run_the_engine_cut_short_still_stops_the_bench(hetflow, monkeypatch):
 
 def test_progress_through_a_pipe_is_plain_lines(hetflow, tmp_path, monkeypatch):
     monkeypatch.setenv("HETFLOW_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(core, "bench_model", fake_bench({"resnet18": None}))
+    patch_everywhere(monkeypatch, core, "bench_model", fake_bench({"resnet18": None}))
     code, out, err = hetflow("bench", "resnet18")
     assert code == 0, err
     assert f"profiles are cached in {tmp_path / 'cache' / 'profiles'}" in err

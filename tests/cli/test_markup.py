@@ -9,6 +9,7 @@ import hetflow.cli.common as common
 import hetflow.model as model
 from hetflow.errors import ModelError
 from hetflow.model.synthetic import random_cnn_model
+from patching import patch_everywhere
 
 NAME = "[/features/features.0/Conv]"
 
@@ -28,14 +29,14 @@ def test_an_error_naming_a_layer(hetflow, monkeypatch):
     def refuse(*args, **kwargs):
         raise ModelError(f"m.onnx: node {NAME}: unsupported operator")
 
-    monkeypatch.setattr(model, "resolve_model", refuse)
+    patch_everywhere(monkeypatch, model, "resolve_model", refuse)
     code, out, err = hetflow("inspect", "m.onnx")
     assert code == 2 and err == f"hetflow: error: m.onnx: node {NAME}: unsupported operator\n"
 
 
 def test_progress_on_a_terminal(monkeypatch):
     screen = io.StringIO()
-    monkeypatch.setattr(common, "err_console", Console(file=screen, force_terminal=True,
+    patch_everywhere(monkeypatch, common, "err_console", Console(file=screen, force_terminal=True,
                                                         markup=False))
     with common.progress(f"preparing {NAME}") as log:
         log(f"preparing cpu0 phase 0 {NAME}")

@@ -6,6 +6,7 @@ import json
 import hetflow.runtime.api as api
 import hetflow.runtime.check as check
 from hetflow.runtime.report import RunReport, latency_stats
+from patching import patch_everywhere
 
 
 def test_a_completed_run_exits_zero(hetflow, plan_file):
@@ -31,7 +32,7 @@ def interrupted_run(plan, graph, frames, warmup, *args, **kwargs) -> RunReport:
 
 def test_an_interrupted_run_reports_what_it_measured_and_exits_130(hetflow, plan_file,
                                                                   monkeypatch):
-    monkeypatch.setattr(api, "run_plan", interrupted_run)
+    patch_everywhere(monkeypatch, api, "run_plan", interrupted_run)
     code, out, err = hetflow("run", plan_file, "--json")
     assert code == 130 and "hetflow: interrupted" in err
     report = json.loads(out)
@@ -44,7 +45,7 @@ def test_ctrl_c_before_the_run_exits_130(hetflow, plan_file, monkeypatch):
     def cut(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(api, "run_plan", cut)
+    patch_everywhere(monkeypatch, api, "run_plan", cut)
     code, out, err = hetflow("run", plan_file, "--json")
     assert code == 130 and out == "" and "hetflow: interrupted" in err
 
@@ -61,7 +62,7 @@ def test_the_run_says_which_elements_delivered_the_frames(hetflow, plan_file, mo
         return RunReport("plan", 20, 2, 500.0, latency_stats([2e-3] * 18),
                          notes={"per_element_fps": {"cpu1": 100.0, "gpu0": 400.0}})
 
-    monkeypatch.setattr(api, "run_plan", grouped_run)
+    patch_everywhere(monkeypatch, api, "run_plan", grouped_run)
     code, out, err = hetflow("run", plan_file)
     assert code == 0, err
     assert "plan frames/s delivered by: gpu0 400.0, cpu1 100.0" in out
@@ -103,7 +104,7 @@ def test_schedule_prints_each_elements_actions_and_runs_nothing(hetflow, plan_fi
     def no_run(*args, **kwargs):
         raise AssertionError("--schedule must not run the plan")
 
-    monkeypatch.setattr(api, "run_plan", no_run)
+    patch_everywhere(monkeypatch, api, "run_plan", no_run)
     code, out, err = hetflow("run", plan_file, "--schedule")
     assert code == 0, err
     lines = out.splitlines()

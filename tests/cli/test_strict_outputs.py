@@ -23,6 +23,7 @@ from hetflow.platform.spec import ProcessingElement
 from hetflow.runtime.report import RunReport, latency_stats
 
 from signal_helpers import strict_json
+from patching import patch_everywhere
 
 
 def test_every_json_output_and_written_file_is_strict(hetflow, plan_file, tmp_path):
@@ -71,7 +72,7 @@ def test_multi_json_outputs_are_strict(hetflow, tmp_path, monkeypatch):
     mplan = tmp_path / "m.json"
     make_multiplan(mp, search_multi(mp, pop_size=4, generations=1)).save(mplan)
     strict_json(mplan.read_text())
-    monkeypatch.setattr(multi_run, "run_multiplan", cut_short_run)
+    patch_everywhere(monkeypatch, multi_run, "run_multiplan", cut_short_run)
     report = tmp_path / "r.json"
     code, out, err = hetflow("run-multi", mplan, "-o", report, "--json")
     assert code == 130, err

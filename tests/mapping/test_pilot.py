@@ -9,6 +9,7 @@ from hetflow.rules import (PILOT_CHALLENGE, PILOT_P99_DRIFT, PILOT_P99_SPREAD, P
                            PILOT_RATE_SPREAD)
 from hetflow.mapping.pilot import choose_by_pilot, frames_for, pilot_summary
 from hetflow.runtime.report import RunReport
+from patching import patch_everywhere
 
 CHALLENGE = PILOT_CHALLENGE.value
 
@@ -33,7 +34,7 @@ def _fake_runs(monkeypatch, measured):
         fps, p99 = measured[name]
         return RunReport("plan", frames, warmup, fps, {"p50": p99 / 2, "p99": p99})
 
-    monkeypatch.setattr("hetflow.runtime.api.run_plan", run_plan)
+    patch_everywhere(monkeypatch, "hetflow.runtime.api.run_plan", run_plan)
     return calls
 
 
@@ -264,7 +265,7 @@ def test_a_design_that_fails_its_pilot_is_listed_and_the_others_compete(monkeypa
         fps, p99 = measured[name]
         return RunReport("plan", frames, warmup, fps, {"p50": p99 / 2, "p99": p99})
 
-    monkeypatch.setattr("hetflow.runtime.api.run_plan", run_plan)
+    patch_everywhere(monkeypatch, "hetflow.runtime.api.run_plan", run_plan)
     cands = [(_Plan(n, 1000.0), None) for n in "abc"]
     plan, _, tried = choose_by_pilot(cands, None)
     assert next(iter(plan.app.phases)) == "c"

@@ -48,7 +48,7 @@ def test_equal_elements_are_measured_once(measured):
 @pytest.mark.skipif(len(CORES) < 2, reason="needs 2 cores")
 def test_a_time_limit_measures_the_required_shapes_and_skips_the_others(graph, platform,
                                                                         tmp_path, monkeypatch):
-    from hetflow.bench.core import _profile_path, cached_profile
+    from hetflow.bench.profiles import _profile_path, cached_profile
 
     prof = profile_model(graph, platform, time_limit_s=0.0, required=["cpu1"], **FAST)
     assert set(prof.layer_times) == {"cpu0", "cpu1"}  # cpu1's shape, measured as cpu0
@@ -251,7 +251,7 @@ def test_gpu_links_carry_the_engines_hand_off(monkeypatch, tmp_path, graph):
     """The cuda benchmark times copies alone; a channel to or from a GPU also wakes the other
     element's thread: its fit's intercept gains the measured hand-off, the cpu->cpu fit (whose
     benchmark hands off already) does not. A cached profile without it is measured again."""
-    from hetflow.bench.core import _profile_path, cached_profile
+    from hetflow.bench.profiles import _profile_path, cached_profile
     from hetflow.platform.spec import CpuCluster, Platform, ProcessingElement
     from hetflow.profile import comm as commbench
     from hetflow.profile.measure import _measure_comm, _Progress

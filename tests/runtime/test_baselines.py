@@ -7,6 +7,7 @@ from hetflow.model.synthetic import random_cnn_graph
 from hetflow.platform import CpuCluster, Platform
 from hetflow.runtime.baselines import measure_parallel, measure_single
 from hetflow.runtime.inputs import random_source
+from patching import patch_everywhere
 
 CORES = tuple(sorted(os.sched_getaffinity(0)))
 
@@ -66,7 +67,7 @@ def test_a_failing_copy_names_its_element(graph, monkeypatch):
                 rs[0].run = boom
         return built
 
-    monkeypatch.setattr(reuse, "runners_for_many", many)
+    patch_everywhere(monkeypatch, reuse, "runners_for_many", many)
     with pytest.raises(RuntimeFault, match=rf"parallel baseline: element {singles()[-1].name}: "
                                            "ValueError: injected"):
         measure_parallel(graph, singles(), random_source(graph), frames=20, warmup=1)
@@ -98,7 +99,7 @@ def test_a_slow_copy_still_under_way_when_the_window_ends_costs_the_others_nothi
             rs[0].run = run
         return built
 
-    monkeypatch.setattr(reuse, "runners_for_many", many)
+    patch_everywhere(monkeypatch, reuse, "runners_for_many", many)
     r = measure_parallel(graph, singles(), random_source(graph), warmup=1, seconds=0.3)
     fps = r.notes["per_element_fps"]
     for name, took in own.items():

@@ -13,6 +13,7 @@ from hetflow.runtime.api import run_plan
 from hetflow.runtime.check import reference_session
 from hetflow.runtime.engine import prepare, run_prepared
 from hetflow.runtime.inputs import random_source
+from patching import patch_everywhere
 
 GRAPHS = {(n, s): random_cnn_graph(n, s) for n in (8, 16) for s in range(4)}
 ACTORS = ["pe0", "pe1", "pe2", "pe0|pe3", "pe1|pe4|pe5"]
@@ -197,7 +198,7 @@ def test_mismatch_names_stage(plan_for, monkeypatch):
         pp.runners = {key: Wrong(r) for key, r in pp.runners.items()}
         return pp
 
-    monkeypatch.setattr(engine, "prepare", bad_prepare)
+    patch_everywhere(monkeypatch, engine, "prepare", bad_prepare)
     with pytest.raises(RuntimeFault, match=r"frame 0: output .* differs from the reference .* stage pe0"):
         run_plan(plan, graph, frames=4, warmup=0)
 

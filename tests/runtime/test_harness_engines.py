@@ -44,6 +44,7 @@ from test_procs import on_files  # noqa: E402
 from test_runtime import cpu_elements, graphs, plan_of, split, tiny_problem  # noqa: E402
 
 from test_ray_engine import cluster  # noqa: E402,F401  (the local three-node Ray cluster)
+from patching import patch_everywhere
 
 ENGINES = ["thread", "multi-thread", "multi-process", "ray"]
 STALL = 1.0  # s: the stall timeout every run is given
@@ -100,7 +101,7 @@ def wrap_prepare(monkeypatch, element: str, wrap) -> None:
             pp.runners[key] = wrap(pp.runners[key])
         return pp
 
-    monkeypatch.setattr(engine, "prepare", prepare)
+    patch_everywhere(monkeypatch, engine, "prepare", prepare)
 
 
 def broken_element_main(element: str, spec: tuple, *args):
