@@ -78,10 +78,10 @@ def test_each_search_sees_the_profile_not_the_previous_plans_re_timing(tmp_path,
 def test_plan_kinds_that_chose_one_design_share_its_run(tmp_path, monkeypatch):
     """A design is run (and checked) once per bench, however many plan kinds choose it; a kind
     that chose it again shows that run, and says whose it is."""
-    import hetflow.bench.plans as plans_module
+    import hetflow.runtime.api as api
 
     checked = []
-    real = plans_module.run_plan
+    real = api.run_plan
 
     def spy(plan, *args, **kwargs):
         if kwargs.get("check") == "first":  # a plan's run, not a pilot's
