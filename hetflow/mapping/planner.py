@@ -36,7 +36,7 @@ def make_plan(problem: Problem, mapping: Mapping, metrics: Metrics, strategy: st
     mapping = replace(mapping, lanes={**interleaved_lanes(problem, mapping), **mapping.lanes})
     mapping, fitted = fit_lanes(problem, mapping, latency_cap, rate_floor=rate_floor)
     metrics = fitted or metrics
-    if interleave:
+    if interleave and not any(b > 1 for b in mapping.batch.values()):  # batches: frame order
         mapping, chosen = choose_interleave(problem, mapping, latency_cap, plain=metrics)
         metrics = chosen or metrics
     check_lanes(problem, mapping)
@@ -343,6 +343,8 @@ def describe_stages(plan: Plan, problem: Problem | None = None) -> list[dict]:
         rows.append({"actor": actor, "elements": list(group_members(actor)),
                      "lanes": {e: plan.mapping.lanes_of(e) for e in group_members(actor)
                                if plan.mapping.lanes_of(e) > 1},
+                     "batch": {e: plan.mapping.batch_of(e) for e in group_members(actor)
+                               if plan.mapping.batch_of(e) > 1},
                      "phases": len(phases), "interleave": plan.mapping.interleave.get(actor),
                      "layers": len(layers), "first": layers[0],
                      "last": layers[-1], "busy_s": stage_times.get(actor),
