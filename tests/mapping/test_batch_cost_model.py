@@ -1,0 +1,179 @@
+"""Batches as SDF rates in the cost model: a batched element fires on b frames (rate b on its
+channels, its neighbours fire b times a firing) taking the profile's t(b, k); b = 1 is the
+model without batches; a whole-model batched GPU copy runs k * b / t(b, k) frames/s; at a low
+rate a frame pays for the batch's run and its fill."""
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from hetflow.errors import InputError
+from hetflow.mapping.from_profile import batch_curves, with_batches
+from hetflow.mapping.lanes import check_lanes, fit_lanes
+from hetflow.mapping.problem import evaluate, latency_at_rate, saturated_latency
+from hetflow.plan.mapping import Mapping, group_name
+
+BATCHES = (1, 2, 4, 8, 16, 32)
+LANES = (1, 2, 4, 8)
+
+
+def batch_table(t1: float, lane_slowdown: dict[int, float], affine: float,
+                busy: float | None = None) -> dict:
+    """A profile's gpu_batches table: a firing of b frames at k lanes takes
+    t1 * slowdown(k) * (affine + (1 - affine) * b) (affine 1: a batch costs one frame's run,
+    0: b runs), beside busy copies `busy` times that."""
+    out = {}
+    for k, s in lane_slowdown.items():
+        for b in BATCHES:
+            t = t1 * s * (affine + (1 - affine) * b)
+            out[f"{b},{k}"] = {"alone": {"median": t}, "memory_bytes": 1 << 20,
+                               **({"busy": {"median": t * busy}} if busy else {})}
+    return out
+
+
+def whole(p, actor):
+    return Mapping({l.name: actor for l in p.graph.layers})
+
+
+def gpu_time(p):
+    return p.actor_time([l.name for l in p.graph.layers], "gpu0")
+
+
+def batched_problem(factory, seed=0, n_cpu=2, affine=0.8, curve=None, busy=None,
+                    call_overhead=0.0):
+    curve = curve or {1: 1.0, 2: 1.3, 4: 2.0, 8: 3.6}
+    p = factory.problem(6, factory.elements(n_cpu, 1), seed=seed, call_overhead=call_overhead)
+    p = dataclasses.replace(p, lane_slowdown={"gpu0": dict(curve)})
+    return with_batches(p, {"gpu0": batch_table(gpu_time(p), curve, affine, busy)})
+
+
+def test_the_profile_table_becomes_ratios_to_one_frame_at_the_same_lanes(factory):
+    table = batch_table(2e-3, {1: 1.0, 4: 2.0}, 0.5, busy=1.5)
+    alone, busy = batch_curves(table)
+    assert alone[4][1] == 1.0 and alone[4][8] == pytest.approx(0.5 + 0.5 * 8)
+    assert busy[1][32] == pytest.approx(alone[1][32])  # busy times scale every b alike
+    p = factory.problem(4, factory.elements(1, 1))
+    q = with_batches(p, {"gpu0": table})
+    assert p.batch_slowdown == {} and q.batch_slowdown["gpu0"] == alone  # a new Problem
+    assert q.batch_sizes("gpu0") == list(BATCHES) and q.batch_sizes("cpu0") == [1]
+
+
+def test_batch_factor_interpolates_between_batches_and_refuses_outside(factory):
+    p = batched_problem(factory, affine=0.5)
+    assert p.batch_factor("gpu0", 8, 4, busy=False) == pytest.approx(4.5)
+    assert p.batch_factor("gpu0", 6, 4, busy=False) == pytest.approx(3.5)  # between 4 and 8
+    assert p.batch_factor("gpu0", 8, 3, busy=False) == pytest.approx(4.5)  # between lanes
+    with pytest.raises(InputError, match="element 'gpu0': batch 64 is outside"):
+        p.batch_factor("gpu0", 64, 1, busy=False)
+
+
+@pytest.mark.parametrize("mapping, says", [
+    (Mapping({}, batch={"gpu0": 6}), "element 'gpu0': batch 6 was not measured by its profile "
+                                     r"\(measured: 1, 2, 4, 8, 16, 32\)"),
+    (Mapping({}, batch={"cpu0": 2}), "element 'cpu0': batch 2 asked for, but its profile has no "
+                                     "batch table"),
+])
+def test_a_batch_the_profile_did_not_measure_is_refused(factory, mapping, says):
+    p = batched_problem(factory)
+    m = dataclasses.replace(mapping, assignment={l.name: next(iter(mapping.batch))
+                                                 for l in p.graph.layers})
+    with pytest.raises(InputError, match=says):
+        evaluate(p, m)
+    with pytest.raises(InputError, match=says):
+        check_lanes(p, m)
+
+
+def random_mapping(draw, p):
+    """A random pipeline or data-parallel design over the problem's elements (stages in layer
+    order, each one element or a group of CPU cores)."""
+    names = [e.name for e in p.elements]
+    layers = [l.name for l in p.graph.layers]
+    actors = draw(st.lists(st.sampled_from(names), min_size=1, max_size=3, unique=True))
+    cpus = [n for n in names if n.startswith("cpu") and n not in actors]
+    if len(cpus) > 1 and draw(st.booleans()):
+        actors.append(group_name(cpus))
+    cuts = sorted(draw(st.lists(st.integers(1, len(layers) - 1), max_size=len(actors) - 1,
+                                unique=True)))
+    bounds = [0, *cuts, len(layers)]
+    return Mapping({l: actors[i] for i in range(len(bounds) - 1)
+                    for l in layers[bounds[i]:bounds[i + 1]]},
+                   dispatch_mode=draw(st.sampled_from(["dynamic", "static"])))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 300), data=st.data())
+def test_batch_one_is_the_model_without_batches(factory, seed, data):
+    plain = factory.problem(6, factory.elements(3, 1), seed=seed)
+    plain = dataclasses.replace(plain, lane_slowdown={"gpu0": {1: 1.0, 2: 1.4, 4: 2.4}})
+    tables = {e.name: batch_table(0.01, {1: 1.0, 2: 1.4}, 0.7) for e in plain.elements}
+    batched = with_batches(plain, tables)
+    m = random_mapping(data.draw, plain)
+    ones = dataclasses.replace(m, batch={e: 1 for e in m.elements})
+    a, b = evaluate(plain, m), evaluate(batched, ones)
+    assert a.to_dict() == b.to_dict()
+    assert saturated_latency(plain, m) == saturated_latency(batched, ones) or \
+        (math.isnan(saturated_latency(plain, m)) and math.isnan(saturated_latency(batched, ones)))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 300), k=st.sampled_from(LANES), b=st.sampled_from(BATCHES),
+       affine=st.floats(0.0, 1.0), overhead=st.floats(0.0, 1e-4),
+       curve=st.lists(st.floats(1.0, 2.0), min_size=3, max_size=3))
+def test_a_batched_whole_model_gpu_copy_runs_k_b_over_its_firing(factory, seed, k, b, affine,
+                                                                 overhead, curve):
+    slow = {1: 1.0, 2: curve[0], 4: curve[0] * curve[1], 8: curve[0] * curve[1] * curve[2]}
+    p = batched_problem(factory, seed, affine=affine, curve=slow, call_overhead=overhead)
+    m = dataclasses.replace(whole(p, "gpu0"), lanes={"gpu0": k}, batch={"gpu0": b})
+    t_bk = gpu_time(p) * slow[k] * (affine + (1 - affine) * b)  # the table's t(b, k)
+    metrics = evaluate(p, m)
+    assert metrics.throughput == pytest.approx(k * b / (t_bk + overhead), rel=1e-6)
+    assert metrics.batch == ({"gpu0": b} if b > 1 else {})
+    # the saturated latency: a full batch runs, after its b frames came in at that rate
+    assert metrics.latency >= t_bk + (b - 1) / metrics.throughput - 1e-12
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 300), data=st.data(), wait=st.sampled_from([0.0, 1e-3, 1.0]),
+       affine=st.floats(0.0, 0.95))
+def test_latency_at_a_low_rate_grows_with_the_batch(factory, seed, data, wait, affine):
+    p = batched_problem(factory, seed, n_cpu=2, affine=affine, call_overhead=30e-6)
+    m = random_mapping(data.draw, p)
+    # the GPU runs the first stage, which every frame's path goes through (swapping actors)
+    first = m.assignment[p.graph.layers[0].name]
+    swap = {first: "gpu0", "gpu0": first}
+    m = dataclasses.replace(m, assignment={l: swap.get(a, a) for l, a in m.assignment.items()})
+    # a rate each batch size takes frame by frame: a tenth of the slowest design's
+    slowest = dataclasses.replace(m, batch={"gpu0": BATCHES[-1]})
+    rate = 0.1 * evaluate(p, slowest).latency_isolated ** -1 / len(p.graph.layers)
+    lat = [latency_at_rate(p, dataclasses.replace(m, batch={"gpu0": b},
+                                                  batch_wait={"gpu0": wait}), rate)
+           for b in BATCHES]
+    assert all(np.isfinite(lat))
+    assert all(x < y for x, y in zip(lat, lat[1:]))
+    if wait > 0:  # each frame waits for its batch: up to the wait, the others' arrival
+        fills = [min(wait, (b - 1) / rate) for b in BATCHES]
+        assert all(y - x >= f - g - 1e-12 for x, y, g, f in zip(lat, lat[1:], fills, fills[1:]))
+
+
+def test_a_batched_gpu_feeds_its_neighbours_b_frames_a_firing(factory):
+    p = batched_problem(factory, affine=0.3)
+    layers = [l.name for l in p.graph.layers]
+    m = Mapping({l: ("cpu0" if i < 2 else "gpu0") for i, l in enumerate(layers)},
+                lanes={"gpu0": 1}, batch={"gpu0": 8})
+    metrics = evaluate(p, m)
+    # the CPU stage fires once a frame, the GPU once every 8: the slower of the two sets the rate
+    cpu = sum(p.actor_time(layers[:2], "cpu0") for _ in [0]) + p.call_overhead
+    gpu = p.actor_time(layers[2:], "gpu0") * p.batch_factor("gpu0", 8, 1, True) + p.call_overhead
+    assert metrics.throughput <= min(1 / cpu, 8 / gpu) * (1 + 1e-9)
+    assert metrics.throughput == pytest.approx(min(1 / cpu, 8 / gpu), rel=0.2)
+
+
+def test_fit_lanes_batches_where_batching_pays(factory):
+    p = batched_problem(factory, affine=0.8)
+    fitted, metrics = fit_lanes(p, whole(p, "gpu0"))
+    assert fitted.batch_of("gpu0") > 1 and metrics.batch == fitted.batch
+    linear = batched_problem(factory, affine=0.0)  # b frames cost b runs: nothing gained
+    fitted, _ = fit_lanes(linear, whole(linear, "gpu0"))
+    assert fitted.batch_of("gpu0") == 1
