@@ -12,8 +12,8 @@ from hetflow.plan.plan import PLAN_VERSIONS
 
 
 def _known_version(v: int) -> int:
-    if isinstance(v, bool) or v not in PLAN_VERSIONS:
-        raise ValueError(f"expected one of {', '.join(map(str, PLAN_VERSIONS))}")
+    if v not in PLAN_VERSIONS:
+        raise ValueError(f"expected {' or '.join(map(str, PLAN_VERSIONS))}")
     return v
 
 
