@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from hetflow.dataflow.csdf import CsdfApp, cnn_to_csdf
+from hetflow.dataflow.graphs import CsdfGraph
 from hetflow.errors import InputError
 from hetflow.model.graph import CnnGraph
 from hetflow.platform.spec import ProcessingElement
@@ -352,9 +353,36 @@ def actor_batches(problem: Problem, mapping: Mapping, app: CsdfApp) -> dict[str,
 
 
 def frames_per_iteration(batches: dict[str, int]) -> int:
-    """Frames one iteration of the timed graph carries: every channel carries a frame's tokens
-    on both sides, so the repetition vector fires actor a lcm / batch(a) times."""
+    """Frames one iteration of a connected timed graph carries: every channel carries a
+    frame's tokens on both sides, so the repetition vector fires actor a lcm / batch(a)
+    times."""
     return math.lcm(1, *batches.values())
+
+
+def frame_parts(g: CsdfGraph, batches: dict[str, int]) -> list[tuple[CsdfGraph, int]]:
+    """The weakly connected parts of `g` (actors whose layers share only the model's inputs
+    have no channel between them), each with the frames its iteration carries: the repetition
+    vector is each part's own, so an iteration of one batched part is b frames where another's
+    is one."""
+    part = {a.name: a.name for a in g.actors}
+
+    def root(a):
+        while part[a] != a:
+            part[a] = part[part[a]]
+            a = part[a]
+        return a
+
+    for c in g.channels:
+        part[root(c.src)] = root(c.dst)
+    groups: dict[str, list[str]] = {}
+    for a in g.actors:
+        groups.setdefault(root(a.name), []).append(a.name)
+    if len(groups) == 1:
+        return [(g, frames_per_iteration(batches))]
+    return [(CsdfGraph(g.name, [a for a in g.actors if a.name in names],
+                       [c for c in g.channels if c.src in names]),
+             frames_per_iteration({a: b for a, b in batches.items() if a in names}))
+            for names in map(set, groups.values())]
 
 
 def saturated_latency(problem: Problem, mapping: Mapping, app: CsdfApp | None = None) -> float:
@@ -500,9 +528,14 @@ def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> M
     # = one round), frames/s = rounds/s x frames per round
     k = mapping.round_frames
     orders = firing_orders(mapping, app)
-    res = throughput_mcr(unfolded(g, k), orders or None)
     batches = actor_batches(problem, mapping, app)
-    thr = res.throughput * k * frames_per_iteration(batches)
+    if batches:  # multi-rate: each part's iteration carries its own frames (no rounds, orders)
+        res, frames = min(((throughput_mcr(sub), f) for sub, f in frame_parts(g, batches)),
+                          key=lambda x: x[0].throughput * x[1])
+        thr = res.throughput * frames
+    else:
+        res = throughput_mcr(unfolded(g, k), orders or None)
+        thr = res.throughput * k
     stage = {a: sum(problem.actor_time(p.layers, a) + problem.call_overhead for p in ps)
              for a, ps in app.phases.items()}
     loaded = len(set(mapping.elements)) > 1
@@ -541,8 +574,12 @@ def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> M
         lg = timed_graph(problem, app, mapping, for_latency=True)
         # with rounds of k frames, the steady latency is a round's (its first frame's first
         # firing to its last frame's last): an upper bound on each frame's
-        lr = latency(unfolded(lg, k), orders=orders or None)
-        lat, lat_iso = lr.steady, (lr.isolated if k == 1 else isolated_latency(lg))
+        if batches:
+            parts = [latency(sub) for sub, _ in frame_parts(lg, batches)]
+            lat, lat_iso = max(r.steady for r in parts), max(r.isolated for r in parts)
+        else:
+            lr = latency(unfolded(lg, k), orders=orders or None)
+            lat, lat_iso = lr.steady, (lr.isolated if k == 1 else isolated_latency(lg))
         lat += source_fill(mapping, app, arrival_rates(mapping, thr))
     return Metrics(thr, lat, lat_iso, util, energy, mem, stage, list(res.critical), lanes,
                    {e: b for e, b in mapping.batch.items() if b > 1})

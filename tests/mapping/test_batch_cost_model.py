@@ -12,7 +12,16 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from hetflow.errors import InputError
 from hetflow.mapping.from_profile import batch_curves, with_batches
 from hetflow.mapping.lanes import check_lanes, fit_lanes
-from hetflow.mapping.problem import evaluate, latency_at_rate, saturated_latency
+from hetflow.dataflow.analysis import repetition_vector, throughput_mcr, throughput_simulation
+from hetflow.mapping.problem import (
+    actor_batches,
+    build_app,
+    evaluate,
+    frame_parts,
+    latency_at_rate,
+    saturated_latency,
+    timed_graph,
+)
 from hetflow.plan.mapping import Mapping, group_name
 
 BATCHES = (1, 2, 4, 8, 16, 32)
@@ -177,3 +186,31 @@ def test_fit_lanes_batches_where_batching_pays(factory):
     linear = batched_problem(factory, affine=0.0)  # b frames cost b runs: nothing gained
     fitted, _ = fit_lanes(linear, whole(linear, "gpu0"))
     assert fitted.batch_of("gpu0") == 1
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 300), data=st.data(), b=st.sampled_from(BATCHES[1:]),
+       k=st.sampled_from(LANES))
+def test_the_multi_rate_graph_fires_neighbours_b_times_and_both_analyses_agree(factory, seed,
+                                                                               data, b, k):
+    p = batched_problem(factory, seed, n_cpu=3, affine=0.5, call_overhead=30e-6)
+    m = random_mapping(data.draw, p)
+    if "gpu0" not in m.elements:
+        m = dataclasses.replace(m, assignment={**m.assignment, p.graph.layers[-1].name: "gpu0"})
+    m = dataclasses.replace(m, lanes={"gpu0": k}, batch={"gpu0": b})
+    app = build_app(p, m)
+    g = timed_graph(p, app, m)
+    rates = actor_batches(p, m, app)
+    assert rates == {"gpu0": b}
+    parts = frame_parts(g, rates)
+    assert sorted(a.name for sub, _ in parts for a in sub.actors) == sorted(app.phases)
+    for sub, frames in parts:
+        q = repetition_vector(sub)
+        # every actor's firings in a part's iteration carry the same frames: lcm / its batch
+        assert {q[a.name] * rates.get(a.name, 1) for a in sub.actors} == {frames}
+        mcr = throughput_mcr(sub).throughput
+        assert mcr == pytest.approx(throughput_simulation(sub).throughput, rel=1e-6)
+        if "gpu0" in q:
+            assert q["gpu0"] == 1 and all(q[a] == b for a in q if a != "gpu0")
+    rate = min(throughput_mcr(sub).throughput * f for sub, f in parts)
+    assert evaluate(p, m).throughput == pytest.approx(rate, rel=1e-9)
