@@ -71,10 +71,6 @@ class Mapping:
     def batch_of(self, element: str) -> int:
         return self.batch.get(element, 1)
 
-    def describe(self) -> str:
-        """`describe_design` of this mapping's actors, lanes and batches."""
-        return describe_design(self.actors, self.lanes, self.batch)
-
     def workers(self, actor: str) -> int:
         """Frames `actor` works on at once: its members' lanes (a CPU member has one)."""
         return sum(self.lanes_of(e) for e in group_members(actor))

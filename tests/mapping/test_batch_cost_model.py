@@ -214,3 +214,16 @@ def test_the_multi_rate_graph_fires_neighbours_b_times_and_both_analyses_agree(f
             assert q["gpu0"] == 1 and all(q[a] == b for a in q if a != "gpu0")
     rate = min(throughput_mcr(sub).throughput * f for sub, f in parts)
     assert evaluate(p, m).throughput == pytest.approx(rate, rel=1e-9)
+
+
+def test_fit_lanes_batches_a_gpu_pipeline_stage_that_limits_the_rate(factory):
+    p = batched_problem(factory, affine=0.8, call_overhead=30e-6)
+    times = p.layer_times.copy()
+    times[:, p.element_index["cpu0"]] /= 100  # the CPU stage far faster than the GPU's
+    p = dataclasses.replace(p, layer_times=times)
+    layers = [l.name for l in p.graph.layers]
+    m = Mapping({l: "cpu0" if i == 0 else "gpu0" for i, l in enumerate(layers)})
+    plain, _ = fit_lanes(p, dataclasses.replace(m, batch={"gpu0": 1}))
+    fitted, metrics = fit_lanes(p, m)
+    assert fitted.batch_of("gpu0") > 1
+    assert metrics.throughput > 1.5 * evaluate(p, plain).throughput

@@ -19,7 +19,7 @@ def test_the_notation_writes_lanes_then_batch_and_leaves_out_ones():
     assert describe_design(["cpu0-3", "gpu0|cpu4"], {"gpu0": 2}, {"gpu0": 1}) == \
         "cpu0-3 + gpu0 x2|cpu4"
     m = Mapping({"l1": "gpu0|cpu1"}, lanes={"gpu0": 8}, batch={"gpu0": 32})
-    assert m.describe() == "gpu0 x8 b32|cpu1"
+    assert describe_design(m.actors, m.lanes, m.batch) == "gpu0 x8 b32|cpu1"
 
 
 def test_batch_of_is_one_where_absent_and_batches_round_trip():
