@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Callable
-
 import math
+from typing import Callable
 
 import numpy as np
 
@@ -134,7 +133,7 @@ class Problem:
         table = self.batch_slowdown.get(element)
         return sorted({b for per in table.values() for b in per}) if table else [1]
 
-    def check_batch(self, element: str, batch: int, lanes: int = 1) -> None:
+    def check_batch(self, element: str, batch: int) -> None:
         """InputError naming the element unless its profile measured `batch` (1 always is)."""
         if batch == 1:
             return
@@ -400,7 +399,10 @@ def saturated_latency(problem: Problem, mapping: Mapping, app: CsdfApp | None = 
     g = timed_graph(problem, app, mapping, for_latency=True,
                     capacities={c: w + 1 for c, w in windows.items()})
     orders = firing_orders(mapping, app)
+    batches = actor_batches(problem, mapping, app)
     try:
+        if batches:  # full batches, each part of the graph on its own (frame_parts)
+            return max(analysed(sub) for sub, _ in frame_parts(g, batches))
         return analysed(unfolded(g, mapping.round_frames), orders=orders or None)
     except StateSpaceLimitError:
         return float("nan")
