@@ -132,13 +132,16 @@ def batch_curves(table: dict[str, Any]) -> tuple[dict[int, dict[int, float]],
                                                  dict[int, dict[int, float]]]:
     """({k: {b: alone firing of b frames at k lanes / alone firing of one at k}}, the same
     beside busy copies) of one element's batch table (profile.gpu_batches[element], keys
-    "b,k"); lane counts measured without batch 1 are left out (nothing to divide by)."""
+    "b,k"); lane counts measured without batch 1 are left out (nothing to divide by). A firing
+    is k * b over the frames/s its lanes ran at where the table has it (stalls included), else
+    the median firing, as the lane curves read theirs (profile.lanes.slowdown_curves)."""
     def read(kind: str) -> dict[int, dict[int, float]]:
         times: dict[int, dict[int, float]] = {}
         for key, row in table.items():
             if kind in row and "median" in row[kind]:
                 b, k = (int(x) for x in key.split(","))
-                times.setdefault(k, {})[b] = float(row[kind]["median"])
+                fps = row.get(f"{kind}_fps")
+                times.setdefault(k, {})[b] = k * b / fps if fps else float(row[kind]["median"])
         return {k: {b: t / per[1] for b, t in sorted(per.items())}
                 for k, per in sorted(times.items()) if per.get(1)}
 

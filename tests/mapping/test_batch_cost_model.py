@@ -67,6 +67,9 @@ def test_the_profile_table_becomes_ratios_to_one_frame_at_the_same_lanes(factory
     q = with_batches(p, {"gpu0": table})
     assert p.batch_slowdown == {} and q.batch_slowdown["gpu0"] == alone  # a new Problem
     assert q.batch_sizes("gpu0") == list(BATCHES) and q.batch_sizes("cpu0") == [1]
+    # where the table has the lanes' frames/s, a firing is k * b over it (stalls included)
+    table["8,4"]["alone_fps"] = 4 * 8 / (2e-3 * 2.0 * 9)  # 2x the median's firing
+    assert batch_curves(table)[0][4][8] == pytest.approx(9.0)
 
 
 def test_batch_factor_interpolates_between_batches_and_refuses_outside(factory):
