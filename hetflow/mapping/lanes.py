@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hetflow.errors import InputError
+from hetflow.errors import DeadlockError, InputError
 
 from hetflow.plan.mapping import Mapping, group_members
 from hetflow.mapping.problem import Metrics, Problem, evaluate
@@ -67,7 +67,13 @@ def fit_lanes(problem: Problem, mapping: Mapping, latency_cap: float | None = No
             for b in bs:
                 m = replace(mapping, lanes={**lanes, **({e: k} if k is not None else {})},
                             batch={**batch, e: b} if b > 1 else batch)
-                scored.append(((k or 1) * b, b, k, evaluate(problem, m)))
+                try:
+                    scored.append(((k or 1) * b, b, k, evaluate(problem, m)))
+                except DeadlockError:
+                    # a batch in a round trip through an actor that takes each frame's
+                    # phases in turn waits for b frames that actor cannot send first
+                    if b == 1 or e in mapping.batch:
+                        raise
         top = max(x[3].throughput for x in scored)
         fits = [x for x in scored if latency_cap is None or x[3].latency <= latency_cap]
         enough = [x for x in fits if rate_floor is not None and x[3].throughput >= rate_floor]

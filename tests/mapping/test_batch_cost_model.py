@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from hetflow.errors import InputError
+from hetflow.errors import DeadlockError, InputError
 from hetflow.mapping.from_profile import batch_curves, with_batches
 from hetflow.mapping.lanes import check_lanes, fit_lanes
 from hetflow.dataflow.analysis import repetition_vector, throughput_mcr, throughput_simulation
@@ -159,9 +159,9 @@ def test_latency_at_a_low_rate_grows_with_the_batch(factory, seed, data, wait, a
     fed = {l.name for l in p.graph.layers if set(l.inputs) & set(p.graph.inputs)}
     m = dataclasses.replace(m, assignment={l: "gpu0" if l in fed else swap.get(a, a)
                                            for l, a in m.assignment.items()})
-    # a rate each batch size takes frame by frame: a tenth of the slowest design's
-    slowest = dataclasses.replace(m, batch={"gpu0": BATCHES[-1]})
-    rate = 0.1 * evaluate(p, slowest).latency_isolated ** -1 / len(p.graph.layers)
+    # a rate each batch size takes frame by frame: a batch of b frames costs at most b runs,
+    # so a frame alone takes at most 32 times its time unbatched
+    rate = 0.1 / (BATCHES[-1] * evaluate(p, m).latency_isolated)
     lat = [latency_at_rate(p, dataclasses.replace(m, batch={"gpu0": b},
                                                   batch_wait={"gpu0": wait}), rate)
            for b in BATCHES]
@@ -238,3 +238,16 @@ def test_fit_lanes_batches_a_gpu_pipeline_stage_that_limits_the_rate(factory):
     fitted, metrics = fit_lanes(p, m)
     assert fitted.batch_of("gpu0") > 1
     assert metrics.throughput > 1.5 * evaluate(p, plain).throughput
+
+
+def test_a_batch_in_a_round_trip_that_cannot_fill_is_not_chosen(factory):
+    p = batched_problem(factory, seed=35, affine=0.9)  # batching would pay, were it live
+    graph = p.graph
+    fed = {l.name for l in graph.layers if set(l.inputs) & set(graph.inputs)}
+    # the GPU runs the layers that read the input; the core the rest, which hands a tensor back
+    m = Mapping({l.name: "gpu0" if l.name in fed or i == 0 else "cpu1"
+                 for i, l in enumerate(graph.layers)})
+    with pytest.raises(DeadlockError, match="actor 'gpu0' waits for tokens"):
+        evaluate(p, dataclasses.replace(m, batch={"gpu0": 8}))
+    fitted, metrics = fit_lanes(p, m)
+    assert fitted.batch_of("gpu0") == 1 and metrics.batch == {}
