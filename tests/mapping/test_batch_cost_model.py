@@ -12,7 +12,12 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from hetflow.errors import DeadlockError, InputError
 from hetflow.mapping.from_profile import batch_curves, with_batches
 from hetflow.mapping.lanes import check_lanes, fit_lanes
-from hetflow.dataflow.analysis import check_liveness, repetition_vector, throughput_mcr, throughput_simulation
+from hetflow.dataflow.analysis import (
+    check_liveness,
+    repetition_vector,
+    throughput_mcr,
+    throughput_simulation,
+)
 from hetflow.mapping.problem import (
     actor_batches,
     build_app,
