@@ -172,7 +172,7 @@ def run_chosen(ctx, label: str, plan, shared: Shared, k: dict) -> tuple[RunRepor
     """The plan's run, checked: its own, or the run of the kind that chose the same design
     (whose label is returned with it)."""
 
-    design = describe_design(plan.app.phases, plan.mapping.lanes)
+    design = describe_design(plan.app.phases, plan.mapping.lanes, plan.mapping.batch)
     same = shared.ran.get(plan.mapping.key())
     if same is not None:
         ctx.log(f"plan {label}: {design}, the design plan {same[0]} ran; its run is reused")

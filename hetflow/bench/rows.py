@@ -18,7 +18,7 @@ def run_row(name: str, kind: str, r: RunReport, predicted: float | None = None,
             "checked_frames": r.checked_frames, "max_abs_error": r.max_abs_error,
             "utilisation": r.utilisation,
             "stages": [a for a in plan.app.phases] if plan is not None else None,
-            "design": (describe_design(plan.app.phases, plan.mapping.lanes) if plan is not None
+            "design": (describe_design(plan.app.phases, plan.mapping.lanes, plan.mapping.batch) if plan is not None
                        else None),
             "lanes": ({e: k for e, k in plan.mapping.lanes.items() if k > 1} if plan is not None
                       else r.notes.get("lanes", {})),

@@ -16,6 +16,7 @@ from hetflow.mapping.calibration import load_calibration
 from hetflow.mapping.from_profile import calibrated_problem
 from hetflow.mapping.pilot import choose_plan
 from hetflow.mapping.planner import describe_stages
+from hetflow.plan.mapping import describe_element
 from hetflow.mapping.planning import search_kind
 from hetflow.model import parse_input_shapes, resolve_model
 from hetflow.platform import resolve_platform
@@ -83,7 +84,7 @@ def print_plan(plan, title: str = "plan") -> None:
               "util"):
         t.add_column(c, justify="right" if c in ("phases", "layers", "busy ms/frame", "util") else "left")
     for r in describe_stages(plan):
-        elements = [e + (f" x{r['lanes'][e]} lanes" if e in r["lanes"] else "")
+        elements = [describe_element(e, r["lanes"].get(e, 1), r["batch"].get(e, 1))
                     for e in r["elements"]]
         k = plan.mapping.round_frames
         phases = str(r["phases"]) + (

@@ -96,12 +96,16 @@ class CsdfApp:
     def to_graph(self, phase_time: Callable[[Phase], float],
                  transfer_time: Callable[[AppChannel], float] | None = None,
                  capacity_frames: int | dict[str, int] | None = None,
-                 concurrency: dict[str, int] | None = None) -> CsdfGraph:
+                 concurrency: dict[str, int] | None = None,
+                 batch: dict[str, int] | None = None) -> CsdfGraph:
         """The timed CSDF graph for analysis: one token = one element of a tensor.
 
         `capacity_frames` bounds every channel (or the named ones) to that many frames.
         `concurrency[actor] = k` models a stage replicated on k elements taking frames in turn.
+        `batch[actor] = b`: each firing of the actor takes b frames (its rates are b frames of
+        tokens; its neighbours' stay one, so they fire b times per firing of it).
         """
+        batch = batch or {}
         # a replicated stage takes whole frames in turn: all phases of a frame on one replica
         actors = [Actor(a, [phase_time(p) for p in ps], processor=a,
                         concurrency=(concurrency or {}).get(a, 1), attrs={"replicate": "cycle"})
@@ -110,8 +114,8 @@ class CsdfApp:
         for c in self.channels:
             prod = [0] * len(self.phases[c.src])
             cons = [0] * len(self.phases[c.dst])
-            prod[c.src_phase] = c.tokens
-            cons[c.dst_phase] = c.tokens
+            prod[c.src_phase] = c.tokens * batch.get(c.src, 1)
+            cons[c.dst_phase] = c.tokens * batch.get(c.dst, 1)
             cap = capacity_frames.get(c.name) if isinstance(capacity_frames, dict) else capacity_frames
             channels.append(Channel(c.name, c.src, c.dst, prod, cons, 0,
                                     None if cap is None else cap * c.tokens,

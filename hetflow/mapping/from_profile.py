@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -110,7 +112,40 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
                     problem.lane_limit[e.name] = int(table["memory"]["max_lanes"])
                 for key, stage in profile.stage_lanes.get(e.name, {}).items():
                     problem.stage_slowdown[(e.name, key)] = slowdown_curves(stage)[0]
+        problem = with_batches(problem, getattr(profile, "gpu_batches", {}))
     return problem
+
+
+def with_batches(problem: Problem, tables: dict[str, dict[str, Any]]) -> Problem:
+    """`problem` with the batch curves of its elements' batch tables ({element: table}, the
+    profile's gpu_batches; `batch_curves`)."""
+    alone, busy = {}, {}
+    for e in problem.element_index:
+        if tables.get(e):
+            alone[e], busy[e] = batch_curves(tables[e])
+    return replace(problem, batch_slowdown={**problem.batch_slowdown, **alone},
+                   batch_slowdown_busy={**problem.batch_slowdown_busy,
+                                        **{e: c for e, c in busy.items() if c}})
+
+
+def batch_curves(table: dict[str, Any]) -> tuple[dict[int, dict[int, float]],
+                                                 dict[int, dict[int, float]]]:
+    """({k: {b: alone firing of b frames at k lanes / alone firing of one at k}}, the same
+    beside busy copies) of one element's batch table (profile.gpu_batches[element], keys
+    "b,k"); lane counts measured without batch 1 are left out (nothing to divide by). A firing
+    is k * b over the frames/s its lanes ran at where the table has it (stalls included), else
+    the median firing, as the lane curves read theirs (profile.lanes.slowdown_curves)."""
+    def read(kind: str) -> dict[int, dict[int, float]]:
+        times: dict[int, dict[int, float]] = {}
+        for key, row in table.items():
+            if kind in row and "median" in row[kind]:
+                b, k = (int(x) for x in key.split(","))
+                fps = row.get(f"{kind}_fps")
+                times.setdefault(k, {})[b] = k * b / fps if fps else float(row[kind]["median"])
+        return {k: {b: t / per[1] for b, t in sorted(per.items())}
+                for k, per in sorted(times.items()) if per.get(1)}
+
+    return read("alone"), read("busy")
 
 
 def calibrated_problem(graph: CnnGraph, profile, platform, capacity_frames: int = 2,

@@ -60,7 +60,7 @@ def choose_by_pilot(candidates: list[tuple[Plan, Any]], graph: CnnGraph | None,
     for plan, _ in candidates:
         key = plan.mapping.key()
         if key not in pilots:
-            log(f"pilot: {describe_design(plan.app.phases, plan.mapping.lanes)} (predicted "
+            log(f"pilot: {describe_design(plan.app.phases, plan.mapping.lanes, plan.mapping.batch)} (predicted "
                 f"{plan.predicted['throughput']:.0f} fps)")
             frames = frames_for(plan, seconds, 60)
             try:
@@ -70,7 +70,7 @@ def choose_by_pilot(candidates: list[tuple[Plan, Any]], graph: CnnGraph | None,
                 log(f"pilot failed: {e}")
         r = pilots[key]
         t = {"stages": list(plan.app.phases), "strategy": plan.strategy,
-             "design": describe_design(plan.app.phases, plan.mapping.lanes),
+             "design": describe_design(plan.app.phases, plan.mapping.lanes, plan.mapping.batch),
              "lanes": {e: k for e, k in plan.mapping.lanes.items() if k > 1},
              "cores": cores_used(plan),
              "predicted_throughput": plan.predicted["throughput"],

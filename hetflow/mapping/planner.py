@@ -36,7 +36,7 @@ def make_plan(problem: Problem, mapping: Mapping, metrics: Metrics, strategy: st
     mapping = replace(mapping, lanes={**interleaved_lanes(problem, mapping), **mapping.lanes})
     mapping, fitted = fit_lanes(problem, mapping, latency_cap, rate_floor=rate_floor)
     metrics = fitted or metrics
-    if interleave:
+    if interleave and not any(b > 1 for b in mapping.batch.values()):  # batches: frame order
         mapping, chosen = choose_interleave(problem, mapping, latency_cap, plain=metrics)
         metrics = chosen or metrics
     check_lanes(problem, mapping)
@@ -282,18 +282,20 @@ LEAN_TRIES = 2  # lean variants offered at most (each is one more pilot)
 
 def _lean_lanes(problem: Problem, out: list, seen: set, platform_name: str, fuse: bool,
                 cap: float | None, floor: float, interleave: bool) -> list:
-    """The first `LEAN_TRIES` candidates of `out` that run GPU lanes, again with each GPU's
-    lanes fitted to `floor` (`fit_lanes`), where that gives fewer lanes and a design not in
-    `seen`."""
+    """The first `LEAN_TRIES` candidates of `out` that run GPU lanes or batches, again with
+    each GPU's lanes and batch fitted to `floor` (`fit_lanes`), where that gives fewer frames
+    in flight and a design not in `seen`."""
 
     extra = []
     for plan, result in list(out):
-        if not any(k > 1 for k in plan.mapping.lanes.values()):
+        m = plan.mapping
+        if not any(m.lanes_of(e) * m.batch_of(e) > 1 for e in m.elements):
             continue
-        fitted, metrics = fit_lanes(problem, replace(plan.mapping, lanes=interleaved_lanes(
-            problem, plan.mapping)), cap, rate_floor=floor)
-        if metrics is None or any(fitted.lanes_of(e) > k for e, k in plan.mapping.lanes.items()):
-            continue  # nothing fitted, or more lanes somewhere: not a leaner twin
+        fitted, metrics = fit_lanes(problem, replace(m, lanes=interleaved_lanes(problem, m),
+                                                     batch={}), cap, rate_floor=floor)
+        if metrics is None or any(fitted.lanes_of(e) * fitted.batch_of(e)
+                                  > m.lanes_of(e) * m.batch_of(e) for e in m.elements):
+            continue  # nothing fitted, or more frames in flight somewhere: not a leaner twin
         lean = make_plan(problem, fitted, metrics, plan.strategy, platform_name,
                          dict(plan.search), fuse, cap, interleave=interleave)
         if lean.mapping.key() not in seen:
@@ -343,6 +345,8 @@ def describe_stages(plan: Plan, problem: Problem | None = None) -> list[dict]:
         rows.append({"actor": actor, "elements": list(group_members(actor)),
                      "lanes": {e: plan.mapping.lanes_of(e) for e in group_members(actor)
                                if plan.mapping.lanes_of(e) > 1},
+                     "batch": {e: plan.mapping.batch_of(e) for e in group_members(actor)
+                               if plan.mapping.batch_of(e) > 1},
                      "phases": len(phases), "interleave": plan.mapping.interleave.get(actor),
                      "layers": len(layers), "first": layers[0],
                      "last": layers[-1], "busy_s": stage_times.get(actor),

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+import math
 from typing import Callable
 
 import numpy as np
 
 from hetflow.dataflow.csdf import CsdfApp, cnn_to_csdf
+from hetflow.dataflow.graphs import CsdfGraph
 from hetflow.errors import InputError
 from hetflow.model.graph import CnnGraph
 from hetflow.platform.spec import ProcessingElement
@@ -119,6 +121,43 @@ class Problem:
     # for a whole-model firing, whose time was taken as the runtime calls it, borders included,
     # nor for a stage timed in the engine under load
     border_cost: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # batches (mapping.py: a firing on b frames): element -> {k: {b: firing time of b frames at
+    # k lanes / firing time of one frame at k lanes}}, from the profile's batch table measured
+    # on the whole model alone, and beside busy CPU copies (from_profile.batch_curves)
+    batch_slowdown: dict[str, dict[int, dict[int, float]]] = field(default_factory=dict)
+    batch_slowdown_busy: dict[str, dict[int, dict[int, float]]] = field(default_factory=dict)
+
+    # ---- batches ----
+    def batch_sizes(self, element: str) -> list[int]:
+        """The batches measured on `element` at some lane count ([1] without a batch table)."""
+        table = self.batch_slowdown.get(element)
+        return sorted({b for per in table.values() for b in per}) if table else [1]
+
+    def check_batch(self, element: str, batch: int) -> None:
+        """InputError naming the element unless its profile measured `batch` (1 always is)."""
+        if batch == 1:
+            return
+        if element not in self.batch_slowdown:
+            raise InputError(f"element {element!r}: batch {batch} asked for, but its profile "
+                             "has no batch table (profile it again with batches)")
+        if batch not in self.batch_sizes(element):
+            raise InputError(f"element {element!r}: batch {batch} was not measured by its "
+                             f"profile (measured: {', '.join(map(str, self.batch_sizes(element)))})")
+
+    def batch_factor(self, element: str, batch: int, lanes: int, busy: bool) -> float:
+        """Firing time of `batch` frames at `lanes` lanes over that of one frame at as many
+        lanes: linear in b between measured batches (refused outside them), and between the
+        lane counts measured at them (the nearest beyond)."""
+        if batch == 1:
+            return 1.0
+        table = (self.batch_slowdown_busy if busy else {}).get(element) or \
+            self.batch_slowdown.get(element)
+        per_k = {k: _between(per, batch) for k, per in (table or {}).items()
+                 if per and min(per) <= batch <= max(per)}
+        if not per_k:
+            raise InputError(f"element {element!r}: batch {batch} is outside the batches its "
+                             f"profile measured ({', '.join(map(str, self.batch_sizes(element)))})")
+        return _between(per_k, lanes)
 
     # ---- lanes ----
     def host_seconds(self, element: str, border_bytes: int, busy: bool,
@@ -276,6 +315,7 @@ class Metrics:
     stage_times: dict[str, float]  # actor -> busy time per frame (sum of its phases)
     critical: list[str] = field(default_factory=list)
     lanes: dict[str, int] = field(default_factory=dict)  # GPU element -> lanes analysed
+    batch: dict[str, int] = field(default_factory=dict)  # element -> batch analysed (b > 1)
 
     def to_dict(self):
         return dict(self.__dict__)
@@ -286,14 +326,62 @@ def build_app(problem: Problem, mapping: Mapping) -> CsdfApp:
         for e in group_members(actor):
             problem.element(e)
     problem.check_elements_compatible(mapping.elements)
+    for e, b in mapping.batch.items():
+        problem.check_batch(e, b)
     return cnn_to_csdf(problem.graph, mapping.assignment, mapping.policy)
 
 
 def _is_uniform(problem: Problem, mapping: Mapping, actor: str) -> bool:
     """A round-robin group of identical elements: exactly an actor with concurrency k."""
     members = group_members(actor)
-    keys = {problem.element(e).equivalence_key for e in members}
+    keys = {(problem.element(e).equivalence_key, mapping.batch_of(e)) for e in members}
     return len(keys) == 1 and mapping.pattern(actor) == list(range(len(members)))
+
+
+def actor_batches(problem: Problem, mapping: Mapping, app: CsdfApp) -> dict[str, int]:
+    """{actor: its SDF rate in frames a firing} for the batched actors that fire as one: an
+    element, or a uniform group of members of one batch. A batched member of an unlike group
+    enters its group's rate instead (timed_graph)."""
+    out = {}
+    for a in app.phases:
+        members = group_members(a)
+        b = mapping.batch_of(members[0])
+        if b > 1 and (len(members) == 1 or _is_uniform(problem, mapping, a)):
+            out[a] = b
+    return out
+
+
+def frames_per_iteration(batches: dict[str, int]) -> int:
+    """Frames one iteration of a connected timed graph carries: every channel carries a
+    frame's tokens on both sides, so the repetition vector fires actor a lcm / batch(a)
+    times."""
+    return math.lcm(1, *batches.values())
+
+
+def frame_parts(g: CsdfGraph, batches: dict[str, int]) -> list[tuple[CsdfGraph, int]]:
+    """The weakly connected parts of `g` (actors whose layers share only the model's inputs
+    have no channel between them), each with the frames its iteration carries: the repetition
+    vector is each part's own, so an iteration of one batched part is b frames where another's
+    is one."""
+    part = {a.name: a.name for a in g.actors}
+
+    def root(a):
+        while part[a] != a:
+            part[a] = part[part[a]]
+            a = part[a]
+        return a
+
+    for c in g.channels:
+        part[root(c.src)] = root(c.dst)
+    groups: dict[str, list[str]] = {}
+    for a in g.actors:
+        groups.setdefault(root(a.name), []).append(a.name)
+    if len(groups) == 1:
+        return [(g, frames_per_iteration(batches))]
+    return [(CsdfGraph(g.name, [a for a in g.actors if a.name in names],
+                       [c for c in g.channels if c.src in names]),
+             frames_per_iteration({a: b for a, b in batches.items() if a in names}))
+            for names in map(set, groups.values())]
 
 
 def saturated_latency(problem: Problem, mapping: Mapping, app: CsdfApp | None = None) -> float:
@@ -311,7 +399,10 @@ def saturated_latency(problem: Problem, mapping: Mapping, app: CsdfApp | None = 
     g = timed_graph(problem, app, mapping, for_latency=True,
                     capacities={c: w + 1 for c, w in windows.items()})
     orders = firing_orders(mapping, app)
+    batches = actor_batches(problem, mapping, app)
     try:
+        if batches:  # full batches, each part of the graph on its own (frame_parts)
+            return max(analysed(sub) for sub, _ in frame_parts(g, batches))
         return analysed(unfolded(g, mapping.round_frames), orders=orders or None)
     except StateSpaceLimitError:
         return float("nan")
@@ -319,7 +410,7 @@ def saturated_latency(problem: Problem, mapping: Mapping, app: CsdfApp | None = 
 
 def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
                 capacity_frames: int | None = None, for_latency: bool = False,
-                capacities: dict[str, int] | None = None):
+                capacities: dict[str, int] | None = None, batched_rates: bool = True):
     """The timed CSDF graph of `app`.
 
     A group of identical round-robin members is an actor with concurrency k (exact). A group
@@ -337,6 +428,14 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
     one-lane time times the measured slowdown at k lanes; in a group of unlike members its rate
     is k / that time. `capacities` ({channel: frames}) replaces the FIFO sizes otherwise derived
     from `capacity_frames`.
+
+    A batched element (Mapping.batch) fires on b frames: its firing takes the one-frame time
+    times the profile's batch factor at its lanes (a padded partial batch costs as much), and
+    an element or uniform group of it is an actor of rate b (`actor_batches`; an iteration then
+    carries `frames_per_iteration` frames), whose FIFOs hold their frame count in batches. In
+    an unlike group a batched member's rate is k * b / its firing time. `batched_rates` False:
+    every actor at rate one, a batched firing serving one frame (a stream so slow that each
+    frame fires alone, padded).
     """
 
 
@@ -351,6 +450,10 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
         k = lanes.get(e, 1)
         if k > 1 or e in problem.lane_slowdown_busy:
             t *= problem.slowdown(e, k, busy, problem.stage_key(layers))
+        b = mapping.batch_of(e)
+        if b > 1:  # b frames a firing: their borders b times over
+            t *= problem.batch_factor(e, b, k, busy)
+            border_bytes *= b
         whole = len(layers) == len(problem.graph.layers)  # timed with its borders and host work
         if (e in problem.border_cost and not whole
                 and not (problem.loaded_times
@@ -379,10 +482,10 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
         pat = mapping.pattern(p.actor)
         if for_latency:
             return max(t for m, t in enumerate(times) if m in pat)
+        frames = [lanes.get(e, 1) * mapping.batch_of(e) for e in members]  # a member's firing
         if mapping.dispatch_mode == "dynamic":
-            return 1.0 / sum(lanes.get(e, 1) / t for e, t in zip(members, times))
-        return max(pat.count(m) * t / lanes.get(members[m], 1)
-                   for m, t in enumerate(times)) / len(pat)
+            return 1.0 / sum(f / t for f, t in zip(frames, times))
+        return max(pat.count(m) * t / frames[m] for m, t in enumerate(times)) / len(pat)
 
     def transfer(c):
         return problem.transfer(c.nbytes, group_members(c.src)[0], group_members(c.dst)[0])
@@ -394,18 +497,26 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
         return 1
 
     conc = {a: concurrency(a) for a in app.phases}
+    rates = actor_batches(problem, mapping, app) if batched_rates else {}
+
+    def batches(c):  # a batched end's FIFO holds its frame count in batches
+        return max(rates.get(c.src, 1), rates.get(c.dst, 1))
+
     if capacities is not None:
-        return app.to_graph(phase_time, transfer, capacities, conc)
+        return app.to_graph(phase_time, transfer,
+                            {c.name: capacities[c.name] * batches(c) for c in app.channels
+                             if c.name in capacities}, conc, rates)
     cap = problem.capacity_frames if capacity_frames is None else capacity_frames
     extra = extra_windows(mapping, app)  # interleaved producers run rounds ahead
     if not for_latency:
         # a weighted group's FIFOs hold a pattern period of frames, a laned actor's FIFOs a
         # window per lane (see the runtime)
-        return app.to_graph(phase_time, transfer, {c.name: cap * max(
+        return app.to_graph(phase_time, transfer, {c.name: cap * batches(c) * max(
             len(mapping.pattern(c.src)), len(mapping.pattern(c.dst)), conc[c.src], conc[c.dst])
-            + extra.get(c.name, 0) for c in app.channels}, conc)
+            + extra.get(c.name, 0) for c in app.channels}, conc, rates)
     return app.to_graph(phase_time, transfer,
-                        {c.name: cap + extra.get(c.name, 0) for c in app.channels}, conc)
+                        {c.name: cap * batches(c) + extra.get(c.name, 0) for c in app.channels},
+                        conc, rates)
 
 
 def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> Metrics:
@@ -419,8 +530,14 @@ def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> M
     # = one round), frames/s = rounds/s x frames per round
     k = mapping.round_frames
     orders = firing_orders(mapping, app)
-    res = throughput_mcr(unfolded(g, k), orders or None)
-    thr = res.throughput * k
+    batches = actor_batches(problem, mapping, app)
+    if batches:  # multi-rate: each part's iteration carries its own frames (no rounds, orders)
+        res, frames = min(((throughput_mcr(sub), f) for sub, f in frame_parts(g, batches)),
+                          key=lambda x: x[0].throughput * x[1])
+        thr = res.throughput * frames
+    else:
+        res = throughput_mcr(unfolded(g, k), orders or None)
+        thr = res.throughput * k
     stage = {a: sum(problem.actor_time(p.layers, a) + problem.call_overhead for p in ps)
              for a, ps in app.phases.items()}
     loaded = len(set(mapping.elements)) > 1
@@ -430,9 +547,11 @@ def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> M
     for a in app.phases:
         members = group_members(a)
         # an element's busy time per frame; k lanes share one device, each firing slowed
-        busy = [sum(problem.actor_time(p.layers, e)
-                    * problem.slowdown(e, lanes.get(e, 1), loaded, problem.stage_key(p.layers))
-                    / lanes.get(e, 1) + problem.call_overhead for p in app.phases[a])
+        busy = [sum((problem.actor_time(p.layers, e)
+                     * problem.slowdown(e, lanes.get(e, 1), loaded, problem.stage_key(p.layers))
+                     * problem.batch_factor(e, mapping.batch_of(e), lanes.get(e, 1), loaded)
+                     / lanes.get(e, 1) + problem.call_overhead) / mapping.batch_of(e)
+                    for p in app.phases[a])
                 for e in members]
         pat = mapping.pattern(a)
         shares = [pat.count(m) / len(pat) for m in range(len(members))]
@@ -457,6 +576,69 @@ def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> M
         lg = timed_graph(problem, app, mapping, for_latency=True)
         # with rounds of k frames, the steady latency is a round's (its first frame's first
         # firing to its last frame's last): an upper bound on each frame's
-        lr = latency(unfolded(lg, k), orders=orders or None)
-        lat, lat_iso = lr.steady, (lr.isolated if k == 1 else isolated_latency(lg))
-    return Metrics(thr, lat, lat_iso, util, energy, mem, stage, list(res.critical), lanes)
+        if batches:
+            parts = [latency(sub) for sub, _ in frame_parts(lg, batches)]
+            lat, lat_iso = max(r.steady for r in parts), max(r.isolated for r in parts)
+        else:
+            lr = latency(unfolded(lg, k), orders=orders or None)
+            lat, lat_iso = lr.steady, (lr.isolated if k == 1 else isolated_latency(lg))
+        lat += source_fill(mapping, app, arrival_rates(mapping, thr))
+    return Metrics(thr, lat, lat_iso, util, energy, mem, stage, list(res.critical), lanes,
+                   {e: b for e, b in mapping.batch.items() if b > 1})
+
+
+def arrival_rates(mapping: Mapping, throughput: float) -> dict[str, float]:
+    """{batched element: frames/s it receives at `throughput`}: a group's members share its
+    frames by their dispatch pattern (dynamic dispatch gives a faster member more; the
+    pattern's share is then what a member of a weighted group is planned to take)."""
+    out = {}
+    for a in mapping.actors:
+        members = group_members(a)
+        batched = [e for e in members if mapping.batch_of(e) > 1]
+        if not batched:
+            continue
+        pat = mapping.pattern(a)
+        for m, e in enumerate(members):
+            if e in batched:
+                out[e] = throughput * pat.count(m) / len(pat)
+    return out
+
+
+def batch_fill(mapping: Mapping, element: str, rate: float, full: bool = False) -> float:
+    """Seconds a frame of `element` waits for its batch at `rate` frames/s arriving there: up
+    to its batch wait, the other b - 1 frames' arrival (`full`: all of it, as where lanes are
+    busy and a batch fills while it waits for one)."""
+    b = mapping.batch_of(element)
+    if b == 1:
+        return 0.0
+    fill = (b - 1) / rate if rate > 0 else math.inf
+    return fill if full else min(mapping.batch_wait.get(element, 0.0), fill)
+
+
+def source_fill(mapping: Mapping, app: CsdfApp, rates: dict[str, float]) -> float:
+    """The batch fill the timed graph leaves out, at the plan's own rate (lanes busy, batches
+    full): a batched actor fed by the model's inputs has all of its iteration's frames at
+    once, where they arrive one by one; a batched actor after another waits in the graph for
+    its producers' firings. The slowest member of a group is the worst frame's."""
+    fed = {a for actors in app.model_inputs.values() for a in actors}
+    return max((batch_fill(mapping, e, rates.get(e, 0.0), full=True)
+                for a in fed for e in group_members(a)), default=0.0)
+
+
+def latency_at_rate(problem: Problem, mapping: Mapping, rate: float) -> float:
+    """Seconds a frame takes at `rate` frames/s, below what the plan takes unbatched (each
+    frame's batch fills only as its wait allows; `batch_fill`): the frame graph (every actor
+    at rate one, a batched firing costing a full padded batch's run) paced at `rate`, plus
+    each batched stage's fill at the frames it receives. inf where `rate` is above what that
+    graph takes (batches then fill; `evaluate`'s latency is the saturated one)."""
+    if problem.contention and len(set(mapping.elements)) == 1 and not problem.loaded_times:
+        problem = problem.alone
+    app = build_app(problem, mapping)
+    lg = timed_graph(problem, app, mapping, for_latency=True, batched_rates=False)
+    res = latency(lg, period=1.0 / rate)
+    if not math.isfinite(res.steady):
+        return math.inf
+    rates = arrival_rates(mapping, rate)
+    fill = sum(max((batch_fill(mapping, e, rates[e]) for e in group_members(a) if e in rates),
+                   default=0.0) for a in app.phases)
+    return res.steady + fill

@@ -22,13 +22,19 @@ def group_members(actor: str) -> tuple[str, ...]:
     return tuple(actor.split(GROUP_SEP))
 
 
-def describe_design(actors, lanes: dict[str, int] | None = None) -> str:
+def describe_element(element: str, lanes: int = 1, batch: int = 1) -> str:
+    """An element with its lanes and batch: 'gpu0 x8 b16' (x1 and b1 not written)."""
+    return element + (f" x{lanes}" if lanes > 1 else "") + (f" b{batch}" if batch > 1 else "")
+
+
+def describe_design(actors, lanes: dict[str, int] | None = None,
+                    batch: dict[str, int] | None = None) -> str:
     """The one notation for a design, used by every command and report: its stages (actors) in
     firing order joined by ' + '; a stage on several elements that take frames in turn is
     'a|b'; an element of several cores is named by them ('cpu0-3'); a GPU running k frames at
-    once is 'gpu0 x8'."""
-    lanes = lanes or {}
-    return " + ".join(GROUP_SEP.join(e + (f" x{lanes[e]}" if lanes.get(e, 1) > 1 else "")
+    once is 'gpu0 x8', and one firing on b frames at a time 'gpu0 x8 b16'."""
+    lanes, batch = lanes or {}, batch or {}
+    return " + ".join(GROUP_SEP.join(describe_element(e, lanes.get(e, 1), batch.get(e, 1))
                                      for e in group_members(a)) for a in actors)
 
 
@@ -52,9 +58,18 @@ class Mapping:
     # (i + offset[p]) * round_frames + j for j < round_frames, so with 2 a phase of the next
     # frame runs while the frame before is away, and few frames are in flight
     round_frames: int = 1
+    # element -> frames one firing takes (an SDF rate: it consumes and produces that many
+    # tokens a firing); absent: 1. A partial batch is padded to b, so it costs a full run
+    batch: dict[str, int] = field(default_factory=dict)
+    # element -> seconds a partial batch waits for more frames, from its first frame's arrival
+    # (absent: 0, fire whatever waits as soon as a lane is free)
+    batch_wait: dict[str, float] = field(default_factory=dict)
 
     def lanes_of(self, element: str) -> int:
         return self.lanes.get(element, 1)
+
+    def batch_of(self, element: str) -> int:
+        return self.batch.get(element, 1)
 
     def workers(self, actor: str) -> int:
         """Frames `actor` works on at once: its members' lanes (a CPU member has one)."""
@@ -80,14 +95,19 @@ class Mapping:
                 tuple((a, tuple(self.pattern(a))) for a in groups),
                 tuple(sorted((e, k) for e, k in self.lanes.items() if k != 1)),
                 tuple(sorted((a, tuple(o)) for a, o in self.interleave.items()
-                             if any(o) or self.round_frames > 1)), self.round_frames)
+                             if any(o) or self.round_frames > 1)), self.round_frames,
+                tuple(sorted((e, b) for e, b in self.batch.items() if b != 1)),
+                tuple(sorted((e, w) for e, w in self.batch_wait.items()
+                             if w and self.batch_of(e) > 1)))
 
     def to_dict(self) -> dict[str, Any]:
         return {"assignment": self.assignment, "policy": self.policy, "meta": self.meta,
                 "dispatch": self.dispatch, "dispatch_mode": self.dispatch_mode,
                 "lanes": self.lanes,
                 **({"interleave": self.interleave} if self.interleave else {}),
-                **({"round_frames": self.round_frames} if self.round_frames != 1 else {})}
+                **({"round_frames": self.round_frames} if self.round_frames != 1 else {}),
+                **({"batch": self.batch} if self.batch else {}),
+                **({"batch_wait": self.batch_wait} if self.batch_wait else {})}
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "Mapping":
@@ -96,7 +116,9 @@ class Mapping:
                        d.get("dispatch_mode", "dynamic"),
                        {k: int(v) for k, v in d.get("lanes", {}).items()},
                        {k: [int(x) for x in v] for k, v in d.get("interleave", {}).items()},
-                       int(d.get("round_frames", 1)))
+                       int(d.get("round_frames", 1)),
+                       {k: int(v) for k, v in d.get("batch", {}).items()},
+                       {k: float(v) for k, v in d.get("batch_wait", {}).items()})
 
 
 def weighted_pattern(times: list[float], max_len: int = 64) -> list[int]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,8 @@ from typing import Mapping as Mapping_
 from hetflow.io import write_json
 from hetflow.schema import validate
 
-PLAN_VERSION = 1  # plan_schema.PlanFile describes it
+PLAN_VERSION = 2  # plan_schema.PlanFile describes it; 2 added batches (Mapping.batch)
+PLAN_VERSIONS = (1, 2)  # versions that load: a version 1 plan has no batches (b = 1)
 
 
 def _check_agree(source: str, name_a: str, a: dict[str, str], name_b: str,
@@ -129,6 +131,7 @@ class Plan:
                                  + (f" phase {index}" if index is not None else "")
                                  + " in app.phases; run `hetflow map` again")
         check_interleave(m, app, source)
+        check_plan_batch(m, source)
         for actor in [*m.actors, *app.actors, *m.dispatch]:
             for e in group_members(actor):
                 if e not in self.elements:
@@ -177,3 +180,29 @@ def check_plan_lanes(mapping: Mapping, elements: Mapping_[str, ProcessingElement
                              f"run lanes (asked for {k})")
         if not isinstance(k, int) or k < 1:
             raise InputError(f"element {e!r}: lanes must be a whole number >= 1 (got {k!r})")
+
+
+def check_plan_batch(mapping: Mapping, source: str = "plan") -> None:
+    """InputError naming the element for a batch below 1 or not whole, a negative or
+    non-finite batch wait, or a batch on an element the mapping does not use. (Whether the
+    profile measured that batch is the cost model's check: mapping.problem.check_batch.)"""
+    used = set(mapping.elements)
+    for e, b in mapping.batch.items():
+        if e not in used:
+            raise InputError(f"{source}: batch is given for element {e!r}, which the mapping "
+                             "does not use")
+        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+            raise InputError(f"{source}: element {e!r}: batch must be a whole number >= 1 "
+                             f"(got {b!r})")
+        if b > 1 and (mapping.round_frames > 1
+                      or any(e in group_members(a) for a in mapping.interleave)):
+            raise InputError(f"{source}: element {e!r}: batch {b} on an interleaved actor (its "
+                             "phases fire frame by frame); give it batch 1 or no interleave")
+    for e, w in mapping.batch_wait.items():
+        if e not in used:
+            raise InputError(f"{source}: batch_wait is given for element {e!r}, which the "
+                             "mapping does not use")
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) \
+                or w < 0:
+            raise InputError(f"{source}: element {e!r}: batch_wait must be seconds >= 0 "
+                             f"(got {w!r})")

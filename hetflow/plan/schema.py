@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
-from hetflow.schema import FileModel, exact_version
+from hetflow.schema import FileModel
 
-from hetflow.plan.plan import PLAN_VERSION
+from hetflow.plan.plan import PLAN_VERSIONS
+
+
+def _known_version(v: int) -> int:
+    if v not in PLAN_VERSIONS:
+        raise ValueError(f"expected {' or '.join(map(str, PLAN_VERSIONS))}")
+    return v
 
 
 class ElementFile(FileModel):
@@ -39,6 +45,10 @@ class MappingFile(FileModel):
     # actor -> frame offset per phase (Mapping.interleave)
     interleave: dict[str, list[Annotated[int, Field(ge=0)]]] = {}
     round_frames: int = Field(1, ge=1, le=64)  # frames per round of the interleaved actors
+    # element -> frames a firing takes, and seconds a partial batch waits (Mapping.batch);
+    # their bounds are checked with a line naming the element (plan.check_plan_batch)
+    batch: dict[str, int] = {}
+    batch_wait: dict[str, float] = {}
 
 
 class PhaseFile(FileModel):
@@ -79,7 +89,8 @@ class SplitFile(FileModel):
 
 
 class PlanFile(FileModel):
-    version: exact_version(PLAN_VERSION)  # type: ignore[valid-type]
+    # an older version loads as it was written: version 1 plans have no batches (b = 1)
+    version: Annotated[int, AfterValidator(_known_version)]
     model_name: str
     model_hash: str
     model_source: str = ""

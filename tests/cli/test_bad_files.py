@@ -22,7 +22,8 @@ def first_layer(d):
 PLAN_CASES = [
     (lambda d: d.pop("capacity_frames"), "capacity_frames: missing"),
     (lambda d: d["mapping"].pop("assignment"), "mapping.assignment: missing"),
-    (lambda d: d.update(version=2), "version: expected 1, got 2"),
+    (lambda d: d.update(version=3), "version: expected 1 or 2, got 3"),
+    (lambda d: d.update(version=True), "version: expected a valid integer, got True"),
     (lambda d: d.update(capacity_frames="2"), "capacity_frames: expected a valid integer, got '2'"),
     (lambda d: d["mapping"]["assignment"].update({first_layer(d): 3}),
      "mapping.assignment.{layer}: expected a valid string, got 3"),
@@ -34,6 +35,8 @@ PLAN_CASES = [
     (lambda d: d["mapping"].update(lanes={"cpu0": 0}),
      "mapping.lanes.cpu0: expected greater than or equal to 1, got 0"),
     (lambda d: d.update(elements=[]), "elements: expected a JSON object, got []"),
+    (lambda d: d["mapping"].update(batch={"cpu0": "8"}),
+     "mapping.batch.cpu0: expected a valid integer, got '8'"),
 ]
 
 

@@ -53,7 +53,28 @@ def channel_source_lost(d):  # the phase no longer makes what its channel carrie
     d["app"]["phases"]["cpu0"][0]["outputs"].clear()
 
 
+def batch_zero(d):
+    d["mapping"]["batch"] = {"cpu0": 0}
+
+
+def batch_negative(d):
+    d["mapping"]["batch"] = {"cpu1": -4}
+
+
+def batch_wait_negative(d):
+    d["mapping"]["batch"] = {"cpu0": 2}
+    d["mapping"]["batch_wait"] = {"cpu0": -0.001}
+
+
+def batch_unused_element(d):
+    d["mapping"]["batch"] = {"gpu3": 8}
+
+
 @pytest.mark.parametrize("edit, says", [
+    (batch_zero, "element 'cpu0': batch must be a whole number >= 1 (got 0)"),
+    (batch_negative, "element 'cpu1': batch must be a whole number >= 1 (got -4)"),
+    (batch_wait_negative, "element 'cpu0': batch_wait must be seconds >= 0 (got -0.001)"),
+    (batch_unused_element, "batch is given for element 'gpu3', which the mapping does not use"),
     (move_first_layer, "mapping.assignment and app.assignment disagree (layer "),
     (rename_element, "element 'cpu1' (of actor 'cpu1') is not among the plan's elements "
                      "(cpu0, gpu7)"),

@@ -1,0 +1,74 @@
+"""The planner chooses lanes and a batch per GPU element on synthetic profiles (no GPU): where
+the profile's t(b, k) gives twice the rate at batch 8, the plan is batched and predicted about
+twice the unbatched; where a batch costs b frames' runs it stays at batch 1."""
+import dataclasses
+
+import pytest
+
+from hetflow.mapping.from_profile import with_batches
+from hetflow.mapping.lanes import fit_lanes
+from hetflow.mapping.planner import search_plan
+from hetflow.mapping.problem import evaluate
+from hetflow.plan.mapping import describe_design
+from synthetic_server import synthetic_problem
+
+CURVE = {1: 1.0, 2: 1.6, 4: 3.0}  # k / slowdown: 1, 1.25, 1.33
+BATCHES = (1, 2, 4, 8)
+
+
+def fake_batch_table(t1: float, affine: float) -> dict:
+    """gpu_batches[element] of a GPU whose firing of b frames at k lanes takes
+    t1 * CURVE[k] * (affine + (1 - affine) * b)."""
+    return {f"{b},{k}": {"alone": {"median": t1 * s * (affine + (1 - affine) * b)},
+                         "busy": {"median": 1.1 * t1 * s * (affine + (1 - affine) * b)},
+                         "memory_bytes": (64 << 20) * b}
+            for k, s in CURVE.items() for b in BATCHES}
+
+
+def server(affine: float, call_overhead: float = 0.0):
+    """Two cores and a GPU 40x one; the engine's cost per firing, which a batch pays once for
+    b frames, `call_overhead`."""
+    p = synthetic_problem("squeezenet1_0", n_cores=2, gpu_speedup=40.0)
+    p = dataclasses.replace(p, lane_slowdown={"gpu0": dict(CURVE)}, call_overhead=call_overhead)
+    t1 = p.actor_time([l.name for l in p.graph.layers], "gpu0")
+    return with_batches(p, {"gpu0": fake_batch_table(t1, affine)})
+
+
+# 8 / (a + 8 (1 - a)) = 2 at a = 4/7: batch 8 runs twice the frames a second of batch 1
+@pytest.mark.parametrize("strategy", ["single", "greedy"])
+def test_a_batch_that_doubles_the_rate_is_planned(strategy):
+    p = server(affine=4 / 7)
+    plan, _ = search_plan(p, strategy, "synthetic")
+    assert plan.mapping.batch_of("gpu0") == 8
+    unbatched = evaluate(p, dataclasses.replace(plan.mapping, batch={}))
+    assert plan.predicted["throughput"] == pytest.approx(2 * unbatched.throughput, rel=0.15)
+    assert plan.predicted["batch"] == {"gpu0": 8}
+    assert " b8" in describe_design(plan.app.phases, plan.mapping.lanes, plan.mapping.batch)
+    # the a priori prediction is the run's analysis of the plan as written
+    assert evaluate(p, plan.mapping).throughput == pytest.approx(plan.predicted["throughput"])
+
+
+def test_a_batch_that_gains_nothing_is_not_planned():
+    p = server(affine=0.0)  # b frames cost b runs
+    plan, _ = search_plan(p, "single", "synthetic")
+    assert plan.mapping.batch_of("gpu0") == 1 and plan.mapping.batch == {}
+
+
+def test_a_batch_pays_the_engine_cost_of_a_firing_once():
+    # b frames cost b runs, but the engine's cost of a firing is paid once for them
+    p = server(affine=0.0, call_overhead=30e-6)
+    plan, _ = search_plan(p, "single", "synthetic")
+    assert plan.mapping.batch_of("gpu0") > 1
+
+
+def test_a_latency_cap_pays_for_the_fill():
+    p = server(affine=4 / 7)
+    free, _ = search_plan(p, "single", "synthetic")
+    design = dataclasses.replace(free.mapping, batch={})
+    # the batched plan's latency holds its batch's fill at its rate: 7 frames' arrival
+    fill = (8 - 1) / free.predicted["throughput"]
+    assert free.predicted["latency"] >= fill
+    cap = free.predicted["latency"] - 0.5 * fill  # a smaller batch fills in time
+    fitted, metrics = fit_lanes(p, design, latency_cap=cap)
+    assert metrics.latency <= cap
+    assert 1 < fitted.batch_of("gpu0") < 8
