@@ -8,9 +8,15 @@ import sys
 from types import ModuleType
 
 
-def patch_everywhere(monkeypatch, module: ModuleType | str, name: str, value) -> None:
-    """`monkeypatch.setattr(module, name, value)`, and the same in every loaded hetflow module
-    that holds the original object under that name."""
+_MISSING = object()
+
+
+def patch_everywhere(monkeypatch, module: ModuleType | str, name, value=_MISSING) -> None:
+    """`monkeypatch.setattr(module, name, value)` (or, as monkeypatch takes it,
+    `("package.module.name", value)`), and the same in every loaded hetflow module that holds
+    the original object under that name."""
+    if value is _MISSING:
+        module, name, value = *str(module).rsplit(".", 1), name
     if isinstance(module, str):
         module = importlib.import_module(module)
     original = getattr(module, name)
