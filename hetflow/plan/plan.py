@@ -9,6 +9,7 @@ from typing import Any
 from hetflow.dataflow.csdf import CsdfApp
 from hetflow.errors import InputError
 from hetflow.model.split import LayerSplit
+from hetflow.platform.precision import element_name, split_element_name
 from hetflow.platform.spec import ProcessingElement
 
 from hetflow.plan.orders import check_interleave
@@ -129,6 +130,7 @@ class Plan:
                                  + (f" phase {index}" if index is not None else "")
                                  + " in app.phases; run `hetflow map` again")
         check_interleave(m, app, source)
+        check_element_precisions(self.elements, source)
         for actor in [*m.actors, *app.actors, *m.dispatch]:
             for e in group_members(actor):
                 if e not in self.elements:
@@ -163,6 +165,17 @@ class Plan:
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise InputError(f"{path}: not a JSON plan file ({e})") from None
         return Plan.from_dict(d, str(path))
+
+
+def check_element_precisions(elements: Mapping_[str, ProcessingElement], source: str) -> None:
+    """InputError naming the element where its name and its precision disagree ('gpu0@fp16'
+    is the fp16 element of gpu0; plain 'gpu0' is fp32), as a hand edit of one leaves them."""
+    for key, e in elements.items():
+        if element_name(e.base_name, e.precision) != key:
+            raise InputError(f"{source}: element {key!r} has precision {e.precision}, which "
+                             f"names it {element_name(e.base_name, e.precision)!r}; give the "
+                             f"precision its name says ({split_element_name(key)[1]}) or map "
+                             f"again")
 
 
 def check_plan_lanes(mapping: Mapping, elements: Mapping_[str, ProcessingElement]) -> None:
