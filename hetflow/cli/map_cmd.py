@@ -16,10 +16,9 @@ from hetflow.mapping.calibration import load_calibration
 from hetflow.mapping.from_profile import calibrated_problem
 from hetflow.mapping.pilot import choose_plan
 from hetflow.mapping.planner import describe_stages
-from hetflow.mapping.planning import search_kind
+from hetflow.mapping.planning import record_precision, search_kind
 from hetflow.model import parse_input_shapes, resolve_model
 from hetflow.model.accuracy import Tolerance
-from hetflow.platform.precision import DEFAULT_PRECISION
 from hetflow.platform import resolve_platform
 from hetflow.profile.profile import Profile
 
@@ -65,14 +64,6 @@ def map_model(graph, platform, prof, strategy: str, calibration: dict | None = N
         plan.search["pilots"] = tried
     record_precision(plan, precision, tolerance)
     return plan, result, tried
-
-
-def record_precision(plan, precision: str | None, tolerance: Tolerance | None) -> None:
-    """Say in the plan the precisions it was searched among and the tolerance they met, which
-    `hetflow run` checks its outputs against (nothing for fp32 plans, checked as before)."""
-    if precision not in (None, DEFAULT_PRECISION) or tolerance is not None:
-        plan.search["precision"] = precision or DEFAULT_PRECISION
-        plan.search["tolerance"] = (tolerance or Tolerance()).to_dict()
 
 
 def parse_options(items: Optional[list[str]]) -> dict:

@@ -10,8 +10,8 @@ from hetflow.model.accuracy import Tolerance, compare_runs, report_failures
 from hetflow.platform.configs import distinct_elements
 from hetflow.platform.precision import DEFAULT_PRECISION
 from hetflow.platform.spec import ProcessingElement
-from hetflow.profile.measure import random_feeds
 from hetflow.runtime.check import reference_session
+from hetflow.runtime.inputs import random_source
 
 if TYPE_CHECKING:
     from hetflow.model.graph import CnnGraph
@@ -23,10 +23,11 @@ META_KEY = "deviation"  # profile.meta[META_KEY][element] = AccuracyReport.to_di
 
 def whole_model_deviation(graph: "CnnGraph", element: ProcessingElement,
                           frames: int = DEVIATION_FRAMES) -> dict[str, Any]:
-    """The whole model on `element` for `frames` random frames (seeds 0..frames-1) against
-    ONNX Runtime's fp32 run of it: `AccuracyReport.to_dict()` (judged against the default
-    tolerance; `deviation_failures` judges it against another)."""
-    feeds = [random_feeds(graph, graph.inputs, seed=i) for i in range(frames)]
+    """The whole model on `element` for `frames` random frames (the first frames a run fed by
+    `random_source` checks) against ONNX Runtime's fp32 run of it: `AccuracyReport.to_dict()`
+    (judged against the default tolerance; `deviation_failures` judges it against another)."""
+    source = random_source(graph, pool=frames)
+    feeds = [source(i) for i in range(frames)]
     names = list(graph.outputs)
     session = reference_session(graph)
     reference = [dict(zip(names, session.run(names, f))) for f in feeds]
