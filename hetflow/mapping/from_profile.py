@@ -72,7 +72,8 @@ def precision_configurations(profile, platform, precision: str | None = None,
     where = f"profile {profile.source}" if profile.source else "the profile"
     devices: dict[str, list] = {}  # a device or cluster at another precision -> its elements
     for e in (e for c in configs for e in c.elements if e.precision != DEFAULT_PRECISION):
-        devices.setdefault(f"{e.cluster or e.base_name}@{e.precision}", []).append(e)
+        device = e.cluster if e.kind == "cpu" else e.base_name
+        devices.setdefault(f"{device}@{e.precision}", []).append(e)
     refused: set[str] = set()
     for members in devices.values():
         measured = [e for e in members if e.name in profile.layer_times]
