@@ -130,12 +130,12 @@ class Plan:
                                  + (f" phase {index}" if index is not None else "")
                                  + " in app.phases; run `hetflow map` again")
         check_interleave(m, app, source)
-        check_element_precisions(self.elements, source)
         for actor in [*m.actors, *app.actors, *m.dispatch]:
             for e in group_members(actor):
                 if e not in self.elements:
                     raise InputError(f"{source}: element {e!r} (of actor {actor!r}) is not among "
                                      f"the plan's elements ({', '.join(self.elements) or 'none'})")
+        check_element_precisions(self.elements, source)
 
     def check_covers(self, layers: list[str], source: str = "plan") -> None:
         """Refuse a plan whose phases leave out a layer of its model (`layers`, in model
@@ -171,11 +171,11 @@ def check_element_precisions(elements: Mapping_[str, ProcessingElement], source:
     """InputError naming the element where its name and its precision disagree ('gpu0@fp16'
     is the fp16 element of gpu0; plain 'gpu0' is fp32), as a hand edit of one leaves them."""
     for key, e in elements.items():
-        if element_name(e.base_name, e.precision) != key:
+        base, named = split_element_name(key)
+        if named != e.precision:
             raise InputError(f"{source}: element {key!r} has precision {e.precision}, which "
-                             f"names it {element_name(e.base_name, e.precision)!r}; give the "
-                             f"precision its name says ({split_element_name(key)[1]}) or map "
-                             f"again")
+                             f"names it {element_name(base, e.precision)!r}; give the "
+                             f"precision its name says ({named}) or map again")
 
 
 def check_plan_lanes(mapping: Mapping, elements: Mapping_[str, ProcessingElement]) -> None:
