@@ -27,7 +27,8 @@ def test_an_fp16_plan_on_the_gpu_is_profiled_mapped_run_and_checked(hetflow, tmp
     assert code == 0, err
     precisions = {e["name"]: e.get("precision", "fp32")
                   for e in json.loads(plan.read_text())["elements"].values()}
-    assert precisions.get("gpu0@fp16") == "fp16" or "gpu0" not in precisions
+    # with gpu=fp16 the GPU is offered at fp16 only
+    assert all(p == "fp16" for n, p in precisions.items() if n.startswith("gpu")), precisions
     code, out, err = hetflow("run", plan, "-n", "50", "--warmup", "5", "--json")
     assert code == 0, err
     accuracy = json.loads(out)["accuracy"]
