@@ -157,7 +157,8 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
         said(step_line(step))
     basis = prediction_basis(problem, alone, baselines)
     kind_rows, plans = bench_kinds(ctx, prof, problem, steps, calibration, baselines, basis)
-    rows = baselines.rows + precision_baselines(ctx, base, source, settings.baseline_seconds)
+    rows = baselines.rows + precision_baselines(ctx, base, prof, source,
+                                                settings.baseline_seconds)
     rows = against_same_precision(compared(rows + kind_rows, baselines.parallel,
                                            baselines.best_single))
     notes: dict[str, Any] = {"layers": len(ctx.graph.layers),

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from hetflow.model.accuracy import Tolerance, report_failures
 from hetflow.platform.precision import DEFAULT_PRECISION, PRECISIONS_OF_KIND, with_precisions
+from hetflow.profile.deviation import META_KEY
 from hetflow.runtime.baselines import measure_parallel, measure_single
 
 from hetflow.bench.profiles import baseline_elements
@@ -26,10 +28,32 @@ def at_precision(platform, precision: str):
                                       if present and precision in PRECISIONS_OF_KIND[k]})
 
 
-def precision_baselines(ctx, problem, source, seconds: float) -> list[dict[str, Any]]:
+def recorded_deviation(prof, names, tolerance: Tolerance | None) -> dict[str, Any] | None:
+    """The profile's check (`profile.deviation`) of the worst of the elements `names`, in the
+    form of a run row's `deviation`: a baseline runs the whole model, which the profile checked."""
+    records = [r for r in (prof.meta.get(META_KEY, {}).get(n) for n in names) if r]
+    if not records:
+        return None
+
+    def worst(record: dict) -> float:
+        rel = [o["rel_l2_worst"] for o in record["outputs"]]
+        return float("inf") if None in rel else max(rel, default=0.0)
+
+    record = max(records, key=worst)
+    tolerance = tolerance or Tolerance()
+    return {"frames": record["frames"], "inputs": "random frames (the profile's check)",
+            "passed": not report_failures(record, tolerance), "tolerance": tolerance.to_dict(),
+            "outputs": {o["name"]: {k: o[k] for k in ("rel_l2_worst", "max_abs_worst",
+                                                      "top1_agreement")}
+                        for o in record["outputs"]}}
+
+
+def precision_baselines(ctx, problem, prof, source, seconds: float) -> list[dict[str, Any]]:
     """Rows 'peak single @P' and 'parallel copies @P' for each precision P the search may
-    choose besides fp32 (`searched_precisions`); an element the search may not use at P (its
-    deviation missed the tolerance, or it was not profiled at P) stays out of P's copies."""
+    choose besides fp32 (`searched_precisions`), with the deviation the profile's check found
+    on their elements; an element the search may not use at P (its deviation missed the
+    tolerance, or it was not profiled at P) stays out of P's copies."""
+    tolerance = ctx.settings.tolerance
     rows = []
     for p in searched_precisions(problem):
         singles, parallel = baseline_elements(at_precision(ctx.platform, p))
@@ -47,14 +71,17 @@ def precision_baselines(ctx, problem, source, seconds: float) -> list[dict[str, 
             best = max(reports, key=lambda r: r.throughput)
             element = best.name.split(":", 1)[1]
             rows.append({**run_row(f"peak single @{p} ({element})", "baseline", best),
-                         "precisions": [p], "precision_of": p})
+                         "precisions": [p], "precision_of": p,
+                         "deviation": recorded_deviation(prof, [element], tolerance)})
         if parallel and any(e.precision == p for e in parallel):
             ctx.log(f"baseline: parallel copies @{p} on {', '.join(e.name for e in parallel)}")
             r = measure_parallel(ctx.graph, parallel, source, warmup=5, seconds=seconds,
                                  lanes=lanes)
             rows.append({**run_row(f"parallel copies @{p}", "baseline", r),
                          "precisions": sorted({e.precision for e in parallel}),
-                         "precision_of": p})
+                         "precision_of": p,
+                         "deviation": recorded_deviation(prof, [e.name for e in parallel],
+                                                         tolerance)})
     return rows
 
 

@@ -88,6 +88,8 @@ def test_bench_auto_shows_int8_where_it_is_faster(hetflow, tmp_path, cache):
     fp32 = next(r for n, r in rows.items() if n.startswith("peak single ("))
     int8 = next(r for n, r in rows.items() if n.startswith("peak single @int8"))
     assert "parallel copies @int8" in rows
+    for r in (int8, rows["parallel copies @int8"]):  # the profile's check of their elements
+        assert r["deviation"]["outputs"]["output"]["rel_l2_worst"] > 0
     plans = [r for r in rows.values() if r["kind"] == "plan" and not r.get("infeasible")]
     assert plans and all("deviation" in r and r["precisions"] for r in plans)
     if int8["throughput"] > 1.5 * fp32["throughput"]:  # int8 ran 3-6x faster here
