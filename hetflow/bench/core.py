@@ -20,12 +20,15 @@ from hetflow.bench import plans
 from hetflow.bench.baselines import run_baselines
 from hetflow.bench.head_to_head import bench_head_to_head
 from hetflow.bench.rows import compared
+from hetflow.bench.precisions import against_same_precision, precision_baselines
 from hetflow.errors import InfeasibleError
 from hetflow.mapping import pilot
 from hetflow.mapping.calibration import calibrate
 from hetflow.mapping.from_profile import problem_from_profile
-from hetflow.mapping.planning import search_kind
+from hetflow.mapping.planning import record_precision, search_kind
 from hetflow.model import resolve_model
+from hetflow.model.accuracy import Tolerance
+from hetflow.platform.precision import DEFAULT_PRECISION
 from hetflow.model.subnet import subnet_key
 from hetflow.plan.mapping import group_members
 from hetflow.runtime.inputs import random_source
@@ -74,6 +77,11 @@ class BenchSettings:
     # False: a budget too short for the profile and baselines at their minimums is not an error;
     # the bench goes on at the minimums, runs every plan kind, and says it went over
     budget_strict: bool = True
+    # element precisions the search may choose among (`from_profile.precision_configurations`:
+    # 'fp32', a setting such as 'gpu=fp16 cpu=int8', or 'auto'), within `tolerance` of the fp32
+    # reference (None: `Tolerance()`); besides fp32, baselines run at each of them too
+    precision: str = DEFAULT_PRECISION
+    tolerance: Tolerance | None = None
 
 
 @dataclass
@@ -137,7 +145,8 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
     ctx = Context(resolve_model(model, fuse=True), platform, settings, said, budget, report_dir,
                   kinds)
     prof = bench_profile(ctx)
-    base = problem_from_profile(ctx.graph, prof, platform, settings.capacity)
+    base = problem_from_profile(ctx.graph, prof, platform, settings.capacity,
+                                precision=settings.precision, tolerance=settings.tolerance)
     alone = {e: st["median"] for e, st in prof.whole_model.items() if e in base.element_index}
     ctx.frame_s = max(alone.values(), default=0.01)
     source = random_source(ctx.graph)
@@ -148,8 +157,10 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
         said(step_line(step))
     basis = prediction_basis(problem, alone, baselines)
     kind_rows, plans = bench_kinds(ctx, prof, problem, steps, calibration, baselines, basis)
-    rows = baselines.rows + kind_rows
-    rows = compared(rows, baselines.parallel, baselines.best_single)
+    rows = baselines.rows + precision_baselines(ctx, base, prof, source,
+                                                settings.baseline_seconds)
+    rows = against_same_precision(compared(rows + kind_rows, baselines.parallel,
+                                           baselines.best_single))
     notes: dict[str, Any] = {"layers": len(ctx.graph.layers),
                              "parallel_elements": [e.name for e in
                                                    baseline_elements(platform)[1]],
@@ -172,14 +183,15 @@ def bench_profile(ctx: Context):
     """The cached profile of this model and platform, else one measured now (in the time the
     budget allows, the baselines' element shapes first) and cached."""
     graph, platform, settings, budget = ctx.graph, ctx.platform, ctx.settings, ctx.budget
-    prof = cached_profile(graph, platform, ctx.log, partial=budget is not None)
+    prof = cached_profile(graph, platform, ctx.log, partial=budget is not None,
+                          precision=settings.precision)
     if prof is not None:
         return prof
     repeats, lane_s, limit_s = settings.profile_repeats, settings.lane_seconds, None
     if budget is not None:
         from hetflow.platform.configs import distinct_elements
 
-        needed = profiled_elements(platform)
+        needed = profiled_elements(platform, settings.precision)
         singles, parallel = baseline_elements(platform)
         gpus = sum(e.kind == "gpu" for e in needed)
         # the profile's cost, estimated from one frame on its slowest element (the runner is
@@ -197,7 +209,8 @@ def bench_profile(ctx: Context):
         k = budget.settings(got, "profile_repeats", "lane_seconds")
         repeats, lane_s = int(k["profile_repeats"]), k["lane_seconds"]
         limit_s = max(0.0, budget.allowance(facts, got, "profile"))
-    prof, ctx.profile_s = measure_profile(graph, platform, repeats, ctx.log, lane_s, limit_s)
+    prof, ctx.profile_s = measure_profile(graph, platform, repeats, ctx.log, lane_s, limit_s,
+                                          settings.precision)
     return prof
 
 
@@ -273,6 +286,7 @@ def bench_kinds(ctx: Context, prof, problem, steps: list[dict], calibration: dic
             problem, candidates, graph, k["pilot_seconds"], kind.options.get("latency_cap"),
             kind.rate_floor, shared.pilots, log)
         plan.search["calibration"] = steps
+        record_precision(plan, settings.precision, settings.tolerance)
         a_priori = dict(plan.predicted)  # from the profile, before this plan's stages ran
         used = problem
         if k["refine"]:

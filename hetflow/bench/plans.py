@@ -150,7 +150,8 @@ def refined(ctx, plan, problem, prof, k: dict) -> tuple[Any, Any]:
 
     placed = [(e, ps) for a, ps in plan.app.phases.items() for e in group_members(a)]
     groups = [(e, p.layers) for e, ps in placed for p in ps]
-    profile_subnets(ctx.graph, ctx.platform, groups, profile=prof, repeats=k["profile_repeats"])
+    profile_subnets(ctx.graph, ctx.platform, groups, list(plan.elements.values()), prof,
+                    repeats=k["profile_repeats"])
     fresh = {(e, key): v["median"] for e, st in prof.subnet_times.items()
              for key, v in st.items()}
     loaded_times: dict = {}
@@ -182,7 +183,7 @@ def run_chosen(ctx, label: str, plan, shared: Shared, k: dict) -> tuple[RunRepor
              if ctx.report_dir else None)
     frames = frames_for(plan, k["plan_seconds"], k["frames"])
     r = run_plan(plan, ctx.graph, frames, max(k["warmup"], frames // 10), check="first",
-                 trace_path=trace)
+                 trace_path=trace, tolerance=ctx.settings.tolerance)
     shared.ran[plan.mapping.key()] = (label, r)
     return r, None
 

@@ -4,6 +4,7 @@ cached."""
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 from typing import Callable
@@ -14,6 +15,8 @@ from hetflow.backends import pinned
 from hetflow.backends.reuse import release, runners_for
 from hetflow.mapping.from_profile import searched_elements
 from hetflow.platform.configs import default_config, finest_config
+from hetflow.platform.precision import DEFAULT_PRECISION, precision_variants
+from hetflow.profile.deviation import record_deviations
 from hetflow.profile import profile_model
 from hetflow.profile.lanes import lanes_complete
 from hetflow.profile.measure import random_feeds, time_runner
@@ -30,16 +33,21 @@ def get_profile(graph, platform, repeats: int, log: Callable[[str], None]):
     return (prof, 0.0) if prof is not None else measure_profile(graph, platform, repeats, log)
 
 
-def _profile_path(graph, platform) -> Path:
+def _profile_path(graph, platform, precision: str | None = None) -> Path:
+    # a profile of more precisions than fp32 is another file: it holds more elements
+    extra = ("" if precision in (None, DEFAULT_PRECISION)
+             else "-" + re.sub(r"[^\w.-]+", "_", precision.strip()))
     return (cache_dir() / "profiles" /
-            f"{graph.name}-{graph.model_hash[:12]}-{platform.platform_hash[:12]}.json")
+            f"{graph.name}-{graph.model_hash[:12]}-{platform.platform_hash[:12]}{extra}.json")
 
 
-def cached_profile(graph, platform, log: Callable[[str], None], partial: bool = False):
-    """The cached profile made for this model and platform, or None; one that a time limit cut
-    short (some element shapes not measured) only where `partial`."""
+def cached_profile(graph, platform, log: Callable[[str], None], partial: bool = False,
+                   precision: str | None = None):
+    """The cached profile made for this model and platform (at `precision`: see
+    `profiled_elements`), or None; one that a time limit cut short (some element shapes not
+    measured) only where `partial`."""
 
-    path = _profile_path(graph, platform)
+    path = _profile_path(graph, platform, precision)
     if path.exists():
         try:
             prof = Profile.load(path)
@@ -65,19 +73,23 @@ def cached_profile(graph, platform, log: Callable[[str], None], partial: bool = 
     return None
 
 
-def profiled_elements(platform) -> list:
-
-    return [e for e in searched_elements(platform) if e.backend != "none"]
+def profiled_elements(platform, precision: str | None = None) -> list:
+    """The searched elements with a backend, at each precision `precision` allows
+    (`precision_variants`; None: the platform's own)."""
+    return list({e.name: e for v in precision_variants(platform, precision)
+                 for e in searched_elements(v) if e.backend != "none"}.values())
 
 
 def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
-                    lane_seconds: float = 1.0, time_limit_s: float | None = None):
+                    lane_seconds: float = 1.0, time_limit_s: float | None = None,
+                    precision: str | None = None):
     """Measure the profile of this model on this platform and cache it: (profile, seconds).
     With `time_limit_s`, the baselines' element shapes come first and the others only while
-    the limit holds (profile_model)."""
+    the limit holds (profile_model). `precision`: also the elements at the precisions it
+    allows, each checked against the fp32 reference (`record_deviations`)."""
 
-    path = _profile_path(graph, platform)
-    needed = profiled_elements(platform)
+    path = _profile_path(graph, platform, precision)
+    needed = profiled_elements(platform, precision)
     log(f"profiling {graph.name} on {platform.name} ({len(graph.layers)} layers, "
         f"{len(needed)} elements)")
     t0 = time.perf_counter()
@@ -87,6 +99,9 @@ def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
                          contention=False,
                          lane_seconds=lane_seconds, time_limit_s=time_limit_s,
                          required=[e.name for e in (*singles, *parallel)])
+    record_deviations(prof, graph, needed)
+    if precision not in (None, DEFAULT_PRECISION):
+        prof.meta["precision"] = precision
     prof.save(path)
     log("profiled: " + ", ".join(f"{k} {v:.1f} s" for k, v in
                                  prof.meta.get("phase_seconds", {}).items())

@@ -23,7 +23,24 @@ def run_row(name: str, kind: str, r: RunReport, predicted: float | None = None,
             "lanes": ({e: k for e, k in plan.mapping.lanes.items() if k > 1} if plan is not None
                       else r.notes.get("lanes", {})),
             **({"interleave": plan.mapping.interleave}
-               if plan is not None and plan.mapping.interleave else {})}
+               if plan is not None and plan.mapping.interleave else {}),
+            **precision_fields(r, plan)}
+
+
+def precision_fields(r: RunReport, plan=None) -> dict[str, Any]:
+    """A run's precisions (its plan's elements') and its deviation from the fp32 reference
+    over the frames checked, worst per output (`RunReport.accuracy`)."""
+    out: dict[str, Any] = {}
+    if plan is not None:
+        out["precisions"] = sorted({e.precision for e in plan.elements.values()})
+    if r.accuracy:
+        out["deviation"] = {
+            "frames": r.accuracy["frames"], "inputs": r.accuracy.get("inputs"),
+            "passed": r.accuracy["passed"], "tolerance": r.accuracy["tolerance"],
+            "outputs": {o["name"]: {k: o[k] for k in ("rel_l2_worst", "max_abs_worst",
+                                                      "top1_agreement")}
+                        for o in r.accuracy["outputs"]}}
+    return out
 
 
 def compared(rows: list[dict], parallel: RunReport, single: RunReport) -> list[dict]:

@@ -13,13 +13,15 @@ from hetflow import interrupt
 from hetflow.io import claimed, write_json
 from hetflow.rules import QUICK_MODEL_SECONDS
 
-from hetflow.cli.common import check_writable, console, err_console, positive, print_json, progress, strategy_list, strategy_names
+from hetflow.cli.common import PRECISION_HELP, check_writable, console, err_console, positive, print_json, progress, strategy_list, strategy_names
 from hetflow.bench.core import BenchSettings, bench_model, cache_dir
 from hetflow.bench.html import write_report
 from hetflow.errors import HetflowError, InputError
 from hetflow.mapping.pilot import pilot_summary
 from hetflow.model import zoo
+from hetflow.model.accuracy import Tolerance
 from hetflow.platform import resolve_platform
+from hetflow.platform.precision import DEFAULT_PRECISION, precision_variants
 
 
 def print_bench(mb) -> None:
@@ -41,6 +43,8 @@ def print_bench(mb) -> None:
                   f"{r['search_seconds']:.2f}" if r["search_seconds"] is not None else "-",
                   f"{r['checked_frames']} ok" if r["checked_frames"] else "-")
     console.print(t)
+    for line in precision_lines(mb.rows):
+        console.print(line, highlight=False)
 
     for r in mb.rows:
         if r.get("pilots"):
@@ -55,6 +59,28 @@ def print_bench(mb) -> None:
         from hetflow.bench.budget import summary
 
         console.print(summary(mb.notes["budget"]), highlight=False)
+
+
+def precision_lines(rows: list[dict]) -> list[str]:
+    """Under the table, where any run is not all fp32: each run's precisions, its deviation
+    from the fp32 reference and its rate over the copies at its precision."""
+    if not any(set(r.get("precisions") or ()) - {DEFAULT_PRECISION} for r in rows):
+        return []
+    lines = []
+    for r in rows:
+        if r.get("infeasible") or not r.get("precisions"):
+            continue
+        line = f"{r['name']}: {', '.join(r['precisions'])}"
+        dev = r.get("deviation")
+        if dev:
+            rel = [o["rel_l2_worst"] for o in dev["outputs"].values()]
+            worst = "inf" if None in rel else f"{max(rel):.3g}"
+            line += (f", rel L2 {worst} worst over {dev['frames']} {dev['inputs']} "
+                     f"({'within' if dev['passed'] else 'OUTSIDE'} the tolerance)")
+        if r.get("vs_parallel_same_precision"):
+            line += f", {r['vs_parallel_same_precision']:.2f}x the copies at its precision"
+        lines.append(line)
+    return lines
 
 
 def check_models(models: list[str]) -> None:
@@ -114,16 +140,26 @@ def register(app: typer.Typer) -> None:
         report: Optional[Path] = typer.Option(None, "--report",
                                               help="folder for bench.json, plans, traces and "
                                                    "report.html"),
+        precision: str = typer.Option(
+            "fp32", "--precision", help=PRECISION_HELP + " (auto: among those within "
+                                        "--tolerance on the profile's check); baselines run "
+                                        "at each precision besides fp32 too"),
+        tolerance: Optional[str] = typer.Option(
+            None, "--tolerance", help="how far outputs may be from the fp32 reference at "
+                                      "another precision, e.g. 'rel_l2=0.02,top1_flips=0' "
+                                      "(default rel_l2=0.05,top1_flips=0)"),
     ) -> None:
         """Profile, map and run MODELs against the baselines; print one table per model."""
         started = time.perf_counter()
+        tol = Tolerance.parse(tolerance) if tolerance is not None else None
 
         models = models or ["resnet18"]
         check_models(models)
         check_writable(report, folder=True)
         plat = resolve_platform(platform, check_devices=True)
+        precision_variants(plat, precision)  # a bad setting fails before any model is benched
         s = BenchSettings(strategies=strategies, pilot_candidates=pilots, budget_seconds=budget,
-                          head_to_head=head_to_head)
+                          head_to_head=head_to_head, precision=precision, tolerance=tol)
         if quick:
             s.frames, s.warmup, s.baseline_seconds, s.profile_repeats = 120, 20, 2.0, 5
             s.plan_seconds = s.under_load_seconds = 1.0

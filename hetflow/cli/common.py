@@ -26,6 +26,11 @@ if not console.is_terminal:  # piped or logged: keep table rows on one line
 err_console = Console(stderr=True, markup=False, soft_wrap=True)  # messages: one line each
 
 
+PRECISION_HELP = ("number formats of the elements: fp32 (default), a setting such as "
+                  "'gpu=fp16 cpu=int8' (a kind, a GPU such as gpu0 or a cluster by name), or "
+                  "auto: every precision each element can run")
+
+
 def check_writable(*paths: str | os.PathLike | None, folder: bool = False) -> None:
     """Refuse, before any work is done, an output path that cannot be written (InputError:
     one line naming the path, exit 2). `folder`: the paths are folders to create or fill.

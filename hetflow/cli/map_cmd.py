@@ -9,7 +9,7 @@ from rich.table import Table
 
 from hetflow import interrupt
 
-from hetflow.cli.common import check_writable, console, print_json, progress, strategy_name, strategy_names
+from hetflow.cli.common import PRECISION_HELP, check_writable, console, print_json, progress, strategy_name, strategy_names
 import json
 from hetflow.errors import InputError
 from hetflow.mapping.calibration import load_calibration
@@ -17,8 +17,9 @@ from hetflow.mapping.from_profile import calibrated_problem
 from hetflow.mapping.pilot import choose_plan
 from hetflow.mapping.planner import describe_stages
 from hetflow.plan.mapping import describe_element
-from hetflow.mapping.planning import search_kind
+from hetflow.mapping.planning import record_precision, search_kind
 from hetflow.model import parse_input_shapes, resolve_model
+from hetflow.model.accuracy import Tolerance
 from hetflow.platform import resolve_platform
 from hetflow.profile.profile import Profile
 
@@ -43,14 +44,18 @@ def load_inputs(model: str, profile_path: Path, platform_arg: Optional[str],
 
 def map_model(graph, platform, prof, strategy: str, calibration: dict | None = None,
               capacity: int = 2, seed: int = 0, options: dict | None = None, pilots: int = 1,
-              interleave: bool = True, log=lambda msg: None):
+              interleave: bool = True, log=lambda msg: None, precision: str | None = None,
+              tolerance: Tolerance | None = None):
     """`hetflow map`: the cost model from the profile and its calibration (the profile's own
     busy-copies run where no calibration is given; `calibration.calibrate`), the search
     `hetflow bench` does (`planning.search_kind`), and with `pilots` above 1 the pilots'
-    choice. Returns (plan, its search result, the pilots tried)."""
+    choice. `precision`, `tolerance`: the element precisions searched
+    (`from_profile.precision_configurations`). Returns (plan, its search result, the pilots
+    tried)."""
 
     options = dict(options or {})
-    problem, steps = calibrated_problem(graph, prof, platform, capacity, calibration)
+    problem, steps = calibrated_problem(graph, prof, platform, capacity, calibration,
+                                        precision, tolerance)
     fuse = bool(prof.meta.get("fused", False))
     candidates = search_kind(problem, [strategy], platform.name, pilots, seed, fuse, options,
                              log, interleave=interleave, calibration=steps)
@@ -58,6 +63,7 @@ def map_model(graph, platform, prof, strategy: str, calibration: dict | None = N
                                       latency_cap=options.get("latency_cap"), log=log)
     if tried:
         plan.search["pilots"] = tried
+    record_precision(plan, precision, tolerance)
     return plan, result, tried
 
 
@@ -144,8 +150,16 @@ def register(app: typer.Typer) -> None:
                                         help="let an element whose frames leave and come back "
                                              "run phases of later frames meanwhile, where the "
                                              "analysis finds it faster"),
+        precision: str = typer.Option(
+            "fp32", "--precision", help=PRECISION_HELP + " (auto: among those within "
+                                        "--tolerance on the profile's check)"),
+        tolerance: Optional[str] = typer.Option(
+            None, "--tolerance", help="how far outputs may be from the fp32 reference at "
+                                      "another precision, e.g. 'rel_l2=0.02,top1_flips=0' "
+                                      "(default rel_l2=0.05,top1_flips=0)"),
     ) -> None:
         """Search a mapping of the model's layers onto the platform's elements; write a plan."""
+        tol = Tolerance.parse(tolerance) if tolerance is not None else None
         check_writable(output, pareto)
         opts = parse_options(option)
         if latency_cap_ms is not None:
@@ -155,7 +169,7 @@ def register(app: typer.Typer) -> None:
         title = "pilot runs" if pilots > 1 else "search"
         with progress(title, quiet=json_out or pilots == 1) as log:
             plan, result, tried = map_model(graph, plat, prof, strategy, calib, capacity, seed,
-                                            opts, pilots, interleave, log)
+                                            opts, pilots, interleave, log, precision, tol)
         if tried and not json_out:
             from hetflow.mapping.pilot import pilot_summary
 

@@ -12,12 +12,16 @@ from rich.table import Table
 from hetflow import interrupt
 from hetflow.io import claimed
 
-from hetflow.cli.common import check_writable, console, err_console, print_json
+from hetflow.cli.common import PRECISION_HELP, check_writable, console, err_console, print_json
 from hetflow.mapping.calibration import busy_slowdowns
 from hetflow.mapping.from_profile import searched_elements
 from hetflow.model import parse_input_shapes, resolve_model
+from hetflow.errors import InputError
 from hetflow.platform import resolve_platform
+from hetflow.platform.precision import DEFAULT_PRECISION, precision_variants
+from hetflow.platform.spec import ProcessingElement
 from hetflow.profile import estimate_profile, profile_model
+from hetflow.profile.deviation import record_deviations
 from hetflow.profile.table_import import import_table
 
 
@@ -44,6 +48,25 @@ def profile_summary(prof, graph) -> dict:
                  for e, fps in busy_fps.items()},
         "cpu_freq_mhz": prof.cpu_freq_mhz, "source": prof.source,
     }
+
+
+def precision_elements(platform, setting: str, names: list[str] | None, searched: bool
+                       ) -> list[ProcessingElement] | None:
+    """The elements `hetflow profile --precision SETTING` measures: those of the searched
+    configurations (`searched`), all, or the ones `names` (each may carry its precision,
+    'cpu0@int8'), of the platform at each precision the setting allows. None: every element
+    of the platform as it is (fp32 and no names)."""
+    variants = precision_variants(platform, setting)
+    if searched:
+        return list({e.name: e for v in variants for e in searched_elements(v)}.values())
+    every = {e.name: e for v in variants for e in v.all_elements()}
+    if names is None:
+        return None if len(variants) == 1 and variants[0] is platform else list(every.values())
+    for n in names:
+        if n not in every:
+            raise InputError(f"--element {n}: platform {platform.name!r} at --precision "
+                             f"{setting} has no such element (elements: {', '.join(every)})")
+    return [every[n] for n in names]
 
 
 def _default_output(model: str, platform_name: str) -> Path:
@@ -141,6 +164,9 @@ def register(app: typer.Typer) -> None:
         input_shape: Optional[list[str]] = typer.Option(None, "--input-shape",
                                                         help="NAME=1x3x224x224 for dynamic inputs"),
         json_out: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+        precision: str = typer.Option(
+            "fp32", "--precision", help=PRECISION_HELP + "; each element that is not fp32 also "
+                                        "runs the whole model against the fp32 reference"),
     ) -> None:
         """Profile every layer of MODEL on every processing element of a platform.
 
@@ -154,10 +180,7 @@ def register(app: typer.Typer) -> None:
         if output is None:  # the default name, known once model and platform are
             check_writable(out)
         searched = elements is None and not all_elements
-        if searched:
-            from hetflow.mapping.from_profile import searched_elements
-
-            elements = [e.name for e in searched_elements(plat)]
+        elements = precision_elements(plat, precision, elements, searched)
         with claimed(out):
             if estimate:
                 prof = estimate_profile(graph, plat, elements=elements)
@@ -170,6 +193,10 @@ def register(app: typer.Typer) -> None:
                                      contention=contention, dvfs_calibration=dvfs,
                                      skip_unavailable=searched, keep_partial=True,
                                      progress=not json_out and err_console.is_terminal)
+                if not prof.meta.get("interrupted"):
+                    record_deviations(prof, graph, elements or plat.all_elements())
+            if precision != DEFAULT_PRECISION:
+                prof.meta["precision"] = precision
             prof.save(out)
         summary = profile_summary(prof, graph)
         if prof.meta.get("interrupted"):

@@ -12,6 +12,7 @@ from hetflow.io import claimed
 
 from hetflow.cli.common import check_writable, console, err_console, positive, print_json, progress
 from hetflow.errors import InputError
+from hetflow.model.accuracy import Tolerance
 from hetflow.plan.plan import Plan
 from hetflow.runtime.api import load_plan_model, run_plan
 from hetflow.runtime.energy import energy_line
@@ -46,6 +47,20 @@ def print_report(reports) -> None:
             console.print(f"{r.name} {energy_line(r.energy)}", highlight=False)
         if not r.complete:
             console.print(f"{r.name}: interrupted after {r.frames} frames", style="yellow")
+
+
+def accuracy_line(accuracy: dict) -> str:
+    """'at fp32, int8 over 8 random frames: logits rel L2 0.021 (worst), top-1 agrees 8/8 ...'."""
+    parts = []
+    for o in accuracy["outputs"]:
+        rel = o["rel_l2_worst"]
+        part = f"{o['name']} rel L2 {'inf' if rel is None else f'{rel:.3g}'} (worst)"
+        if o["top1_agreement"] is not None:
+            part += f", top-1 agrees {o['top1_agreement']:.0%}"
+        parts.append(part)
+    tol = ", ".join(f"{k}={v:g}" for k, v in accuracy["tolerance"].items() if v is not None)
+    return (f"deviation from the fp32 reference at {', '.join(accuracy['precisions'])} over "
+            f"{accuracy['frames']} {accuracy['inputs']}: {'; '.join(parts)} (tolerance {tol})")
 
 
 def arrival_line(r) -> str:
@@ -96,6 +111,11 @@ def register(app: typer.Typer) -> None:
                                       help="print each element's compiled actions (receive, "
                                            "fire, send, deliver) for its first rounds and "
                                            "exit without running"),
+        tolerance: Optional[str] = typer.Option(
+            None, "--tolerance", help="how far outputs may be from the fp32 reference where an "
+                                      "element runs another precision, e.g. "
+                                      "'rel_l2=0.02,top1_flips=0' (default: the plan's, else "
+                                      "rel_l2=0.05,top1_flips=0); fp32 plans match to a few ulps"),
     ) -> None:
         """Run a plan's CSDF application on this machine; outputs are checked in order.
 
@@ -104,6 +124,7 @@ def register(app: typer.Typer) -> None:
 
         if address and engine != "ray":
             raise InputError("--address goes with --engine ray")
+        tol = Tolerance.parse(tolerance) if tolerance is not None else None
         check_writable(trace)
         plan = Plan.load(plan_path)
         if schedule:  # the schedule is a function of the plan alone: no model, no sessions
@@ -118,11 +139,13 @@ def register(app: typer.Typer) -> None:
         with claimed(trace), progress("preparing sessions ...", quiet=json_out) as log:
             report = run_plan(plan, graph, frames, warmup, input_spec, check,
                               trace_path=trace, stall_timeout=stall_timeout, progress=log,
-                              engine=engine, address=address, rate=rate)
+                              engine=engine, address=address, rate=rate, tolerance=tol)
         if json_out:
             print_json({**report.to_dict(), **interrupt.marker(not report.complete)})
         else:
             print_report([report])
+            if report.accuracy:
+                console.print(accuracy_line(report.accuracy), highlight=False)
             if trace and Path(trace).exists():
                 console.print(f"wrote {trace}")
         if not report.complete:

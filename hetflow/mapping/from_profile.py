@@ -15,6 +15,9 @@ from hetflow.mapping.problem import Problem
 from hetflow.mapping.calibration import calibrate, profile_calibration
 from hetflow.model.subnet import subnet_key
 from hetflow.platform.configs import configurations
+from hetflow.model.accuracy import Tolerance
+from hetflow.platform.precision import AUTO, DEFAULT_PRECISION, precision_variants
+from hetflow.profile.deviation import deviation_failures
 
 MAX_CONFIGS = 40
 
@@ -53,15 +56,56 @@ def searched_elements(platform) -> list:
     return list(seen.values())
 
 
+def precision_configurations(profile, platform, precision: str | None = None,
+                             tolerance: Tolerance | None = None) -> list:
+    """The configurations of `platform` at each precision `precision` allows
+    (`precision_variants`: fp32 for None, one setting, or 'auto'), without the elements
+    whose precision misses `tolerance` on the profile's check. Each configuration is one
+    variant's, so a plan runs each device at one precision.
+
+    A setting the profile never measured, or that misses the tolerance, is an InputError
+    naming the element and the setting; under 'auto' such an element is not offered (nor an
+    element of another precision than fp32 that the profile did not check)."""
+    tolerance = tolerance or Tolerance()
+    auto = precision is not None and precision.strip() == AUTO
+    configs = [c for v in precision_variants(platform, precision)
+               for c in select_configurations(v)]
+    where = f"profile {profile.source}" if profile.source else "the profile"
+    devices: dict[str, list] = {}  # a device or cluster at another precision -> its elements
+    for e in (e for c in configs for e in c.elements if e.precision != DEFAULT_PRECISION):
+        device = e.cluster if e.kind == "cpu" else e.base_name
+        devices.setdefault(f"{device}@{e.precision}", []).append(e)
+    refused: set[str] = set()
+    for members in devices.values():
+        measured = [e for e in members if e.name in profile.layer_times]
+        if not measured and not auto:
+            raise InputError(f"{where} has no times for element {members[0].name} (--precision "
+                             f"{precision}); profile with --precision {precision}")
+        for e in measured:
+            failures = deviation_failures(profile, e.name, tolerance)
+            if failures is None and auto and not profile.estimated:
+                refused.add(e.name)  # unchecked: only fp32 is offered without a check
+            elif failures:
+                if not auto:
+                    raise InputError(
+                        f"element {e.name} (--precision {precision}) misses the tolerance on "
+                        f"{where}'s check: {'; '.join(failures)} (loosen --tolerance or "
+                        f"choose another precision)")
+                refused.add(e.name)
+    return [replace(c, elements=tuple(e for e in c.elements if e.name not in refused))
+            for c in configs]
+
+
 def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: int = 2,
                          call_overhead: float | None = None, lanes: bool = True,
+                         precision: str | None = None, tolerance: Tolerance | None = None,
                          ) -> Problem:
     """The cost model as the profile measured it, every element alone (`calibrated_problem`
     adds what was measured with elements busy together). `lanes`: give GPU elements the lane
     curves the profile measured (False: one frame at a time on every GPU, as the multi-CNN
-    runtimes run them)."""
+    runtimes run them). `precision`, `tolerance`: see `precision_configurations`."""
     profile.check_matches(graph, platform)
-    configs = select_configurations(platform)
+    configs = precision_configurations(profile, platform, precision, tolerance)
     elements, seen = [], set()
     usable = []
     for cfg in configs:
@@ -149,12 +193,15 @@ def batch_curves(table: dict[str, Any]) -> tuple[dict[int, dict[int, float]],
 
 
 def calibrated_problem(graph: CnnGraph, profile, platform, capacity_frames: int = 2,
-                       calibration: dict | None = None) -> tuple[Problem, list[dict]]:
+                       calibration: dict | None = None, precision: str | None = None,
+                       tolerance: Tolerance | None = None) -> tuple[Problem, list[dict]]:
     """The cost model `hetflow map` and `hetflow bench` plan with: the profile's, then the
     calibration's steps (`calibration.calibrate`; None: the calibration the profile carries,
-    its busy-copies run if it has one). Returns it with the record of the steps applied."""
+    its busy-copies run if it has one). Returns it with the record of the steps applied.
+    `precision`, `tolerance`: the element precisions searched (`precision_configurations`)."""
 
-    problem = problem_from_profile(graph, profile, platform, capacity_frames)
+    problem = problem_from_profile(graph, profile, platform, capacity_frames,
+                                   precision=precision, tolerance=tolerance)
     return calibrate(problem, profile,
                      profile_calibration(profile) if calibration is None else calibration)
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Callable
 
 from hetflow.errors import InfeasibleError
+from hetflow.model.accuracy import Tolerance
+from hetflow.platform.precision import DEFAULT_PRECISION
 
 from hetflow.mapping import planner
 from hetflow.plan.plan import Plan
@@ -48,3 +50,11 @@ def search_kind(problem: Problem, strategies: list[str], platform_name: str, cou
     for plan, _ in found:
         plan.search = {**plan.search, "calibration": list(calibration or [])}
     return found
+
+
+def record_precision(plan, precision: str | None, tolerance: Tolerance | None) -> None:
+    """Say in the plan the precisions it was searched among and the tolerance they met, which
+    `hetflow run` checks its outputs against (nothing for fp32 plans, checked as before)."""
+    if precision not in (None, DEFAULT_PRECISION) or tolerance is not None:
+        plan.search["precision"] = precision or DEFAULT_PRECISION
+        plan.search["tolerance"] = (tolerance or Tolerance()).to_dict()

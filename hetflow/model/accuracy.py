@@ -149,15 +149,34 @@ def summarise(name: str, deviations: Sequence[FrameDeviation],
     # nan-aware: a NaN deviation is the worst there is, not one that compares false
     worst_rel = math.inf if np.isnan(rel).any() else float(rel.max())
     worst_abs = math.inf if np.isnan(mabs).any() else float(mabs.max())
+    return OutputDeviation(name, len(deviations), worst_rel, float(np.median(rel)), worst_abs,
+                           float(np.median(mabs)), agreement,
+                           limits_exceeded(worst_rel, worst_abs, agreement, tolerance))
+
+
+def limits_exceeded(worst_rel: float | None, worst_abs: float | None, agreement: float | None,
+                    tolerance: Tolerance) -> tuple[str, ...]:
+    """The limits of `tolerance` that an output's worst deviations exceed ('rel_l2 0.12 >
+    0.05'); a deviation given as None (not finite, as reports write it) exceeds every limit."""
+    rel = math.inf if worst_rel is None else worst_rel
+    mabs = math.inf if worst_abs is None else worst_abs
     failures = []
-    if not worst_rel <= tolerance.rel_l2:
-        failures.append(f"rel_l2 {worst_rel:.3g} > {tolerance.rel_l2:g}")
-    if tolerance.max_abs is not None and not worst_abs <= tolerance.max_abs:
-        failures.append(f"max_abs {worst_abs:.3g} > {tolerance.max_abs:g}")
+    if not rel <= tolerance.rel_l2:
+        failures.append(f"rel_l2 {rel:.3g} > {tolerance.rel_l2:g}")
+    if tolerance.max_abs is not None and not mabs <= tolerance.max_abs:
+        failures.append(f"max_abs {mabs:.3g} > {tolerance.max_abs:g}")
     if agreement is not None and 1 - agreement > tolerance.top1_flips + 1e-12:
         failures.append(f"top1 flips {1 - agreement:.3g} > {tolerance.top1_flips:g}")
-    return OutputDeviation(name, len(deviations), worst_rel, float(np.median(rel)), worst_abs,
-                           float(np.median(mabs)), agreement, tuple(failures))
+    return tuple(failures)
+
+
+def report_failures(report: Mapping[str, Any], tolerance: Tolerance) -> list[str]:
+    """The limits of `tolerance` a recorded `AccuracyReport.to_dict()` exceeds, per output
+    ('logits: rel_l2 0.12 > 0.05'): a deviation measured once, judged against another
+    tolerance."""
+    return [f"{o['name']}: {f}" for o in report["outputs"]
+            for f in limits_exceeded(o["rel_l2_worst"], o["max_abs_worst"],
+                                     o["top1_agreement"], tolerance)]
 
 
 @dataclass(frozen=True)

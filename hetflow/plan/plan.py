@@ -10,6 +10,7 @@ from typing import Any
 from hetflow.dataflow.csdf import CsdfApp
 from hetflow.errors import InputError
 from hetflow.model.split import LayerSplit
+from hetflow.platform.precision import element_name, split_element_name
 from hetflow.platform.spec import ProcessingElement
 
 from hetflow.plan.orders import check_interleave
@@ -137,6 +138,7 @@ class Plan:
                 if e not in self.elements:
                     raise InputError(f"{source}: element {e!r} (of actor {actor!r}) is not among "
                                      f"the plan's elements ({', '.join(self.elements) or 'none'})")
+        check_element_precisions(self.elements, source)
 
     def check_covers(self, layers: list[str], source: str = "plan") -> None:
         """Refuse a plan whose phases leave out a layer of its model (`layers`, in model
@@ -166,6 +168,17 @@ class Plan:
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise InputError(f"{path}: not a JSON plan file ({e})") from None
         return Plan.from_dict(d, str(path))
+
+
+def check_element_precisions(elements: Mapping_[str, ProcessingElement], source: str) -> None:
+    """InputError naming the element where its name and its precision disagree ('gpu0@fp16'
+    is the fp16 element of gpu0; plain 'gpu0' is fp32), as a hand edit of one leaves them."""
+    for key, e in elements.items():
+        base, named = split_element_name(key)
+        if named != e.precision:
+            raise InputError(f"{source}: element {key!r} has precision {e.precision}, which "
+                             f"names it {element_name(base, e.precision)!r}; give the "
+                             f"precision its name says ({named}) or map again")
 
 
 def check_plan_lanes(mapping: Mapping, elements: Mapping_[str, ProcessingElement]) -> None:

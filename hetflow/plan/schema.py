@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field
 
+from hetflow.platform.precision import DEFAULT_PRECISION, PRECISIONS
 from hetflow.schema import FileModel
 
 from hetflow.plan.plan import PLAN_VERSIONS
@@ -32,6 +33,8 @@ class ElementFile(FileModel):
     backend: str | None = None
     model: str | None = None
     resources: dict[str, float] = {}
+    # the number format the element computes in; plans written before precisions are fp32
+    precision: Literal[PRECISIONS] = DEFAULT_PRECISION  # type: ignore[valid-type]
 
 
 class MappingFile(FileModel):

@@ -14,6 +14,7 @@ particular device can (bf16 needs an Ampere or later GPU) is the backend's check
 """
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Mapping
@@ -94,3 +95,31 @@ def with_precisions(platform: "Platform", setting: Mapping[str, str] | str,
                    for g in platform.gpus),
         clusters=tuple(replace(cl, precision=chosen(cl.name, "cpu", cl.precision))
                        for cl in platform.clusters))
+
+
+AUTO = "auto"
+
+
+def precision_settings(platform: "Platform", setting: str | None,
+                       where: str = "--precision") -> list[dict[str, str]]:
+    """The precision settings a search may choose among: none for fp32 (the platform as it is),
+    the one given (checked against the platform), or with 'auto' every combination of the
+    precisions each GPU and cluster can run, so that each device runs one precision in a plan."""
+    if setting is None or setting.strip() in ("", DEFAULT_PRECISION):
+        return [{}]
+    if setting.strip() != AUTO:
+        wanted = parse_precisions(setting, where)
+        with_precisions(platform, wanted, where)  # InputError now for a target or precision
+        return [wanted]
+    targets = [(g.element_name, "gpu") for g in platform.gpus]
+    targets += [(cl.name, "cpu") for cl in platform.clusters]
+    choices = [PRECISIONS_OF_KIND[kind] for _, kind in targets]
+    return [dict(zip((name for name, _ in targets), combo))
+            for combo in itertools.product(*choices)]
+
+
+def precision_variants(platform: "Platform", setting: str | None,
+                       where: str = "--precision") -> list["Platform"]:
+    """`platform` at each setting of `precision_settings` (fp32 first under 'auto')."""
+    return [with_precisions(platform, s, where) if s else platform
+            for s in precision_settings(platform, setting, where)]

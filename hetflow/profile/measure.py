@@ -692,7 +692,8 @@ def profile_subnets(graph: "CnnGraph", platform: "Platform", groups: Iterable,
     else:
         profile.check_matches(graph, platform, layers=False)
     every = _resolve_elements(platform, elements)
-    by_name = {e.name: e for e in platform.all_elements()}
+    # elements given as such may be the platform's at another precision ('cpu0@int8')
+    by_name = {e.name: e for e in (*platform.all_elements(), *every)}
     jobs: list[tuple[ProcessingElement, list[str]]] = []
     for el, layers in _split_groups(groups, set(by_name)):
         targets = [by_name[el]] if el else every

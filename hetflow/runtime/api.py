@@ -14,7 +14,8 @@ from hetflow.model.graph import CnnGraph
 
 from hetflow.runtime.report import RunReport
 from hetflow.model import resolve_model
-from hetflow.runtime.check import check_outputs
+from hetflow.model.accuracy import Tolerance
+from hetflow.runtime.check import check_precision_run
 from hetflow.runtime.inputs import image_dir_source, npz_source, random_source
 from hetflow.runtime.trace import write_trace
 
@@ -49,20 +50,41 @@ def make_source(graph: CnnGraph, spec: str, seed: int = 0) -> tuple[Callable[[in
                      "input, or a folder of images")
 
 
+def plan_tolerance(plan: Plan) -> Tolerance | None:
+    """The tolerance the plan's precisions were chosen within (`hetflow map --tolerance`)."""
+    given = plan.search.get("tolerance")
+    return Tolerance(**given) if given else None
+
+
+def checked_accuracy(plan: Plan, graph: CnnGraph, kept: dict, source: Callable[[int], dict],
+                     input_spec: str, tolerance: Tolerance | None) -> tuple[float, dict]:
+    """The reference check of the kept frames (`check.check_precision_run`): the largest
+    absolute error, and the report of the run's deviation, saying the precisions and inputs."""
+    precisions = sorted({e.precision for e in plan.elements.values()})
+    worst, accuracy = check_precision_run(
+        graph, plan.app, precisions, kept, source, tolerance or plan_tolerance(plan),
+        label=f"{plan.model_name} at {', '.join(precisions)}")
+    inputs = "random frames" if input_spec == "random" else input_spec
+    return worst, {**accuracy.to_dict(), "precisions": precisions, "inputs": inputs}
+
+
 def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmup: int = 50,
              input_spec: str = "random", check: str = "first", check_frames: int = 8,
              trace_path: str | Path | None = None, stall_timeout: float = 30.0,
              progress: Callable[[str], None] | None = None,
              on_frame: Callable[[int], None] | None = None, engine: str = "local",
              address: str | None = None, runtime_env: dict | None = None,
-             max_inflight: int | None = None, rate: float | None = None) -> RunReport:
+             max_inflight: int | None = None, rate: float | None = None,
+             tolerance: Tolerance | None = None) -> RunReport:
     """Stream `frames` frames through the plan and report the steady rate after `warmup`,
     latencies, utilisation and the reference check of the kept outputs (`check`: first
     `check_frames`, all or none). `engine`: local (threads of this process) or ray (one Ray
     actor per element, on its node: `address` of the cluster, `runtime_env` of the workers,
     at most `max_inflight` frames submitted, default `schedule.frames_in_flight`). `rate`:
     frames arrive at this many a second, as from a camera, and each frame's latency counts
-    from its arrival; default: fed as fast as the plan takes them."""
+    from its arrival; default: fed as fast as the plan takes them. `tolerance`: how far the
+    outputs of a plan with elements of another precision than fp32 may be from the fp32
+    reference (default: the plan's, else `Tolerance()`); fp32 plans are checked to a few ulps."""
     from hetflow.runtime.energy import start_energy
 
     if check not in ("first", "all", "none"):
@@ -118,7 +140,8 @@ def run_plan(plan: Plan, graph: CnnGraph | None = None, frames: int = 500, warmu
     if rate is not None:
         report.notes["arrival_rate"] = rate
     if kept:
-        report.max_abs_error = check_outputs(graph, plan.app, kept, source)
+        report.max_abs_error, report.accuracy = checked_accuracy(plan, graph, kept, source,
+                                                                 input_spec, tolerance)
         report.checked_frames = len(kept)
     if trace and events:
         write_trace(trace_path, events, min(e[4] for e in events))

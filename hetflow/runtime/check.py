@@ -1,13 +1,15 @@
 """The reference check: pipelined outputs against a run of the whole model on one backend."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 
 from hetflow.dataflow.csdf import CsdfApp
 from hetflow.errors import RuntimeFault
+from hetflow.model.accuracy import AccuracyReport, Tolerance, compare_runs
 from hetflow.model.graph import CnnGraph
+from hetflow.platform.precision import DEFAULT_PRECISION
 import onnxruntime as ort
 from hetflow.model.subnet import weightless_model
 
@@ -68,16 +70,47 @@ def reference_session(graph: CnnGraph):
     return session
 
 
-def check_outputs(graph: CnnGraph, app: CsdfApp, kept: dict[int, dict[str, np.ndarray]],
-                  inputs: Callable[[int], dict], session=None) -> float:
-    """Compare every kept frame with the reference; raise RuntimeFault naming the stage that
-    produced a mismatching output, the error found and the tolerance of the output's dtype.
-    Returns the largest absolute error seen."""
+def reference_outputs(graph: CnnGraph, frames, inputs: Callable[[int], dict],
+                      session=None) -> dict[int, dict[str, np.ndarray]]:
+    """The reference run's outputs of each of `frames`."""
     sess = session or reference_session(graph)
     names = list(graph.outputs)
+    return {f: dict(zip(names, sess.run(names, inputs(f)))) for f in sorted(frames)}
+
+
+def check_precision_run(graph: CnnGraph, app: CsdfApp, precisions: Iterable[str],
+                        kept: dict[int, dict[str, np.ndarray]], inputs: Callable[[int], dict],
+                        tolerance: Tolerance | None = None, session=None,
+                        label: str = "") -> tuple[float, AccuracyReport]:
+    """The reference check of a run whose elements compute in `precisions`: an all-fp32 run
+    as `check_outputs` checks it (a few ulps), any other against `tolerance`
+    (`model.accuracy.compare_runs`), RuntimeFault naming the precisions and the limits missed.
+    Returns the largest absolute error and the run's deviation over the kept frames either way."""
+    tolerance = tolerance or Tolerance()
+    refs = reference_outputs(graph, kept, inputs, session)
+    report = compare_runs([kept[f] for f in refs], list(refs.values()), tolerance, label)
+    lowered = sorted(set(precisions) - {DEFAULT_PRECISION})
+    if not lowered:
+        return check_outputs(graph, app, kept, inputs, reference=refs), report
+    if not report.passed:
+        missed = "; ".join(f"{o.name}: {', '.join(o.failures)}" for o in report.outputs
+                           if o.failures)
+        raise RuntimeFault(f"outputs of the run at {', '.join(lowered)} miss the tolerance "
+                           f"against the fp32 reference over {report.frames} frames: {missed}")
+    return max((o.max_abs_worst for o in report.outputs), default=0.0), report
+
+
+def check_outputs(graph: CnnGraph, app: CsdfApp, kept: dict[int, dict[str, np.ndarray]],
+                  inputs: Callable[[int], dict], session=None,
+                  reference: dict[int, dict[str, np.ndarray]] | None = None) -> float:
+    """Compare every kept frame with the reference (`reference`: its outputs, already run);
+    raise RuntimeFault naming the stage that produced a mismatching output, the error found
+    and the tolerance of the output's dtype. Returns the largest absolute error seen."""
+    names = list(graph.outputs)
+    refs = reference or reference_outputs(graph, kept, inputs, session)
     worst = 0.0
     for f in sorted(kept):
-        ref = dict(zip(names, sess.run(names, inputs(f))))
+        ref = refs[f]
         for t in names:
             got, want = np.asarray(kept[f][t]), ref[t]
             if got.shape != want.shape:

@@ -62,6 +62,9 @@ class RunReport:
     complete: bool = True  # False when interrupted
     notes: dict[str, Any] = field(default_factory=dict)
     energy: dict[str, Any] = field(default_factory=dict)  # runtime.energy.run_energy
+    # the kept outputs against the fp32 reference (model.accuracy.AccuracyReport.to_dict),
+    # with the precisions the elements ran and where the frames came from
+    accuracy: dict[str, Any] = field(default_factory=dict)
     # perf_counter instants the steady window began and ended, for what is measured beside the
     # frames over the same window (energy counters); not part of the report itself
     window_at: tuple[float, float] | None = field(default=None, repr=False)

@@ -1,0 +1,99 @@
+"""A bench's baselines at each precision the search may choose besides fp32: the peak single
+element and the parallel copies with every element at that precision where it can run it (an
+fp16 plan is compared with fp16 copies, not only with fp32 ones), and each row's precisions
+and deviation from the fp32 reference."""
+from __future__ import annotations
+
+from typing import Any
+
+from hetflow.model.accuracy import Tolerance, report_failures
+from hetflow.platform.precision import DEFAULT_PRECISION, PRECISIONS_OF_KIND, with_precisions
+from hetflow.profile.deviation import META_KEY
+from hetflow.runtime.baselines import measure_parallel, measure_single
+
+from hetflow.bench.profiles import baseline_elements
+from hetflow.bench.rows import run_row
+
+
+def searched_precisions(problem) -> list[str]:
+    """The precisions other than fp32 among the elements the search may use, in a fixed order."""
+    found = {e.precision for e in problem.elements} - {DEFAULT_PRECISION}
+    return sorted(found)
+
+
+def at_precision(platform, precision: str):
+    """`platform` with every GPU and cluster whose kind runs `precision` at it."""
+    kinds = {"gpu": bool(platform.gpus), "cpu": bool(platform.clusters)}
+    return with_precisions(platform, {k: precision for k, present in kinds.items()
+                                      if present and precision in PRECISIONS_OF_KIND[k]})
+
+
+def recorded_deviation(prof, names, tolerance: Tolerance | None) -> dict[str, Any] | None:
+    """The profile's check (`profile.deviation`) of the worst of the elements `names`, in the
+    form of a run row's `deviation`: a baseline runs the whole model, which the profile checked."""
+    records = [r for r in (prof.meta.get(META_KEY, {}).get(n) for n in names) if r]
+    if not records:
+        return None
+
+    def worst(record: dict) -> float:
+        rel = [o["rel_l2_worst"] for o in record["outputs"]]
+        return float("inf") if None in rel else max(rel, default=0.0)
+
+    record = max(records, key=worst)
+    tolerance = tolerance or Tolerance()
+    return {"frames": record["frames"], "inputs": "random frames (the profile's check)",
+            "passed": not report_failures(record, tolerance), "tolerance": tolerance.to_dict(),
+            "outputs": {o["name"]: {k: o[k] for k in ("rel_l2_worst", "max_abs_worst",
+                                                      "top1_agreement")}
+                        for o in record["outputs"]}}
+
+
+def precision_baselines(ctx, problem, prof, source, seconds: float) -> list[dict[str, Any]]:
+    """Rows 'peak single @P' and 'parallel copies @P' for each precision P the search may
+    choose besides fp32 (`searched_precisions`), with the deviation the profile's check found
+    on their elements; an element the search may not use at P (its deviation missed the
+    tolerance, or it was not profiled at P) stays out of P's copies."""
+    tolerance = ctx.settings.tolerance
+    rows = []
+    for p in searched_precisions(problem):
+        singles, parallel = baseline_elements(at_precision(ctx.platform, p))
+        singles = [e for e in singles if e.precision == p and e.name in problem.element_index]
+        parallel = [e for e in parallel if e.name in problem.element_index]
+        lanes = {e.name: problem.best_lanes(e.name, busy=True) for e in parallel
+                 if e.name in problem.lane_slowdown}
+        reports = []
+        for e in singles:
+            ctx.log(f"baseline: whole model on {e.name}")
+            reports.append(measure_single(ctx.graph, e, source, warmup=5, seconds=seconds,
+                                          lanes=problem.best_lanes(e.name, busy=False)
+                                          if e.name in problem.lane_slowdown else 1))
+        if reports:
+            best = max(reports, key=lambda r: r.throughput)
+            element = best.name.split(":", 1)[1]
+            rows.append({**run_row(f"peak single @{p} ({element})", "baseline", best),
+                         "precisions": [p], "precision_of": p,
+                         "deviation": recorded_deviation(prof, [element], tolerance)})
+        if parallel and any(e.precision == p for e in parallel):
+            ctx.log(f"baseline: parallel copies @{p} on {', '.join(e.name for e in parallel)}")
+            r = measure_parallel(ctx.graph, parallel, source, warmup=5, seconds=seconds,
+                                 lanes=lanes)
+            rows.append({**run_row(f"parallel copies @{p}", "baseline", r),
+                         "precisions": sorted({e.precision for e in parallel}),
+                         "precision_of": p,
+                         "deviation": recorded_deviation(prof, [e.name for e in parallel],
+                                                         tolerance)})
+    return rows
+
+
+def against_same_precision(rows: list[dict]) -> list[dict]:
+    """Each plan row that runs one precision besides fp32 with its rate over the parallel
+    copies' at that precision (`vs_parallel_same_precision`)."""
+    copies = {r["precision_of"]: r for r in rows
+              if r.get("precision_of") and r["name"].startswith("parallel copies")}
+    for row in rows:
+        lowered = set(row.get("precisions") or ()) - {DEFAULT_PRECISION}
+        if row.get("kind") == "plan" and not row.get("infeasible") and len(lowered) == 1:
+            base = copies.get(lowered.pop())
+            if base and base["throughput"] > 0:
+                row["vs_parallel_same_precision"] = row["throughput"] / base["throughput"]
+    return rows
