@@ -52,9 +52,16 @@ class Mapping:
     # (i + offset[p]) * round_frames + j for j < round_frames, so with 2 a phase of the next
     # frame runs while the frame before is away, and few frames are in flight
     round_frames: int = 1
+    batch: dict[str, int] = field(default_factory=dict)  # element -> frames a firing takes (1)
+    # element -> seconds a partial batch waits for more frames from its first frame's arrival
+    # (0: fire whatever is waiting as soon as a lane is free)
+    batch_wait: dict[str, float] = field(default_factory=dict)
 
     def lanes_of(self, element: str) -> int:
         return self.lanes.get(element, 1)
+
+    def batch_of(self, element: str) -> int:
+        return self.batch.get(element, 1)
 
     def workers(self, actor: str) -> int:
         """Frames `actor` works on at once: its members' lanes (a CPU member has one)."""
