@@ -166,3 +166,23 @@ def test_a_batched_stage_that_would_wait_on_itself_is_refused_naming_the_element
     plan.mapping.batch = {"gpu0": 4}
     with pytest.raises(InputError, match=f"element gpu0: .* its channel {loop} closes a cycle"):
         compile_programs(plan)
+
+
+def test_batched_copies_beside_a_cpu_copy_count_every_frame_of_a_batch(monkeypatch):
+    """The practitioner's parallel design: the GPU copy at (b, k) beside a CPU copy; each run
+    of the GPU copy takes b frames, and every frame counts."""
+    from hetflow.runtime import baselines
+
+    firings = batched_fake.install(monkeypatch)
+    monkeypatch.setattr(baselines, "runners_for", batched_fake.batched_runners_for)
+    graph = GRAPHS[0]
+    plan = laned_plan(graph, {l.name: "gpu0|cpu0" for l in graph.layers}, {})
+    gpu, cpu = plan.elements["gpu0"], plan.elements["cpu0"]
+    report = baselines.measure_parallel(graph, [gpu, cpu], random_source(graph), frames=30,
+                                        warmup=1, lanes={"gpu0": 2}, batch={"gpu0": 4})
+    assert report.frames == 30 and report.notes["batch"] == {"gpu0": 4}
+    sizes = [n for _, n, _ in firings][2:]  # after each lane's one warm-up frame
+    assert sizes and all(n == 4 for n in sizes[:-1]) and 1 <= sizes[-1] <= 4
+    single = baselines.measure_single(graph, gpu, random_source(graph), frames=12, warmup=1,
+                                      batch=4)
+    assert single.frames == 12 and single.name == "single:gpu0 b4"
