@@ -31,3 +31,16 @@ def test_the_design_names_lanes_then_batch():
     assert design_text({"gpu0": 1}, {"gpu0": 16}) == " (gpu0 b16)"
     assert design_text({"gpu0": 4}, {}) == " (gpu0 x4)"
     assert design_text({"gpu0": 1}, {"gpu0": 1}) == ""
+
+
+def test_the_balanced_cap_is_measured_against_the_batch_1_copies():
+    from hetflow.bench.plans import plan_kinds
+    from hetflow.runtime.report import RunReport
+
+    settings = SimpleNamespace(strategies=["greedy"], balanced_latency_share=1.5,
+                               balanced_rate_share=0.5, balanced_p99_over_predicted=1.2)
+    batched = RunReport("parallel", 100, 5, 400.0, {"p99": 0.08})
+    today = RunReport("parallel, batch 1", 100, 5, 250.0, {"p99": 0.02})
+    balanced = plan_kinds(settings, batched, today)[-1]
+    assert balanced.options["latency_cap"] == 1.5 * 0.02
+    assert plan_kinds(settings, batched)[-1].options["latency_cap"] == 1.5 * 0.08
