@@ -254,7 +254,7 @@ def bench_kinds(ctx: Context, prof, problem, steps: list[dict], calibration: dic
     shared, rows = plans.Shared(), []
     steps = list(steps)
     whole = subnet_key(l.name for l in graph.layers)
-    for i, kind in enumerate(plans.plan_kinds(settings, baselines.parallel)):
+    for i, kind in enumerate(plans.plan_kinds(settings, baselines.parallel, baselines.batch1)):
         k = plans.kind_settings(ctx, i, kind, shared, baselines.parallel)
         if k is None:
             continue

@@ -44,16 +44,18 @@ class Shared:
     search_s: float = 0.5  # before any search: a guess
 
 
-def plan_kinds(settings, parallel: RunReport) -> list[Kind]:
+def plan_kinds(settings, parallel: RunReport, today: RunReport | None = None) -> list[Kind]:
     """Each strategy's kind, then the balanced kind: best throughput with its predicted
-    latency within a share of the parallel copies' p99, at least a share of their rate."""
+    latency within a share of the p99 of `today` (the batch-1 parallel copies, the latency a
+    user has now; the parallel copies where none), at least a share of their rate."""
+    today = today or parallel
     kinds = [Kind(s, [s], {}) for s in settings.strategies]
     if settings.balanced_latency_share is not None:
         floor = (settings.balanced_rate_share * parallel.throughput
                  if settings.balanced_rate_share is not None else None)
         kinds.append(Kind("balanced", list(settings.strategies),
                           {"latency_cap": settings.balanced_latency_share
-                           * parallel.latency["p99"]},
+                           * today.latency["p99"]},
                           floor, settings.balanced_p99_over_predicted))
     return kinds
 

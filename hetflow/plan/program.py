@@ -17,6 +17,13 @@ of a round acts on frames `offsets[p]` rounds ahead, so the first rounds and the
 on fewer frames. The parallel copies' design (the whole model on each element, no channels) is
 two actions a round: fire the whole model, deliver.
 
+A batched worker (its element's `batch` b > 1) runs the same actions frame by frame but fires
+each phase once on up to b frames: it receives (or loads) each frame's inputs of the first
+phase until b frames are there, the oldest waiting frame has waited `batch_wait` seconds since
+its arrival at the element (0: no waiting for more), or the stream ends (a partial batch, which
+the runner pads); then, phase by phase, it receives each frame's inputs, fires once on the
+batch and sends each frame's tensors, and delivers each frame (`batch_phases`).
+
 `rounds` unrolls a program over the frames a worker takes, round by round: the one loop every
 engine runs (`runtime.loop`) and `worker_actions`, the schedule that `hetflow run PLAN
 --schedule` prints, iterate it alike.
@@ -26,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
+from hetflow.errors import InputError
 from hetflow.plan.orders import phase_rounds
 from hetflow.plan.mapping import group_members
 from hetflow.plan.plan import Plan
@@ -71,6 +79,8 @@ class Program:
     ahead: int  # rounds the first phase runs ahead of the round (its offset)
     actions: tuple[Action, ...]
     pattern: tuple[int, ...] | None  # static dispatch: member pattern[f % len] takes frame f
+    batch: int = 1  # frames a firing takes (each lane's)
+    batch_wait: float = 0.0  # s a partial batch waits for more frames (see the module's text)
 
     @property
     def span(self) -> int:
@@ -83,6 +93,16 @@ class Program:
         if self.pattern is None:
             return list(range(limit)) if self.members == self.lanes == 1 else None
         return [f for f in range(limit) if self.pattern[f % len(self.pattern)] == self.member]
+
+
+def batch_phases(program: Program) -> list[tuple[tuple[Action, ...], Action, tuple[Action, ...]]]:
+    """A batched program's actions phase by phase: (receives, fire, sends and delivery); each
+    receive and send acts on every frame of the batch, the fire once on all of them."""
+    by_phase: dict[int, tuple[list, list, list]] = {}
+    for a in program.actions:  # (frame by frame: every action of one round is on slot 0)
+        pre, fire, post = by_phase.setdefault(a.phase, ([], [], []))
+        (pre if a.kind == RECV else fire if a.kind == FIRE else post).append(a)
+    return [(tuple(pre), fire[0], tuple(post)) for pre, fire, post in by_phase.values()]
 
 
 def round_actions(steps: list[Firing], offsets: list[int], round_frames: int
@@ -103,6 +123,27 @@ def round_actions(steps: list[Firing], offsets: list[int], round_frames: int
     return tuple(acts)
 
 
+def batch_cycle(plan: Plan, actor: str) -> str | None:
+    """A channel into a later phase of `actor` whose producer takes, through any chain of
+    channels, what `actor` sends in an earlier phase; None if there is none. Batched, such an
+    actor waits for the later inputs of every frame of its batch while the producer, fire by
+    fire frame by frame, waits for the batch's earlier outputs: it could never fire."""
+    after: dict[str, set[str]] = {}
+    for c in plan.app.channels:
+        after.setdefault(c.src, set()).add(c.dst)
+    reach, todo = set(), [actor]
+    while todo:
+        for nxt in after.get(todo.pop(), ()):
+            if nxt not in reach:
+                reach.add(nxt)
+                todo.append(nxt)
+    first = min(ph.index for ph in plan.app.phases[actor])
+    for c in plan.app.channels:
+        if c.dst == actor and c.dst_phase != first and c.src in reach:
+            return c.name
+    return None
+
+
 def compile_programs(plan: Plan) -> list[Program]:
     """Every worker's program, actor by actor in the order of `firings`, members in group
     order."""
@@ -117,9 +158,22 @@ def compile_programs(plan: Plan) -> list[Program]:
         acts = round_actions(steps, list(offsets), k)
         pattern = tuple(plan.mapping.pattern(actor)) if static else None
         members = group_members(actor)
+        for el in members:
+            b = plan.mapping.batch_of(el)
+            if b < 1:
+                raise InputError(f"element {el}: batch {b} (a firing takes at least 1 frame)")
+            if b > 1 and (k > 1 or any(offsets)):
+                raise InputError(f"element {el}: a batched element (b{b}) fires its phases "
+                                 f"frame by frame, but stage {actor} interleaves them")
+            if b > 1 and (loop := batch_cycle(plan, actor)) is not None:
+                raise InputError(f"element {el}: a batched element (b{b}) cannot run stage "
+                                 f"{actor}: its channel {loop} closes a cycle through the "
+                                 f"stage's own earlier phases, so a batch would wait on itself")
         out += [Program(actor, member=j, members=len(members), element=el,
                         lanes=plan.mapping.lanes_of(el), round_frames=k,
-                        ahead=max(offsets, default=0), actions=acts, pattern=pattern)
+                        ahead=max(offsets, default=0), actions=acts, pattern=pattern,
+                        batch=plan.mapping.batch_of(el),
+                        batch_wait=float(plan.mapping.batch_wait.get(el, 0.0)))
                 for j, el in enumerate(members)]
     return out
 
@@ -157,6 +211,26 @@ def worker_actions(program: Program, frames: Iterable[int]) -> Iterator[tuple[Ac
                 yield a, got[n], n
 
 
+def frames_text(frames: list[str]) -> str:
+    """'0-7' for consecutive frame numbers, else the list."""
+    if len(frames) > 2 and all(x.isdigit() for x in frames) and \
+            [int(x) for x in frames] == list(range(int(frames[0]), int(frames[-1]) + 1)):
+        return f"{frames[0]}-{frames[-1]}"
+    return ", ".join(frames)
+
+
+def batch_actions(program: Program, frames: list[str]) -> list[str]:
+    """The lines of one full batch of a batched program over `frames` (labels)."""
+    lines = []
+    for pre, fire, post in batch_phases(program):
+        lines += [a.text(f) for a in pre for f in frames]
+        load = f" (loads {', '.join(fire.tensors)})" if fire.tensors else ""
+        lines.append(f"fire phase {fire.phase} of frames {frames_text(frames)} "
+                     f"(batch {program.batch}){load}")
+        lines += [a.text(f) for a in post for f in frames]
+    return lines
+
+
 def describe(plan: Plan, rounds: int = 3) -> list[str]:
     """Lines that print each worker's program unrolled over its first `rounds` rounds: under
     static dispatch (or alone in its group) with the frames it takes, else with its own frame
@@ -169,12 +243,21 @@ def describe(plan: Plan, rounds: int = 3) -> list[str]:
                  f"round{'s' if prog.ahead != 1 else ''} ahead"
                  if prog.ahead or k > 1 else "")
         mode = "static dispatch" if prog.pattern is not None else "dynamic dispatch"
+        if prog.batch > 1:
+            wait = f"{prog.batch_wait * 1e3:g} ms" if prog.batch_wait else "no wait"
+            order = f", batch {prog.batch} (a partial batch: {wait})"
         lines.append(f"{prog.element} (stage {prog.actor}, member {prog.member}, {mode}"
                      f"{order}{laned}):")
-        count = rounds * prog.round_frames  # round r takes frames up to (r + 1) * k
+        count = rounds * prog.round_frames * prog.batch  # round r takes up to (r + 1) * k * b
         frames = prog.static_frames(count * (len(prog.pattern) if prog.pattern else 1))
         mine = frames[:count] if frames is not None else list(range(count))
         label = (lambda f: str(f)) if frames is not None else (lambda n: f"#{n}")
+        if prog.batch > 1:  # full batches, as a saturated stream fills them
+            for r in range(rounds):
+                lines.append(f"  round {r}:")
+                lines += [f"    {x}" for x in batch_actions(
+                    prog, [label(f) for f in mine[r * prog.batch:(r + 1) * prog.batch]])]
+            continue
         last_round = None
         for a, f, n in worker_actions(prog, mine):
             r = (n - a.slot) // prog.round_frames + prog.ahead  # counted from the first

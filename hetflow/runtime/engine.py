@@ -43,7 +43,7 @@ from hetflow.runtime.report import RunReport, stream_report
 from hetflow.plan.schedule import Dispatch, InOrder, channel_windows, firings
 from hetflow.backends import caller_cores_of, control_cores, pinned
 from hetflow.backends.inflight import launches
-from hetflow.backends.reuse import release, runners_for_many
+from hetflow.backends.reuse import release, runners_for, runners_for_many
 
 __all__ = ["FrameChannel", "PreparedPlan", "RunState", "prepare", "run_prepared"]
 
@@ -72,18 +72,26 @@ def prepare(plan: Plan, graph: CnnGraph, progress: Callable[[str], None] | None 
             only: set[str] | None = None) -> PreparedPlan:
     """Sessions for every (element, phase) of `plan` (on the elements in `only`, if given)."""
 
-    wanted, keys = [], []
+    wanted, batched = [], []
     for actor, phases in plan.app.phases.items():
         members = [el for el in group_members(actor) if only is None or el in only]
         for ph in phases if members else ():
             for el in members:
-                k = plan.mapping.lanes_of(el)
+                k, b = plan.mapping.lanes_of(el), plan.mapping.batch_of(el)
                 if progress:
                     progress(f"preparing {actor} phase {ph.index} on {el}"
-                             + (f" ({k} lanes)" if k > 1 else ""))
-                wanted.append((ph.layers, plan.elements[el], k, f"{actor}#{ph.index}"))
-                keys.append((el, ph.index))
-    built = runners_for_many(graph, wanted)
+                             + (f" ({k} lanes)" if k > 1 else "")
+                             + (f" (batch {b})" if b > 1 else ""))
+                item = (ph.layers, plan.elements[el], k, f"{actor}#{ph.index}")
+                (batched if b > 1 else wanted).append((item, b, (el, ph.index)))
+    keys = [key for _, _, key in wanted + batched]
+    built = runners_for_many(graph, [item for item, _, _ in wanted])
+    try:  # a batched runner gathers b frames into one run (its graph captured for b)
+        for (layers, element, k, name), b, _ in batched:
+            built.append(runners_for(graph, layers, element, lanes=k, name=name, batch=b))
+    except BaseException:
+        release([x for lanes in built for x in lanes])
+        raise
     runners = {key: lanes[0] for key, lanes in zip(keys, built)}
     more = {key: lanes[1:] for key, lanes in zip(keys, built)}
     return PreparedPlan(plan, graph, runners, more)
@@ -138,6 +146,17 @@ class Delivery:
                 self.parts[f] = got
 
 
+def batch_windows(plan: Plan) -> dict[str, int]:
+    """Each channel's window (`channel_windows`), widened by the frames batches hold beyond one
+    a worker: a batched worker's lanes take up to lanes x b frames before they fire, and every
+    channel must let as many pass, those into it and those on paths beside it (a skip
+    connection around a batched stage) alike, or its producer stalls the batch it feeds."""
+    m = plan.mapping
+    held = sum(max(0, (m.batch_of(e) - 1) * m.lanes_of(e))
+               for a in plan.app.phases for e in group_members(a))
+    return {name: w + held for name, w in channel_windows(plan).items()}
+
+
 def bind(pp: PreparedPlan, programs: list[Program], frames: int, delivering: list[str]
          ) -> list[Worker]:
     """Each program with its element's runners, the run's channels and its group's dispatch;
@@ -147,7 +166,7 @@ def bind(pp: PreparedPlan, programs: list[Program], frames: int, delivering: lis
     steps: dict[str, dict[int, Any]] = {}
     for fi in firings(plan.app):
         steps.setdefault(fi.actor, {})[fi.phase] = fi
-    chans = {name: FrameChannel(name, w) for name, w in channel_windows(plan).items()}
+    chans = {name: FrameChannel(name, w) for name, w in batch_windows(plan).items()}
     dispatch = {p.actor: Dispatch(list(p.pattern) if p.pattern else None, frames)
                 for p in programs}  # one per actor: its members share it
     workers = []

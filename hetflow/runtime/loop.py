@@ -7,6 +7,7 @@ on the oldest run in flight, else on a channel or a frame's arrival. A CPU worke
 that yields only to wait; a GPU worker with k lanes keeps up to k runs in flight (launch on
 every free lane, wait for the oldest, deliver). Every design runs through these two functions,
 the parallel copies' (fire the whole model, deliver: a lane that never yields) included.
+A batched worker's lanes run `batch_lane_loop`, which gathers up to b frames before a firing.
 """
 from __future__ import annotations
 
@@ -22,13 +23,16 @@ import numpy as np
 
 from hetflow.runtime.channel import Channel
 from hetflow.runtime.harness import POLL, Control, Stopped, fault_text
-from hetflow.plan.program import DELIVER, FIRE, RECV, SEND, Program, rounds
+from hetflow.plan.program import DELIVER, FIRE, RECV, SEND, Program, batch_phases, rounds
 from hetflow.plan.schedule import Firing
 from hetflow.backends import pin_current_thread
 
 ARRIVAL_POLL = 0.0002  # s: how often a device's driver with a free lane looks for the
 # next frame's arrival while its oldest run is still in flight
 GET, PUT, ARRIVE, DEVICE = "get", "put", "arrive", "device"  # what a lane waits on
+# a batched lane's wait for the next frame of a partial batch: (DUE, (deadline, GET | ARRIVE,
+# the channel or None), frame, what): over at the deadline or once the inner wait is
+DUE = "due"
 
 
 @dataclass
@@ -150,13 +154,150 @@ def lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]:
         s.busy[(prog.element, lane)] = spent
 
 
+def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]:
+    """Lane `lane` of batched worker `w` (`program.batch` b > 1): it takes frames and gathers
+    their first phase's inputs until b frames are there, the oldest has waited `batch_wait`
+    seconds since its arrival at the element, or its frames end; then, phase by phase, it
+    receives each frame's inputs, fires once on them all (`run_frames`, or `submit_frames` and
+    `collect_frames` on a laned device), sends each frame's tensors, and delivers each frame.
+    It yields where it must wait, as `lane_loop` does."""
+    prog, control, stop, deliver = w.program, s.control, s.control.stop, s.deliver
+    inputs, first_start, arrive_at, events = s.inputs, s.first_start, s.arrive_at, s.events
+    clock, on_device, index, b, patience = (time.perf_counter, w.on_device, w.index,
+                                             prog.batch, prog.batch_wait)
+    phases = [(pre, fire, post, w.firings[fire.phase], w.runners[lane][fire.phase])
+              for pre, fire, post in batch_phases(prog)]
+    first_recv, loads = phases[0][0], phases[0][1].tensors
+    frames = w.frames()
+    spent, firing = 0.0, None
+    carry: tuple[int, dict] | None = None  # a frame taken but not gathered in time for a batch
+
+    def gather(f: int, local: dict, due: float | None) -> Iterator[tuple]:
+        """Frame f's first-phase inputs into `local`; stops early (leaving `local` short) once
+        `due` passes with an input not yet there."""
+        if loads and not local:
+            while arrive_at is not None and clock() < arrive_at[f]:
+                if due is not None and clock() >= due:
+                    return
+                yield ((DUE, (due, ARRIVE, None), f, f"frame {f}'s arrival") if due is not None
+                       else (ARRIVE, None, f, f"frame {f}'s arrival"))
+            x = inputs(f)
+            for t in loads:
+                local[t] = x[t]
+            if first_start[f] != first_start[f]:  # not yet entered (NaN)
+                first_start[f] = clock() if arrive_at is None else arrive_at[f]
+        for a in first_recv:
+            t = a.tensors[0]
+            if t in local:
+                continue
+            ch = w.channels[a.channel]
+            ok, item = ch.try_get(f)
+            while not ok:
+                if due is not None and clock() >= due:
+                    return
+                what = f"channel {a.channel} (from {a.peer})"
+                yield (DUE, (due, GET, ch), f, what) if due is not None else (GET, ch, f, what)
+                ok, item = ch.try_get(f)
+            local[t] = item
+
+    def ready(local: dict) -> bool:
+        return (not loads or loads[0] in local) and all(a.tensors[0] in local
+                                                        for a in first_recv)
+
+    try:
+        while True:
+            batch: list[tuple[int, dict]] = []  # (frame, its tensors) in the order taken
+            due = None  # when the oldest frame of the batch has waited long enough
+            while len(batch) < b:
+                f, local = carry if carry is not None else (next(frames, None), {})
+                carry = None
+                if f is None:
+                    break
+                try:
+                    yield from gather(f, local, due)
+                except (GeneratorExit, Stopped):
+                    raise
+                except BaseException as e:
+                    control.fail(f"frame source, frame {f}: {type(e).__name__}: {e}")
+                    return
+                if not ready(local):  # the batch waited long enough: it fires without f
+                    carry = (f, local)
+                    break
+                if due is None:  # its arrival at the element
+                    due = (arrive_at[f] if arrive_at is not None and loads else clock()) \
+                        + patience
+                batch.append((f, local))
+            if not batch:
+                return
+            fs = [f for f, _ in batch]
+            for n, (pre, fire, post, a, runner) in enumerate(phases):
+                firing = a
+                for pa in pre if n else ():
+                    ch, t = w.channels[pa.channel], pa.tensors[0]
+                    for f, local in batch:
+                        ok, item = ch.try_get(f)
+                        while not ok:
+                            yield GET, ch, f, f"channel {pa.channel} (from {pa.peer})"
+                            ok, item = ch.try_get(f)
+                        local[t] = item
+                feeds = [{t: local[t] for t in a.inputs} for _, local in batch]
+                t0 = clock()
+                if on_device:
+                    runner.submit_frames(feeds)
+                    yield DEVICE, runner, fs[0], ""
+                    outs = runner.collect_frames()
+                else:
+                    outs = runner.run_frames(feeds)
+                t1 = clock()
+                spent += t1 - t0
+                if events is not None:
+                    events += [(me, prog.actor, a.phase, f, t0, t1) for f in fs]
+                for (_, local), out in zip(batch, outs):
+                    local.update(out)
+                for pa in post:
+                    if pa.kind == SEND:
+                        ch, t = w.channels[pa.channel], pa.tensors[0]
+                        for f, local in batch:
+                            while not ch.try_put(f, local[t]):
+                                yield PUT, ch, f, f"space in channel {pa.channel} (to {pa.peer})"
+                    else:  # DELIVER
+                        for f, local in batch:
+                            if pa.tensors:
+                                deliver(f, {t: local[t] for t in pa.tensors}, index)
+                            local.clear()
+            if stop.is_set():
+                return
+    except GeneratorExit:  # closed by its driver: the run stopped
+        raise
+    except BaseException as e:  # any failure stops the whole run, naming where it happened
+        where = firing.where if firing is not None else f"stage {prog.actor}"
+        control.fail(fault_text(prog.element,
+                                f"lane {lane}, {where}" if prog.lanes > 1 else where, e))
+    finally:
+        s.busy[(prog.element, lane)] = spent
+
+
 def _over(kind: str, obj: Any, f: int, arrive_at: np.ndarray | None) -> bool:
-    """Whether a lane's wait is over: its frame in the channel, room in it, or its arrival."""
+    """Whether a lane's wait is over: its frame in the channel, room in it, or its arrival (or,
+    for a partial batch, its deadline)."""
     if kind == GET:
         return obj.has(f)
     if kind == PUT:
         return obj.has_room(f)
+    if kind == DUE:
+        due, inner, ch = obj
+        return time.perf_counter() >= due or _over(inner, ch, f, arrive_at)
     return time.perf_counter() >= arrive_at[f]
+
+
+def _due(wait: tuple, arrive_at: np.ndarray | None) -> float | None:
+    """When a wait is over at the latest (a frame's arrival, a partial batch's deadline)."""
+    if wait[0] == ARRIVE:
+        return arrive_at[wait[2]]
+    if wait[0] == DUE:
+        due, inner, _ = wait[1]
+        return min(due, arrive_at[wait[2]]) if inner == ARRIVE else due
+    return None
 
 
 def _wait_once(s: Stream, oldest_run: Any, waits: list[tuple], me: str,
@@ -168,7 +309,7 @@ def _wait_once(s: Stream, oldest_run: Any, waits: list[tuple], me: str,
     control = s.control
     if control.stop.is_set():
         raise Stopped
-    due = [s.arrive_at[w[2]] for w in waits if w[0] == ARRIVE]
+    due = [d for w in waits if (d := _due(w, s.arrive_at)) is not None]
     ahead = max(0.0, min(due) - time.perf_counter()) if due else POLL
     if oldest_run is not None:
         if not due:
@@ -179,14 +320,16 @@ def _wait_once(s: Stream, oldest_run: Any, waits: list[tuple], me: str,
     kind, ch, f, what = min(waits, key=lambda w: w[2])
     control.waiting[me] = what
     limit = min(POLL, ahead)
+    if kind == DUE:
+        _, kind, ch = ch
     if wake is not None:
         wake.wait(limit)
     elif kind == ARRIVE:
         control.stop.wait(limit)
     elif kind == GET:
-        ch.wait_for(f, POLL)
+        ch.wait_for(f, limit)
     else:
-        ch.wait_space(f, POLL)
+        ch.wait_space(f, limit)
 
 
 def drive(s: Stream, w: Worker) -> None:
@@ -200,7 +343,8 @@ def drive(s: Stream, w: Worker) -> None:
     lanes."""
 
     el, k, control = w.program.element, w.program.lanes, s.control
-    gens = [lane_loop(s, w, lane, f"{el}/lane{lane}" if k > 1 else el) for lane in range(k)]
+    loop = batch_lane_loop if w.program.batch > 1 else lane_loop
+    gens = [loop(s, w, lane, f"{el}/lane{lane}" if k > 1 else el) for lane in range(k)]
     in_flight: collections.deque[tuple[int, Any]] = collections.deque()  # (lane, runner)
     waits: dict[int, tuple] = {}  # lane -> what it waits on
 
@@ -241,6 +385,6 @@ def drive(s: Stream, w: Worker) -> None:
     finally:
         for _, runner in in_flight:  # a run left in flight by a stop: free the lane again
             with contextlib.suppress(Exception):
-                runner.collect()
+                runner.collect_frames() if w.program.batch > 1 else runner.collect()
         for g in gens:
             g.close()

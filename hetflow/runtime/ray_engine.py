@@ -580,6 +580,11 @@ def run_on_ray(plan: Plan, graph: CnnGraph, source: Callable[[int], dict], frame
         e, k = next(iter(laned.items()))
         raise InputError(f"the Ray engine runs one lane per GPU, and the plan gives element "
                          f"{e!r} {k} lanes; run it locally, or map again for Ray")
+    batched = {e: b for e, b in plan.mapping.batch.items() if b > 1}
+    if batched:  # its driver submits a task a frame: a batch would silently run frame by frame
+        e, b = next(iter(batched.items()))
+        raise InputError(f"the Ray engine fires frame by frame, and the plan gives element "
+                         f"{e!r} batch {b}; run it locally, or map again for Ray")
     with ray_session(address):
         pipe = RayPipeline(plan, graph, runtime_env, progress, trace=trace)
         try:

@@ -4,13 +4,30 @@ every frame a worker takes gets each phase once and in order, each receive befor
 each send after it, one delivery after the last phase, in the order `phase_sequence` fires."""
 import re
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from hetflow.plan.mapping import group_members
+from hetflow.dataflow.csdf import cnn_to_csdf
+from hetflow.plan.mapping import Mapping, group_members
+from hetflow.plan.plan import Plan
+from hetflow.platform.spec import ProcessingElement
 from hetflow.model.synthetic import random_cnn_graph
-from hetflow.plan.program import (DELIVER, FIRE, RECV, SEND, compile_programs, describe,
-                                     worker_actions)
+from hetflow.errors import InputError
+from hetflow.plan.program import (DELIVER, FIRE, RECV, SEND, batch_cycle, batch_phases,
+                                  compile_programs, describe, worker_actions)
 from hetflow.plan.schedule import phase_sequence
+
+@pytest.fixture
+def plan_for():
+    """A plan of `assignment` over one-core CPU elements (no profile: nothing is run)."""
+    def make(graph, assignment, capacity=2, policy="paper", dispatch=None):
+        app = cnn_to_csdf(graph, assignment, policy)
+        elements = {e: ProcessingElement(e, "cpu", (0,)) for a in app.phases
+                    for e in group_members(a)}
+        return Plan(graph.name, graph.model_hash, "", "test", Mapping(assignment, policy, dispatch=dispatch or {}), app,
+                    elements, capacity, {"throughput": 0.0}, "test")
+    return make
+
 
 GRAPHS = {(n, s): random_cnn_graph(n, s) for n in (8, 16) for s in range(4)}
 ELEMENTS = ["pe0", "pe1", "pe2", "pe0|pe1", "pe1|pe2|pe3"]
@@ -121,3 +138,39 @@ def test_a_dynamic_schedule_prints_each_members_own_frames(plan_for):
     assert "    fire phase 0 of frame #2 (loads input)" in lines  # its third, whichever
     alone = describe(plan_for(graph, {l.name: "pe0" for l in graph.layers}, 2, "maximal"))
     assert "    fire phase 0 of frame 2 (loads input)" in alone  # alone: every frame
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(sorted(GRAPHS)), data=st.data(), batch=st.integers(2, 8),
+       policy=st.sampled_from(["paper", "maximal"]))
+def test_a_batched_program_fires_each_phase_once_on_its_batch_between_receives_and_sends(
+        plan_for, key, data, batch, policy):
+    """Phase by phase, a batched worker receives each frame's inputs, fires once on the batch,
+    then sends each frame's tensors; the last phase delivers each frame. A batched stage that
+    interleaves its phases, or whose later phase takes what its earlier ones sent, is refused
+    naming the element."""
+    plan = random_plan(plan_for, data, key, policy)
+    el = data.draw(st.sampled_from(sorted({e for a in plan.app.phases
+                                           for e in group_members(a)})))
+    actor = next(a for a in plan.app.phases if el in group_members(a))
+    plan.mapping.batch = {el: batch}
+    interleaved = actor in plan.mapping.interleave and (
+        any(plan.mapping.interleave[actor]) or plan.mapping.round_frames > 1)
+    if interleaved or batch_cycle(plan, actor) is not None:
+        with pytest.raises(InputError, match=f"element {re.escape(el)}: a batched element"):
+            compile_programs(plan)
+        return
+    prog = next(p for p in compile_programs(plan) if p.element == el)
+    assert prog.batch == batch and prog.batch_wait == 0.0
+    phases = batch_phases(prog)
+    assert [f.phase for _, f, _ in phases] == sorted(ph.index for ph in plan.app.phases[actor])
+    assert sum(len(pre) + 1 + len(post) for pre, _, post in phases) == len(prog.actions)
+    for pre, fire, post in phases:
+        assert all(a.kind == RECV and a.phase == fire.phase for a in pre)
+        assert all(a.kind in (SEND, DELIVER) and a.phase == fire.phase for a in post)
+    fires = [x for x in describe(plan, rounds=2) if f"(batch {batch})" in x]
+    assert len(fires) == 2 * len(phases)  # two rounds of the batched member's phases
+    if prog.members == 1:  # the frames it takes are known: 0..b-1 first
+        first = f"0-{batch - 1}" if batch > 2 else "0, 1"
+        assert any(f"fire phase {phases[0][1].phase} of frames {first} (batch {batch})" in x
+                   for x in fires)

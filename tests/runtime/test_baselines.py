@@ -54,9 +54,9 @@ def test_single_runs_for_the_seconds_asked(graph):
 
 
 def test_a_failing_copy_names_its_element(graph, monkeypatch):
-    from hetflow.backends import reuse
+    from hetflow.runtime import baselines
 
-    real = reuse.runners_for_many
+    real = baselines.runners_for_many
 
     def many(g, wanted, threads=8):
         built = real(g, wanted, threads)
@@ -67,7 +67,7 @@ def test_a_failing_copy_names_its_element(graph, monkeypatch):
                 rs[0].run = boom
         return built
 
-    patch_everywhere(monkeypatch, reuse, "runners_for_many", many)
+    patch_everywhere(monkeypatch, baselines, "runners_for_many", many)
     with pytest.raises(RuntimeFault, match=rf"parallel baseline: element {singles()[-1].name}: "
                                            "ValueError: injected"):
         measure_parallel(graph, singles(), random_source(graph), frames=20, warmup=1)
@@ -80,9 +80,9 @@ def test_a_slow_copy_still_under_way_when_the_window_ends_costs_the_others_nothi
     share inside the window; summed, not frames over the time the slow frame ended."""
     import time
 
-    from hetflow.backends import reuse
+    from hetflow.runtime import baselines
 
-    real = reuse.runners_for_many
+    real = baselines.runners_for_many
     own: dict[str, list[float]] = {}
 
     def many(g, wanted, threads=8):
@@ -99,7 +99,7 @@ def test_a_slow_copy_still_under_way_when_the_window_ends_costs_the_others_nothi
             rs[0].run = run
         return built
 
-    patch_everywhere(monkeypatch, reuse, "runners_for_many", many)
+    patch_everywhere(monkeypatch, baselines, "runners_for_many", many)
     r = measure_parallel(graph, singles(), random_source(graph), warmup=1, seconds=0.3)
     fps = r.notes["per_element_fps"]
     for name, took in own.items():

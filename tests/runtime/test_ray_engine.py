@@ -252,3 +252,12 @@ def test_a_plan_with_gpu_lanes_is_refused_naming_the_element(plan_for):
     with pytest.raises(InputError, match="the Ray engine runs one lane per GPU, and the plan "
                                          "gives element 'pe0' 4 lanes"):
         run_plan(plan, graph, engine="ray", frames=4)
+
+
+def test_a_plan_with_a_batched_element_is_refused_naming_the_element(plan_for):
+    graph = random_cnn_graph(6, 0)
+    plan = plan_for(graph, {l.name: "pe0" for l in graph.layers})
+    plan.mapping.batch = {"pe0": 8}
+    with pytest.raises(InputError, match="the Ray engine fires frame by frame, and the plan "
+                                         "gives element 'pe0' batch 8"):
+        run_plan(plan, graph, engine="ray", frames=4)
