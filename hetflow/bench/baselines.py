@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hetflow.profile.lanes import parse_batch_key
 from hetflow.runtime.report import RunReport
 
 from hetflow.bench.budget import Facts, plan_extra
@@ -35,7 +36,9 @@ def best_batch(prof, element: str, busy: bool = True) -> tuple[int, int] | None:
     table = (getattr(prof, "gpu_batches", None) or {}).get(element, {})
     best = None
     for key, row in table.items():
-        b, k = (int(x) for x in key.split(","))
+        if "," not in key:  # the table's notes ("skipped", "seconds")
+            continue
+        b, k = parse_batch_key(key)
         st = row.get("busy" if busy else "alone") or row.get("alone") or {}
         t = st.get("median")
         if t and t > 0 and (best is None or k * b / t > best[0]):

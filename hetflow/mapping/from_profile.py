@@ -18,6 +18,7 @@ from hetflow.platform.configs import configurations
 from hetflow.model.accuracy import Tolerance
 from hetflow.platform.precision import AUTO, DEFAULT_PRECISION, precision_variants
 from hetflow.profile.deviation import deviation_failures
+from hetflow.profile.lanes import parse_batch_key
 
 MAX_CONFIGS = 40
 
@@ -182,8 +183,10 @@ def batch_curves(table: dict[str, Any]) -> tuple[dict[int, dict[int, float]],
     def read(kind: str) -> dict[int, dict[int, float]]:
         times: dict[int, dict[int, float]] = {}
         for key, row in table.items():
+            if "," not in key:  # the table's notes ("skipped", "seconds")
+                continue
             if kind in row and "median" in row[kind]:
-                b, k = (int(x) for x in key.split(","))
+                b, k = parse_batch_key(key)
                 fps = row.get(f"{kind}_fps")
                 times.setdefault(k, {})[b] = k * b / fps if fps else float(row[kind]["median"])
         return {k: {b: t / per[1] for b, t in sorted(per.items())}

@@ -14,7 +14,9 @@ def test_the_best_rate_wins_beside_busy_copies():
     prof = profile({"1,1": {"alone": {"median": 0.010}, "busy": {"median": 0.012}},
                     "8,1": {"alone": {"median": 0.030}, "busy": {"median": 0.040}},  # 200/s
                     "4,2": {"alone": {"median": 0.030}, "busy": {"median": 0.050}},  # 160/s
-                    "16,2": {"alone": {"median": 0.100}, "busy": {"median": 0.300}}})  # 107/s
+                    "16,2": {"alone": {"median": 0.100}, "busy": {"median": 0.300}},  # 107/s
+                    # the profile's notes beside the "b,k" entries are not batches
+                    "skipped": {"32": "out of memory"}, "seconds": {"alone": 1.5}})
     assert best_batch(prof, "gpu0") == (8, 1)
     assert best_batch(prof, "gpu0", busy=False) == (16, 2)  # 320/s alone
 
