@@ -28,9 +28,10 @@ from hetflow.runtime.baselines import measure_parallel
 def head_to_head(plan: Plan, graph: CnnGraph, parallel: list, lanes: dict[str, int],
                  source: Callable[[int], dict], repeats: int = 3, seconds: float = 1.5,
                  at_least: int = 200, check: str = "none",
-                 log: Callable[[str], None] = lambda msg: None) -> dict:
+                 log: Callable[[str], None] = lambda msg: None,
+                 batch: dict[str, int] | None = None) -> dict:
     """`plan` run by the engine and the whole model copied on every element of `parallel` (the
-    GPUs at `lanes`), alternately, `repeats` times each (the copies first in even rounds, the
+    GPUs at `lanes` and `batch`: the parallel baseline's design), alternately, `repeats` times each (the copies first in even rounds, the
     plan first in odd ones, and always the copies first for a plan without a prediction, whose
     run is as long as the copies' rate), about `seconds` a run: each side's runs, their
     medians, `ratio` = plan / copies and each round's ratio; the same of each run's p99
@@ -42,7 +43,8 @@ def head_to_head(plan: Plan, graph: CnnGraph, parallel: list, lanes: dict[str, i
     copies_split: list[dict] = []
 
     def copies() -> None:
-        r = measure_parallel(graph, parallel, source, warmup=5, seconds=seconds, lanes=lanes)
+        r = measure_parallel(graph, parallel, source, warmup=5, seconds=seconds, lanes=lanes,
+                             batch=batch or {})
         copies_fps.append(r.throughput)
         copies_p99.append(r.latency["p99"])
         copies_split.append(r.notes.get("per_element_fps", {}))
@@ -129,7 +131,8 @@ def bench_head_to_head(ctx, rows: list[dict], plans: dict, baselines, source) ->
 
     def against_copies(plan) -> dict:
         return head_to_head(plan, ctx.graph, parallel, baselines.parallel_lanes, source,
-                            s.head_to_head, s.plan_seconds, s.frames, log=log)
+                            s.head_to_head, s.plan_seconds, s.frames, log=log,
+                            batch=baselines.parallel_batch)
 
     best = best_throughput_row(ran_plans, log)
     label = best["name"].removeprefix("hetflow ")

@@ -27,7 +27,8 @@ def test_the_sides_alternate_and_the_ratio_is_of_the_medians(monkeypatch):
     copies_p99 = iter([0.040, 0.020, 0.030])
     plans_p99 = iter([0.010, 0.050, 0.012])
 
-    def measure_parallel(graph, parallel, source, warmup, seconds, lanes):
+    def measure_parallel(graph, parallel, source, warmup, seconds, lanes, batch):
+        assert batch == {"gpu0": 8}  # the copies run the parallel baseline's design
         calls.append(("copies", seconds))
         fps = next(copies)
         return RunReport("copies", 10, 0, fps, {"p50": 0.0, "p99": next(copies_p99)},
@@ -45,7 +46,7 @@ def test_the_sides_alternate_and_the_ratio_is_of_the_medians(monkeypatch):
     patch_everywhere(monkeypatch, "hetflow.runtime.api.run_plan", run_plan)
     said = []
     h = head_to_head(_Plan(1000.0), None, [], {}, None, repeats=3, seconds=0.5, at_least=50,
-                     log=said.append)
+                     log=said.append, batch={"gpu0": 8})
     assert [c[0] for c in calls] == ["copies", "plan", "plan", "copies", "copies", "plan"]
     assert [c[1] for c in calls if c[0] == "plan"] == [500] * 3  # the predicted rate x seconds
     assert h["plan_runs"] == [150.0, 90.0, 210.0] and h["copies_runs"] == [100.0, 300.0, 200.0]
@@ -64,7 +65,8 @@ def test_the_sides_alternate_and_the_ratio_is_of_the_medians(monkeypatch):
     calls.clear()
     copies, plans = iter([400.0, 100.0]), iter([1.0, 1.0])
     copies_p99, plans_p99 = iter([0.1, 0.1]), iter([0.1, 0.1])
-    head_to_head(_Plan(0.0), None, [], {}, None, repeats=2, seconds=0.5, at_least=50)
+    head_to_head(_Plan(0.0), None, [], {}, None, repeats=2, seconds=0.5, at_least=50,
+                 batch={"gpu0": 8})
     assert calls == [("copies", 0.5), ("plan", 200), ("copies", 0.5), ("plan", 50)]
 
 
