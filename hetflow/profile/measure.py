@@ -376,7 +376,7 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
     `lanes`: time the whole model on each GPU element at several lane counts (profile/lanes.py),
     each lane count about `lane_seconds` alone and as long beside busy CPU copies; with them,
     its batch table (`profile.gpu_batches`, lanes.measure_batches), each (batch, lanes) about
-    half `lane_seconds`, within `batch_budget_s` seconds per GPU (-1: 10 x `lane_seconds`;
+    half `lane_seconds`, within `batch_budget_s` seconds per GPU (-1: 40 x `lane_seconds`;
     None: no bound; 0: no batch table). `cpu_batches`: time the whole model at batches on each
     single-core CPU element shape, kept where a frame runs faster (lanes.measure_cpu_batches).
 
@@ -441,7 +441,7 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
             measure(rep, members)
         t0 = time.perf_counter()
         if lanes:
-            budget = 10 * lane_seconds if batch_budget_s == -1 else batch_budget_s
+            budget = 40 * lane_seconds if batch_budget_s == -1 else batch_budget_s
             _measure_lanes(prof, graph, platform, measurable, bar, lane_seconds, budget)
         if cpu_batches:
             _measure_cpu_batches(prof, graph, groups, bar)
