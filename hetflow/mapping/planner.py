@@ -60,15 +60,15 @@ def interleaved_lanes(problem: Problem, mapping: Mapping) -> dict[str, int]:
 
 def best_whole_model(problem: Problem, latency_cap: float | None = None
                      ) -> tuple[Mapping, Metrics] | None:
-    """The whole model on the one element analysed fastest (a GPU at its best lane count),
-    among those within the latency cap; None where none is."""
+    """The whole model on the one element analysed fastest (a GPU at its best lanes and
+    batch), among those within the latency cap; None where none is."""
 
     best = None
     for e in problem.elements:
         if not np.isfinite(problem.layer_times[:, problem.element_index[e.name]]).all():
             continue
-        m = whole_model_on(problem, e.name)
-        metrics = evaluate(problem, m)
+        m, metrics = fit_lanes(problem, whole_model_on(problem, e.name), latency_cap)
+        metrics = metrics or evaluate(problem, m)
         if latency_cap is not None and not metrics.latency <= latency_cap:
             continue
         if best is None or metrics.throughput > best[1].throughput:

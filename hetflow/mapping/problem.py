@@ -147,7 +147,8 @@ class Problem:
     def batch_factor(self, element: str, batch: int, lanes: int, busy: bool) -> float:
         """Firing time of `batch` frames at `lanes` lanes over that of one frame at as many
         lanes: linear in b between measured batches (refused outside them), and between the
-        lane counts measured at them (the nearest beyond)."""
+        lane counts measured at them; past the most lanes measured at that batch, no more frames
+        a second than there (a device busy with batches gains nothing from more lanes)."""
         if batch == 1:
             return 1.0
         table = (self.batch_slowdown_busy if busy else {}).get(element) or \
@@ -157,6 +158,10 @@ class Problem:
         if not per_k:
             raise InputError(f"element {element!r}: batch {batch} is outside the batches its "
                              f"profile measured ({', '.join(map(str, self.batch_sizes(element)))})")
+        top = max(per_k)
+        if lanes > top:  # t(b, k) = t(b, top) k / top: the rate stays that of `top` lanes
+            return (per_k[top] * self.slowdown(element, top, busy) * lanes
+                    / (top * self.slowdown(element, lanes, busy)))
         return _between(per_k, lanes)
 
     # ---- lanes ----

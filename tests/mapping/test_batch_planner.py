@@ -9,6 +9,7 @@ from hetflow.mapping.from_profile import with_batches
 from hetflow.mapping.lanes import fit_lanes
 from hetflow.mapping.planner import search_plan
 from hetflow.mapping.problem import evaluate
+from hetflow.mapping.strategies.base import whole_model_on
 from hetflow.plan.mapping import describe_design
 from synthetic_server import synthetic_problem
 
@@ -57,8 +58,19 @@ def test_a_batch_that_gains_nothing_is_not_planned():
 def test_a_batch_pays_the_engine_cost_of_a_firing_once():
     # b frames cost b runs, but the engine's cost of a firing is paid once for them
     p = server(affine=0.0, call_overhead=30e-6)
-    plan, _ = search_plan(p, "single", "synthetic")
-    assert plan.mapping.batch_of("gpu0") > 1
+    fitted, _ = fit_lanes(p, whole_model_on(p, "gpu0"))
+    assert fitted.batch_of("gpu0") > 1
+
+
+def test_a_gpu_among_cpu_copies_is_not_batched():
+    """A group hands out its frames one at a time: a batched GPU among CPU copies would wait
+    for its share to fill each batch, which the group's rate does not model."""
+    p = server(affine=4 / 7)
+    group = whole_model_on(p, "gpu0")  # the GPU alone is batched ...
+    assert fit_lanes(p, group)[0].batch_of("gpu0") == 8
+    mixed = dataclasses.replace(group, assignment={l: "cpu0|cpu1|gpu0" for l in group.assignment},
+                                batch={}, lanes={})
+    assert fit_lanes(p, mixed)[0].batch_of("gpu0") == 1  # ... and not beside the cores
 
 
 def test_a_latency_cap_pays_for_the_fill():
