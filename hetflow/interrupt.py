@@ -136,10 +136,11 @@ def finish(code: int, at_once: bool = True) -> NoReturn:
     """Leave an interrupted command with `code`: stop and join the threads, run the atexit
     handlers, flush, and exit without the interpreter's teardown (`at_once`): that teardown
     took 1-2 s with torch and ONNX Runtime loaded, and aborts while a thread it could not stop
-    is inside a native run. Not `at_once` (a caller in this process, a test): SystemExit,
-    unless a thread would not stop."""
-    left = stop_threads()
-    if not at_once and not left:
+    is inside a native run. Not `at_once` (a caller in this process, a test): SystemExit once
+    the threads had their time to stop; the caller's process is the caller's to end, whatever
+    threads of its own it keeps (an idle thread pool must not end it)."""
+    stop_threads()
+    if not at_once:
         sys.exit(code)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
