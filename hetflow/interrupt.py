@@ -124,12 +124,14 @@ def stop_threads(timeout: float = 1.5) -> list[str]:
     STOP.set()
     deadline = time.monotonic() + timeout
     me = threading.current_thread()
-    for t in threading.enumerate():
-        if t is me or t is threading.main_thread() or not t.is_alive():
-            continue
-        t.join(max(0.0, deadline - time.monotonic()))
-    return [t.name for t in threading.enumerate()
-            if t is not me and t is not threading.main_thread() and t.is_alive()]
+    # threads that native code started and that once called into Python (threading's dummy
+    # threads) cannot be joined: they are not Python's to stop
+    others = [t for t in threading.enumerate() if t is not me and t is not threading.main_thread()
+              and not isinstance(t, threading._DummyThread)]
+    for t in others:
+        if t.is_alive():
+            t.join(max(0.0, deadline - time.monotonic()))
+    return [t.name for t in others if t.is_alive()]
 
 
 def finish(code: int, at_once: bool = True) -> NoReturn:

@@ -93,6 +93,23 @@ def test_in_process_a_finish_is_a_system_exit():
     interrupt.STOP.clear()  # (set by finish; handled() clears it for a command)
 
 
+def test_threads_that_native_code_started_are_not_joined():
+    """A dummy thread (native code's, seen by Python) cannot be joined; the others still are."""
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(threading.current_thread()))
+    t.start()
+    t.join()
+    dummy = threading._DummyThread.__new__(threading._DummyThread)  # never started: as native
+    threading.Thread.__init__(dummy, name="native", daemon=True)
+    dummy._started.set()
+    threading._active[-1] = dummy  # listed by threading.enumerate, as a native thread is
+    try:
+        assert "native" not in interrupt.stop_threads(timeout=0.1)
+    finally:
+        del threading._active[-1]
+        interrupt.STOP.clear()
+
+
 def test_a_library_that_takes_sigterm_gives_it_back():
     """As Ray's init does: its own handler exits with SystemExit(15), writing nothing."""
     def library_init(signal_meanwhile: bool) -> None:
