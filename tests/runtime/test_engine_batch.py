@@ -182,7 +182,9 @@ def test_batched_copies_beside_a_cpu_copy_count_every_frame_of_a_batch(monkeypat
                                         warmup=1, lanes={"gpu0": 2}, batch={"gpu0": 4})
     assert report.frames == 30 and report.notes["batch"] == {"gpu0": 4}
     sizes = [n for _, n, _ in firings][2:]  # after each lane's one warm-up frame
-    assert sizes and all(n == 4 for n in sizes[:-1]) and 1 <= sizes[-1] <= 4
+    # full batches but for each lane's last (the lanes take frames from one stream, so the
+    # two lanes' last batches may end in either order)
+    assert sizes and all(1 <= n <= 4 for n in sizes) and all(n == 4 for n in sizes[:-2])
     single = baselines.measure_single(graph, gpu, random_source(graph), frames=12, warmup=1,
                                       batch=4)
     assert single.frames == 12 and single.name == "single:gpu0 b4"
