@@ -147,9 +147,7 @@ def lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]:
     except GeneratorExit:  # closed by its driver: the run stopped
         raise
     except BaseException as e:  # any failure stops the whole run, naming where it happened
-        where = firing.where if firing is not None else f"stage {prog.actor}"
-        control.fail(fault_text(prog.element,
-                                f"lane {lane}, {where}" if prog.lanes > 1 else where, e))
+        _fail(control, prog, lane, firing, e)
     finally:
         s.busy[(prog.element, lane)] = spent
 
@@ -270,11 +268,16 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
     except GeneratorExit:  # closed by its driver: the run stopped
         raise
     except BaseException as e:  # any failure stops the whole run, naming where it happened
-        where = firing.where if firing is not None else f"stage {prog.actor}"
-        control.fail(fault_text(prog.element,
-                                f"lane {lane}, {where}" if prog.lanes > 1 else where, e))
+        _fail(control, prog, lane, firing, e)
     finally:
         s.busy[(prog.element, lane)] = spent
+
+
+def _fail(control, prog, lane: int, firing, e: BaseException) -> None:
+    """Stop the run with `e`, naming the element, the lane (where it has several) and the
+    firing it was in (else its stage)."""
+    where = firing.where if firing is not None else f"stage {prog.actor}"
+    control.fail(fault_text(prog.element, f"lane {lane}, {where}" if prog.lanes > 1 else where, e))
 
 
 def _over(kind: str, obj: Any, f: int, arrive_at: np.ndarray | None) -> bool:
