@@ -17,7 +17,12 @@ from test_engine_lanes import GRAPHS, laned_plan
 
 
 def paced_run(plan, graph, frames: int, every: float, warmup: int = 2):
-    """Run `plan` with frame f arriving `f * every` s after the start; returns the report, the
+    """Run `plan` with frame f arriving `f * every` s after the start (`observed_run`)."""
+    return observed_run(plan, graph, frames, np.arange(frames) * every, warmup)
+
+
+def observed_run(plan, graph, frames: int, arrivals=None, warmup: int = 0):
+    """Run `plan` (frames at `arrivals`, or all there from the start); returns the report, the
     largest output error against the reference, when the source was first asked for each frame
     and when the run's clock started."""
     source = random_source(graph)
@@ -30,7 +35,7 @@ def paced_run(plan, graph, frames: int, every: float, warmup: int = 2):
     pp = prepare(plan, graph)
     try:
         report, kept, state = run_prepared(pp, inputs, frames, warmup, lambda f: True,
-                                       arrivals=np.arange(frames) * every)
+                                           arrivals=arrivals)
     finally:
         pp.close()
     assert sorted(kept) == list(range(frames))

@@ -5,7 +5,6 @@ by frame and in order, no firing takes more than b frames, and no frame is taken
 arrives; at a rate too low to fill a batch within its maximum wait a partial batch fires and
 every frame's latency stays within the wait plus a run. A batched stand-in device
 (tests/runtime/batched_fake.py) gives the real model's outputs."""
-import time
 
 import numpy as np
 import pytest
@@ -16,30 +15,9 @@ import fake_gpu
 from hetflow.errors import InputError
 from hetflow.plan.mapping import group_members
 from hetflow.plan.program import batch_cycle, compile_programs
-from hetflow.runtime.check import check_outputs
-from hetflow.runtime.engine import prepare, run_prepared
 from hetflow.runtime.inputs import random_source
+from test_engine_arrivals import observed_run
 from test_engine_lanes import GRAPHS, laned_plan
-
-
-def batched_run(plan, graph, frames: int, arrivals=None, warmup: int = 0):
-    """The report, the largest output error against the reference, when the source was first
-    asked for each frame, and when the run's clock started."""
-    source = random_source(graph)
-    asked: dict[int, float] = {}
-
-    def inputs(f):
-        asked.setdefault(f, time.perf_counter())
-        return source(f)
-
-    pp = prepare(plan, graph)
-    try:
-        report, kept, state = run_prepared(pp, inputs, frames, warmup, lambda f: True,
-                                           arrivals=arrivals)
-    finally:
-        pp.close()
-    assert sorted(kept) == list(range(frames))
-    return report, check_outputs(graph, plan.app, kept, source), asked, state.started
 
 
 @pytest.fixture
@@ -81,7 +59,7 @@ def test_batched_pipelines_equal_the_reference_in_order(firings, seed, data, lan
     firings.clear()
     frames = 13
     arrivals = None if every is None else np.arange(frames) * every
-    report, error, asked, started = batched_run(plan, graph, frames, arrivals)
+    report, error, asked, started = observed_run(plan, graph, frames, arrivals)
     assert report.frames == frames and error < 1e-4
     assert all(1 <= n <= batch for _, n, _ in firings)
     assert bool(firings) == bool(batched)
@@ -94,7 +72,7 @@ def test_a_saturated_stream_fills_every_batch_but_the_last(firings):
     graph = GRAPHS[0]
     plan = laned_plan(graph, {l.name: "gpu0" for l in graph.layers}, {})
     plan.mapping.batch = {"gpu0": 4}
-    report, error, _, _ = batched_run(plan, graph, 14)
+    report, error, _, _ = observed_run(plan, graph, 14)
     assert report.frames == 14 and error < 1e-4
     assert first_phase(firings) == [4, 4, 4, 2]  # the stream's end: a partial batch
 
@@ -108,7 +86,7 @@ def test_too_low_a_rate_fires_partial_batches_within_the_wait(monkeypatch):
     # (phase by phase: the whole model runs `run` a batch only with one phase; fine as a bound)
     plan = laned_plan(graph, {l.name: "gpu0" for l in graph.layers}, {})
     plan.mapping.batch, plan.mapping.batch_wait = {"gpu0": 8}, {"gpu0": wait}
-    report, error, _, _ = batched_run(plan, graph, frames, np.arange(frames) * every)
+    report, error, _, _ = observed_run(plan, graph, frames, np.arange(frames) * every)
     assert report.frames == frames and error < 1e-4
     assert sum(first_phase(firings)) == frames
     assert max(first_phase(firings)) < 8
@@ -121,7 +99,7 @@ def test_no_wait_fires_whatever_is_waiting_as_soon_as_a_lane_is_free(firings):
     plan = laned_plan(graph, {l.name: "gpu0" for l in graph.layers}, {})
     plan.mapping.batch = {"gpu0": 8}  # batch_wait absent: 0
     frames = 6
-    report, error, _, _ = batched_run(plan, graph, frames, np.arange(frames) * 0.03)
+    report, error, _, _ = observed_run(plan, graph, frames, np.arange(frames) * 0.03)
     assert report.frames == frames and error < 1e-4
     assert first_phase(firings) == [1] * frames  # one frame there at a time
     assert report.latency["max"] < 0.03
@@ -135,7 +113,7 @@ def test_a_batched_stage_between_cpu_stages(firings):
                   for i, n in enumerate(names)}
     plan = laned_plan(graph, assignment, {"gpu0": 2})
     plan.mapping.batch, plan.mapping.batch_wait = {"gpu0": 3}, {"gpu0": 0.5}
-    report, error, _, _ = batched_run(plan, graph, 20)
+    report, error, _, _ = observed_run(plan, graph, 20)
     assert report.frames == 20 and error < 1e-4
     # 2 lanes of 3 frames: 20 frames fill six batches; the stream's end leaves 2 frames
     sizes = sorted(first_phase(firings))
