@@ -12,9 +12,11 @@ from hetflow import interrupt
 from hetflow.cli.common import PRECISION_HELP, check_writable, console, print_json, progress, strategy_name, strategy_names
 import json
 from hetflow.errors import InputError
+from hetflow.io import claimed
 from hetflow.mapping.calibration import load_calibration
 from hetflow.mapping.from_profile import calibrated_problem
-from hetflow.mapping.pilot import choose_plan
+from hetflow.mapping.pareto import write_front
+from hetflow.mapping.pilot import choose_plan, pilot_summary
 from hetflow.mapping.planner import describe_stages
 from hetflow.plan.mapping import describe_element
 from hetflow.mapping.planning import record_precision, search_kind
@@ -29,12 +31,7 @@ def load_inputs(model: str, profile_path: Path, platform_arg: Optional[str],
                  calibration_path: Optional[Path] = None):
     """(graph, platform, profile, calibration or None) of `hetflow map`'s arguments."""
 
-    prof = Profile.load(profile_path)
-    if prof.meta.get("interrupted"):
-        from hetflow.errors import InputError
-
-        raise InputError(f"{profile_path}: the profile was interrupted "
-                         f"({prof.meta['interrupted']}) and is partial; profile again")
+    prof = Profile.load_whole(profile_path)
     graph = resolve_model(model, parse_input_shapes(input_shape), bool(prof.meta.get("fused")))
     platform = resolve_platform(platform_arg or "auto")
     calibration = (load_calibration(calibration_path, graph.name, platform.name)
@@ -167,23 +164,22 @@ def register(app: typer.Typer) -> None:
         graph, plat, prof, calib = load_inputs(model, profile, platform, capacity, input_shape,
                                                calibration)
         title = "pilot runs" if pilots > 1 else "search"
-        with progress(title, quiet=json_out or pilots == 1) as log:
-            plan, result, tried = map_model(graph, plat, prof, strategy, calib, capacity, seed,
-                                            opts, pilots, interleave, log, precision, tol)
-        if tried and not json_out:
-            from hetflow.mapping.pilot import pilot_summary
+        # held from the search on: two maps writing one plan would both say they wrote it
+        with claimed(output), claimed(pareto):
+            with progress(title, quiet=json_out or pilots == 1) as log:
+                plan, result, tried = map_model(graph, plat, prof, strategy, calib, capacity,
+                                                seed, opts, pilots, interleave, log, precision,
+                                                tol)
+            if tried and not json_out:
+                console.print(pilot_summary(tried), highlight=False)
 
-            console.print(pilot_summary(tried), highlight=False)
-
-        interrupt.check()  # a signal in the last pilot: no plan chosen on a cut-short run
-        # `run` loads the model with the shapes the plan was made for
-        plan.input_shapes = {k: list(v) for k, v in parse_input_shapes(input_shape).items()}
-        if output:
-            plan.save(output)
-        if pareto:
-            from hetflow.mapping.pareto import write_front
-
-            write_front(result, pareto)
+            interrupt.check()  # a signal in the last pilot: no plan chosen on a cut-short run
+            # `run` loads the model with the shapes the plan was made for
+            plan.input_shapes = {k: list(v) for k, v in parse_input_shapes(input_shape).items()}
+            if output:
+                plan.save(output)
+            if pareto:
+                write_front(result, pareto)
         if json_out:
             print_json(plan.to_dict())
             return

@@ -24,13 +24,20 @@ MULTIPLAN_VERSION = 1
 @dataclass
 class AppEntry:
     name: str
-    period: float  # s, also the deadline
+    period: float  # s between releases; 0: free-running
     priority: int  # lower number = higher priority
     plan: Plan
     predicted: dict[str, Any] = field(default_factory=dict)  # response_isolated/worst, slack, ...
+    deadline: float | None = None  # s from a frame's release; None: the period
+
+    @property
+    def relative_deadline(self) -> float:
+        """How long after its release each frame must be done (0: none, free-running)."""
+        return self.period if self.deadline is None else self.deadline
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "period_s": self.period, "priority": self.priority,
+                **({"deadline_s": self.deadline} if self.deadline is not None else {}),
                 "predicted": self.predicted, "plan": self.plan.to_dict()}
 
 
@@ -92,7 +99,8 @@ class MultiPlan:
                              "with `hetflow run`")
         f = validate(MultiPlanFile, d, source, "hetflow multi-plan")
         apps = [AppEntry(a.name, a.period_s, a.priority,
-                         Plan.from_file(a.plan, f"{source} (application {a.name})"), a.predicted)
+                         Plan.from_file(a.plan, f"{source} (application {a.name})"), a.predicted,
+                         a.deadline_s)
                 for a in f.apps]
         for a in apps:
             if a.plan.mapping.interleave:

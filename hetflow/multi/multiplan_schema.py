@@ -14,8 +14,9 @@ from hetflow.multi.multiplan import MULTIPLAN_VERSION
 
 class AppEntryFile(FileModel):
     name: str
-    # also the deadline; 0: free-running (a frame whenever the engine has room; no deadline)
+    # 0: free-running (a frame whenever the engine has room; no deadline)
     period_s: float = Field(ge=0)
+    deadline_s: float | None = Field(default=None, gt=0)  # absent: the period
     priority: int  # lower number = higher priority
     predicted: dict[str, Any] = {}
     plan: PlanFile

@@ -216,7 +216,7 @@ def load_app(spec: AppSpec, platform, profile_dir: Path | None = None,
              calibrate: bool = True, time_stat: str = "median") -> AppProblem:
 
     path = find_profile(spec, profile_dir, platform)
-    prof = Profile.load(path)
+    prof = Profile.load_whole(path)
     fuse = bool(prof.meta.get("fused", False))
     graph = resolve_model(spec.model, None, fuse)
     problem = problem_from_profile(graph, prof, platform, lanes=False)  # one frame at a time

@@ -204,3 +204,13 @@ class Profile:
             raise InputError(f"{path}: not a hetflow profile "
                              f"(bad JSON at line {e.lineno})") from None
         return Profile.from_dict(d, str(path))
+
+    @staticmethod
+    def load_whole(path: str | os.PathLike) -> "Profile":
+        """`load`, refusing a profile that a signal cut short (its meta says interrupted): a
+        plan searched on it would see only the elements measured before the stop."""
+        prof = Profile.load(path)
+        if prof.meta.get("interrupted"):
+            raise InputError(f"{path}: the profile was interrupted "
+                             f"({prof.meta['interrupted']}) and is partial; profile again")
+        return prof

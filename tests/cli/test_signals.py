@@ -4,6 +4,7 @@ strict JSON marked interrupted with the signal's name, and leaves no child proce
 process is refused a report folder or output file that the first is writing."""
 import os
 import signal
+import subprocess
 import time
 
 import numpy as np
@@ -13,6 +14,7 @@ from typer.testing import CliRunner
 
 from hetflow.cli.main import app
 from hetflow.dataflow.csdf import cnn_to_csdf
+from hetflow.io import lock_path
 from hetflow.plan.mapping import Mapping
 from hetflow.plan.plan import Plan
 from hetflow.mapping.problem import Problem
@@ -112,6 +114,8 @@ def test_profile_writes_what_it_measured(work, tmp_path):
     # a partial profile is not mapped with as if it were whole
     r = CliRunner().invoke(app, ["map", str(work / "tiny.onnx"), "--profile", str(out)])
     assert f"{out}: the profile was interrupted (SIGTERM) and is partial" in str(r.exception)
+    r = CliRunner().invoke(app, ["map-multi", f"{work / 'tiny.onnx'}:period=50ms:profile={out}"])
+    assert f"{out}: the profile was interrupted (SIGTERM) and is partial" in str(r.exception)
 
 
 def test_map_stops_in_a_pilot_and_writes_no_plan(work, tmp_path):
@@ -124,6 +128,18 @@ def test_map_stops_in_a_pilot_and_writes_no_plan(work, tmp_path):
     h.wait_for("pilot:")
     assert_stopped(h, INT)
     assert not out.exists()
+    # a plan file another live process is writing is refused before the search, and kept
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        lock_path(out).write_text(f"{other.pid}\n")
+        r = CliRunner().invoke(app, ["map", str(work / "tiny.onnx"), "--profile", str(prof),
+                                     "-o", str(out)])
+        assert f"{out}: another hetflow process (pid {other.pid}) is writing it" in \
+            str(r.exception)
+        assert not out.exists()
+    finally:
+        other.kill()
+        other.wait()
 
 
 @pytest.fixture(scope="module")
