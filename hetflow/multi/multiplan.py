@@ -102,18 +102,6 @@ class MultiPlan:
                          Plan.from_file(a.plan, f"{source} (application {a.name})"), a.predicted,
                          a.deadline_s)
                 for a in f.apps]
-        for a in apps:
-            if a.plan.mapping.interleave:
-                raise InputError(f"{source} (application {a.name}): mapping.interleave is not "
-                                 "run by the multi-CNN engines (they fire each actor's phases "
-                                 "frame by frame, as the schedulability analysis assumes); run "
-                                 "`hetflow map-multi` again")
-            lanes = {e: k for e, k in a.plan.mapping.lanes.items() if k != 1}
-            if lanes:
-                e, k = next(iter(lanes.items()))
-                raise InputError(f"{source} (application {a.name}): element {e} asks for {k} "
-                                 "lanes; the multi-CNN engines run one frame at a time per "
-                                 "element, as their schedulability analysis assumes (limit 1)")
         mp = MultiPlan(f.platform_name, sorted(apps, key=lambda a: a.priority), f.predicted,
                        f.search)
         mp.validate(source)

@@ -3,8 +3,13 @@
 The thread engine shares one interpreter: a firing that is due can wait for another thread's
 Python code (the GIL), and on the GPU machine that showed as response-time tails of several to
 tens of milliseconds. Here every element is its own process, pinned to its cores, with its own
-interpreter and sessions, running the same loop as a thread would (`element.Element`), with
-multiprocessing queues between elements.
+interpreter and sessions, running the same driver as a thread would (`runtime.loop.drive_shared`
+over each application's workers there, `apps.app_run`). Channels between elements are
+`QueueChannel`s: a tensor goes to the consumer's process as a message, and the consumer's
+window comes back the same way; a frame completed tells the process that loads the frames
+that the next may enter; an application whose model outputs come from several elements
+completes its frames in one of their processes (`collector_of`), the others handing their
+outputs to it. One thread per process reads its messages.
 
 The parent spawns the processes, starts them together once each has loaded and warmed its
 sessions, watches progress (a stall or a dead process stops the run naming the element), stops
@@ -13,6 +18,8 @@ them when every application has its frames, and builds the same report as the th
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import multiprocessing as mp_
 import os
 import queue
@@ -23,15 +30,22 @@ from typing import Callable
 
 from hetflow import interrupt
 from hetflow.errors import RuntimeFault
-from hetflow.runtime.harness import Control, fault_text, supervise
+from hetflow.backends import caller_cores_of, control_cores, pin_current_thread, pinned
+from hetflow.backends.affinity import realtime_process
+from hetflow.runtime.api import load_plan_model
+from hetflow.runtime.channel import FrameChannel, QueueChannel
+from hetflow.runtime.engine import batch_windows, prepare
+from hetflow.runtime.harness import Control, fault_text, frozen_heap, supervise
+from hetflow.runtime.loop import Dispatched, drive_shared
 
-from hetflow.multi.element import PROGRESS_EVERY, Element, hosts, make_app, prewarm
-from hetflow.multi.multiplan import MultiPlan
+from hetflow.multi.apps import (app_results, app_run, delivering_elements, frames_per_app,
+                                hosts, loading_elements, prewarm)
+from hetflow.multi.multiplan import AppEntry, MultiPlan
 from hetflow.multi.report import multi_report
-import ctypes
-from hetflow.backends import control_cores, pinned
 
 READY_TIMEOUT = 600.0  # s: loading models and sessions in every process
+PROGRESS_EVERY = 0.2  # s: how often an element process says what it has done
+LISTEN = 0.05  # s: how often a process's message thread looks at the stop flag
 
 
 # ------------------------------------------------------------------ the element process
@@ -50,10 +64,32 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
+def _post(inbox, head: tuple, *body) -> None:
+    inbox.put((*head, *body))
+
+
+def element_channels(index: int, entry: AppEntry, element: str, inboxes: dict) -> dict:
+    """The channels of application `entry` (number `index`) that `element` reads or writes,
+    each a `QueueChannel` to the process at its other end."""
+    windows = batch_windows(entry.plan)
+    out = {}
+    for c in entry.plan.app.channels:
+        if element not in (c.src, c.dst) or c.name in out:
+            continue
+        if c.src == c.dst:  # (both ends here)
+            out[c.name] = FrameChannel(c.name, windows[c.name])
+            continue
+        out[c.name] = QueueChannel(
+            c.name, windows[c.name],
+            functools.partial(_post, inboxes[c.dst], ("item", index, c.name)),
+            functools.partial(_post, inboxes[c.src], ("low", index, c.name)))
+    return out
+
+
 def element_main(plan: dict, element: str, names: list[str], settings: dict, out, inboxes,
                  go, start, stop, parent_pid: int) -> None:
     """Entry point of one element's process (spawned): load, warm up, report ready, wait for
-    the start, run the loop until told to stop, send the results."""
+    the start, drive its workers until told to stop, send what they measured."""
     # the parent handles Ctrl-C and SIGTERM (they reach a terminal's or a service's whole
     # process group) and stops us; if the parent dies, so do we
     for s in (signal.SIGINT, signal.SIGTERM):
@@ -61,37 +97,74 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
     die_with_parent(parent_pid)
     what = "setup"
     prepared = []
+    control = Control()
     try:
-        from hetflow.backends import caller_cores_of, pin_current_thread
-        from hetflow.backends.affinity import realtime_process
-        from hetflow.runtime.api import load_plan_model
-        from hetflow.runtime.engine import prepare
-        from hetflow.runtime.harness import frozen_heap
-        from hetflow.runtime.inputs import random_source
-
         mp = MultiPlan.from_dict(plan)
         el = next(a.plan.elements[element] for a in mp.apps if a.name in names)
         pin_current_thread(el.cores)
-        apps, graphs = [], {}
-        for i, entry in enumerate(mp.apps):
+        wake = threading.Event()
+        warmup, n_check = settings["warmup"], settings["check_frames"]
+        channels: dict[tuple[int, str], QueueChannel] = {}
+        runs = []
+        for i, entry in enumerate(mp.apps):  # (highest priority first)
             if entry.name not in names:
                 continue
-            graphs[entry.name] = graph = load_plan_model(entry.plan)
-            pp = prepare(entry.plan, graph, only={element})
+            pp = prepare(entry.plan, load_plan_model(entry.plan), only={element})
             prepared.append(pp)
-            apps.append(make_app(i, entry, pp.runners,
-                                 random_source(graph, settings["seed"] + i), element))
-        # this thread (the loop, and the caller of every run) on the runners' caller core: ONNX
-        # Runtime's pool threads have the element's other cores, and the loop must not share
-        # one with them (letting the pool threads spin as well made one run's tail 40x longer)
-        pin_current_thread(caller_cores_of((r for pp in prepared for r in pp.runners.values()),
-                                           el))
-        warmup, n_check = settings["warmup"], settings["check_frames"]
-        loop = Element(element, apps, settings["max_in_flight"],
-                       lambda k: warmup <= k < warmup + n_check, settings["trace"], inboxes)
-        for a in apps:
-            what = f"warm-up of {a.name}"
-            prewarm(a, graphs[a.name], a.flow.local)
+            chans = element_channels(i, entry, element, inboxes)
+            channels.update({(i, name): c for name, c in chans.items()})
+            others = sorted(loading_elements(entry) - {element})
+            tell = functools.partial(_tell_loaders, [inboxes[e] for e in others], i) \
+                if others else None
+            collector = collector_of(entry)
+            forward = None if element == collector else functools.partial(
+                _post, inboxes[collector], ("deliver", i))
+            runs.append(app_run(i, entry, pp, settings["frames"][i], control,
+                                settings["max_in_flight"],
+                                lambda k: warmup <= k < warmup + n_check, settings["seed"],
+                                {element: wake}, settings["trace"], {element}, chans, tell,
+                                forward))
+        # this thread (the driver, and the caller of every run) on the runners' caller core:
+        # ONNX Runtime's pool threads have the element's other cores, and the driver must not
+        # share one with them (letting the pool threads spin as well made one run's tail 40x
+        # longer)
+        cores = caller_cores_of((r for pp in prepared for r in pp.runners.values()), el)
+        pin_current_thread(cores)
+        for r, pp in zip(runs, prepared):
+            what = f"warm-up of {r.name}"
+            prewarm(pp, settings["seed"] + r.index, only={element})
+        by_index = {r.index: r for r in runs}
+        dispatched = Dispatched()
+        ended = threading.Event()
+
+        def listen() -> None:  # what the other processes send, and the parent's stop
+            try:
+                while not ended.is_set():
+                    if stop.value:
+                        control.stop.set()
+                        wake.set()
+                        return
+                    try:
+                        msg = inboxes[element].get(timeout=LISTEN)
+                    except queue.Empty:
+                        continue
+                    if msg[0] == "item":
+                        channels[(msg[1], msg[2])].arrived(msg[3], msg[4])
+                    elif msg[0] == "low":
+                        channels[(msg[1], msg[2])].moved(msg[3])
+                    elif msg[0] == "deliver":  # outputs of a frame delivered elsewhere
+                        by_index[msg[1]].stream.deliver(*msg[2:])
+                    else:  # ("done", app): a frame completed elsewhere: the next may enter
+                        by_index[msg[1]].admission.completed(time.perf_counter())
+            except BaseException as e:  # noqa: BLE001 - stops the run, naming it
+                control.fail(fault_text(element, "its messages", e))
+                wake.set()
+
+        def report() -> None:  # from a thread: a driver stuck in a firing is still described
+            while not ended.wait(PROGRESS_EVERY):
+                out.put(("progress", element, ({r.name: r.done() for r in runs if r.delivers},
+                                               control.waiting.get(element, "running"))))
+
         # frozen before the start: a full collection with torch loaded takes ~0.1 s, which
         # at the start made the first hundred frames late (measured on the GPU machine)
         with frozen_heap(), contextlib.ExitStack() as during:
@@ -99,28 +172,30 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
             rt = during.enter_context(realtime_process()) if settings["realtime"] else False
             while not go.value:  # flags, not multiprocessing Events: a killed waiter would
                 time.sleep(0.001)  # hang an Event's set() (it waits for every sleeper)
+            for r in runs:
+                r.start(start.value)
             what = "the loop"
-            ended = threading.Event()
-
-            def report() -> None:  # from a thread: a loop stuck in a stage is still described
-                while not ended.wait(PROGRESS_EVERY):
-                    out.put(("progress", element, (
-                        {a.name: len(a.responses) for a in apps if loop.collects[a.index]},
-                        loop.what)))
-
-            reporter = threading.Thread(target=report, name=f"hetflow-{element}-report",
-                                        daemon=True)
-            reporter.start()
+            helpers = [threading.Thread(target=f, name=f"hetflow-{element}-{f.__name__}",
+                                        daemon=True) for f in (listen, report)]
+            for t in helpers:
+                t.start()
             try:
-                loop.run(start.value, lambda: bool(stop.value))
+                drive_shared(element, [t for r in runs for t in r.tenants()], control, wake,
+                             cores, dispatched)
+                while not control.stop.wait(LISTEN):  # its frames all done: until the stop
+                    pass
             finally:
                 ended.set()
-                reporter.join()
-        out.put(("result", element, {**loop.results(), "realtime": rt}))
+                for t in helpers:
+                    t.join()
+        control.raise_fault()
+        out.put(("result", element, {"apps": {r.index: r.measured(warmup, n_check)
+                                              for r in runs},
+                                     "dispatch": (dispatched.delay, dispatched.turns),
+                                     "realtime": rt}))
     except BaseException as e:  # report where it happened; the parent stops the others
-        if what == "the loop":
-            what = loop.what
-        out.put(("fault", element, fault_text(element, what, e)))
+        out.put(("fault", element, control.faults[0] if control.faults
+                 else fault_text(element, what, e)))
     finally:
         for pp in prepared:
             try:
@@ -129,20 +204,35 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
                 pass
 
 
+def _tell_loaders(inboxes: list, index: int) -> None:
+    """A frame of application `index` completed here: the other processes that load its
+    frames may let the next one enter."""
+    for inbox in inboxes:
+        inbox.put(("done", index))
+
+
+def collector_of(entry: AppEntry) -> str:
+    """The element whose process completes the application's frames: one of those that deliver
+    its model outputs (the others hand theirs to it)."""
+    return min(delivering_elements(entry))
+
+
 # ------------------------------------------------------------------ the parent
 
 
 def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_frames: int,
                   max_in_flight: int, stall_timeout: float, trace_path, progress, seed: int,
                   realtime: bool = False, on_started: Callable[[list], None] | None = None):
+    """`run_multiplan` on the process engine: every element a process of its own."""
     placement = hosts(mp)
+    target = warmup + frames
     ctx = mp_.get_context("spawn")  # CUDA in a child needs a fresh interpreter
     out = ctx.Queue()
     inboxes = {el: ctx.Queue() for el in placement}
     go, stop, start = ctx.RawValue("b", 0), ctx.RawValue("b", 0), ctx.RawValue("d", 0.0)
     settings = {"seed": seed, "warmup": warmup, "check_frames": check_frames,
                 "max_in_flight": max_in_flight, "trace": trace_path is not None,
-                "realtime": realtime}
+                "realtime": realtime, "frames": frames_per_app(mp, target)}
     procs = {el: ctx.Process(target=element_main, name=f"hetflow-{el}", daemon=True,
                              args=(mp.to_dict(), el, names, settings, out, inboxes, go, start,
                                    stop, os.getpid()))
@@ -155,7 +245,6 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
         el for a in mp.apps for el in a.plan.elements.values())))
     if on_started:
         on_started(list(procs.values()))
-    target = warmup + frames
     counts = {a.name: 0 for a in mp.apps}
     doing = {el: "not started" for el in procs}  # what each element's loop does, as it said
     results: dict[str, dict] = {}
@@ -238,5 +327,8 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
             q.cancel_join_thread()  # what is still queued is not wanted any more
         watching.close()
     rt = all(r.get("realtime") for r in results.values()) if realtime else None
-    return multi_report(mp, graphs, results, t_stop - start.value, complete, warmup, seed,
-                        trace_path, "processes", rt)
+    per_app = [app_results([r["apps"][i] for r in results.values() if i in r["apps"]])
+               for i in range(len(mp.apps))]
+    return multi_report(mp, graphs, per_app,
+                        {el: r["dispatch"] for el, r in results.items()},
+                        t_stop - start.value, complete, warmup, seed, trace_path, "processes", rt)

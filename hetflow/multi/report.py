@@ -1,6 +1,7 @@
-"""What a multi-CNN run reports, from every element's `Element.results()`: per application the
-response times from release, the deadlines missed, the split into running and waiting, and the
-reference check; per element its utilisation and dispatch delay. Both engines build it here."""
+"""What a multi-CNN run reports, from what each application measured (`apps.AppRun.results`):
+per application the response times from release, the deadlines missed, the split into running
+and waiting, and the reference check; per element its utilisation and dispatch delay. Both
+engines build it here."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from hetflow.runtime.report import RunReport, latency_stats
 from hetflow.multi.multiplan import AppEntry, MultiPlan
 from hetflow.runtime.check import check_outputs
 from hetflow.runtime.inputs import random_source
+from hetflow.runtime.trace import write_trace
 
 
 @dataclass
@@ -35,20 +37,22 @@ def app_report(entry: AppEntry, index: int, responses: list[float], done_at: lis
                late_releases: int, peak_in_flight: int, kept: dict, warmup: int,
                complete: bool, graph, seed: int, execs: list[float] | None = None) -> RunReport:
     """One application's report: response times of the frames after `warmup`, the deadlines
-    they missed, and the reference check of the kept frames (inputs from the same seeded
-    source as the run). `execs`: per frame, the seconds its firings ran; the report splits
-    each response into that and waiting (late release, blocking, queueing), which says whether
-    a long response came from a slow firing or from the schedule."""
+    they missed (a response beyond `relative_deadline`), and the reference check of the kept
+    frames (inputs from the same seeded source as the run). `execs`: per frame, the seconds
+    its firings ran; the report splits each response into that and waiting (late release,
+    blocking, queueing), which says whether a long response came from a slow firing or from
+    the schedule."""
 
     resp = responses[warmup:]
     done = done_at[warmup:]
     thr = (len(done) - 1) / (done[-1] - done[0]) if len(done) >= 2 else float("nan")
-    missed = int(np.sum(np.asarray(resp) > entry.period)) if entry.period > 0 else 0
+    deadline = entry.relative_deadline
+    missed = int(np.sum(np.asarray(resp) > deadline)) if deadline > 0 else 0
     r = RunReport(entry.name, len(resp), min(warmup, len(responses)), thr, latency_stats(resp),
                   {}, dict(entry.predicted), complete=complete,
-                  notes={"period_s": entry.period, "priority": entry.priority,
-                         "missed": missed, "late_releases": late_releases,
-                         "peak_in_flight": peak_in_flight})
+                  notes={"period_s": entry.period, "deadline_s": deadline,
+                         "priority": entry.priority, "missed": missed,
+                         "late_releases": late_releases, "peak_in_flight": peak_in_flight})
     r.predicted.pop("tasks", None)
     if execs is not None and len(execs) == len(responses):
         ex = np.asarray(execs[warmup:], dtype=float)
@@ -61,24 +65,23 @@ def app_report(entry: AppEntry, index: int, responses: list[float], done_at: lis
     return r
 
 
-def multi_report(mp: MultiPlan, graphs: dict, results: dict[str, dict], wall: float,
-                 complete: bool, warmup: int, seed: int, trace_path, engine: str,
+def multi_report(mp: MultiPlan, graphs: dict, results: list[dict],
+                 dispatch: dict[str, tuple[float, int]], wall: float, complete: bool,
+                 warmup: int, seed: int, trace_path, engine: str,
                  realtime: bool | None) -> MultiRunReport:
-    """The run's report from every element's `Element.results()`, its trace written."""
-    reports = []
-    for i, entry in enumerate(mp.apps):
-        parts = [r["apps"][entry.name] for r in results.values() if entry.name in r["apps"]]
-        d = next(p for p in parts if p["collector"])
-        reports.append(app_report(entry, i, d["responses"], d["done_at"],
-                                  sum(p["late_releases"] for p in parts),
-                                  max(p["peak_in_flight"] for p in parts), d["kept"], warmup,
-                                  complete, graphs[entry.name], seed, d["execs"]))
-    util = {el: min(1.0, r["busy"] / wall) for el, r in results.items()} if wall > 0 else {}
-    dispatch = {el: r["dispatch"][0] / r["dispatch"][1] for el, r in results.items()
-                if r["dispatch"][1]}
-    events = [ev for r in results.values() for ev in r["events"]]
+    """The run's report from each application's results (in `mp.apps`' order) and each
+    element's (seconds of dispatch delay, firings), its trace written."""
+    reports = [app_report(entry, i, d["responses"], d["done_at"], d["late_releases"],
+                          d["peak_in_flight"], d["kept"], warmup, complete, graphs[entry.name],
+                          seed, d["execs"])
+               for i, (entry, d) in enumerate(zip(mp.apps, results))]
+    busy: dict[str, float] = {}
+    for d in results:
+        for el, b in d["busy"].items():
+            busy[el] = busy.get(el, 0.0) + b
+    util = {el: min(1.0, b / wall) for el, b in busy.items()} if wall > 0 else {}
+    delays = {el: s / n for el, (s, n) in dispatch.items() if n}
+    events = [ev for d in results for ev in d["events"]]
     if trace_path is not None and events:
-        from hetflow.runtime.trace import write_trace
-
         write_trace(trace_path, events, min(ev[4] for ev in events))
-    return MultiRunReport(reports, util, wall, complete, dispatch, engine, realtime)
+    return MultiRunReport(reports, util, wall, complete, delays, engine, realtime)

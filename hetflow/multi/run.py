@@ -1,5 +1,6 @@
 """`run_multiplan`: several CNNs at once on one machine, on the engine that suits the plan (the
-thread engine of runtime.py, or one process per element, procs.py)."""
+thread engine of runtime.py, or one process per element, procs.py); both run the one firing
+loop of single plans, lanes, batches and interleaved phase orders included."""
 from __future__ import annotations
 
 from typing import Callable
@@ -8,8 +9,11 @@ from hetflow.errors import InputError
 
 from hetflow.multi.multiplan import MultiPlan
 from hetflow.multi.report import MultiRunReport
-from hetflow.multi.procs import hosts, run_processes
+from hetflow.multi.apps import check_in_flight
+from hetflow.multi.apps import hosts
+from hetflow.multi.procs import run_processes
 from hetflow.multi.runtime import run_threads
+from hetflow.plan.plan import check_plan_lanes
 from hetflow.platform.detect import check_cores_present
 from hetflow.runtime.api import load_plan_model
 
@@ -41,9 +45,14 @@ def run_multiplan(mp: MultiPlan, graphs: dict | None = None, frames: int = 1000,
     if engine not in ("auto", "threads", "processes"):
         raise InputError(f"--engine {engine!r}: use auto, threads or processes")
     mp.validate()
+    check_in_flight(mp, max_in_flight)
 
     for a in mp.apps:
         check_cores_present(a.plan.elements.values(), f"application {a.name}")
+        try:
+            check_plan_lanes(a.plan.mapping, a.plan.elements)
+        except InputError as e:
+            raise InputError(f"application {a.name}: {e}") from None
 
     if engine == "auto":
         engine = "processes" if all(len(set(a.plan.elements)) == 1 for a in mp.apps) else "threads"

@@ -1,34 +1,28 @@
 """Run a multi-plan with every element a thread of this interpreter (`run-multi --engine
-threads`): each thread runs `element.Element`'s loop (releases at the applications' periods, a
-priority queue of ready firings, tensors handed on); tensors pass by reference through
-queue.Queue inboxes. `procs.py` runs the same loop in one process per element.
+threads`) on the one firing loop: each application compiled and bound as a single plan
+(`apps.app_run`), with channels of its own; one thread per element drives the lanes of every
+application's worker there by priority (`runtime.loop.drive_shared`). `procs.py` runs the
+same driver in one process per element.
 
 Sub-network sessions and the reference check are the single-app engine's; the report is
 `report.multi_report`.
 """
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from typing import Callable
 
-from hetflow.runtime.harness import Control, fault_text, stop_threads, supervise
+from hetflow.backends import control_cores, pinned
+from hetflow.runtime.engine import prepare
+from hetflow.runtime.harness import Control, frozen_heap, stop_threads, supervise
+from hetflow.runtime.loop import Dispatched, drive_shared
 
-from hetflow.multi.element import Element, hosts, make_app, prewarm
+from hetflow.multi.apps import app_results, app_run, frames_per_app, hosts, prewarm
 from hetflow.multi.multiplan import MultiPlan
 from hetflow.multi.report import MultiRunReport, multi_report
-from hetflow.backends import caller_cores_of, control_cores, pin_current_thread, pinned
-from hetflow.runtime.engine import prepare
-from hetflow.runtime.harness import frozen_heap
-from hetflow.runtime.inputs import random_source
 
-POLL = 0.05
-
-
-def _prepare(mp: MultiPlan, graphs: dict, progress) -> dict[str, object]:
-
-    return {a.name: prepare(a.plan, graphs[a.name], progress) for a in mp.apps}
+POLL = 0.01  # s: how often the supervising thread counts the frames completed
 
 
 def run_threads(mp: MultiPlan, graphs: dict, frames: int, warmup: int, n_check: int,
@@ -41,50 +35,47 @@ def run_threads(mp: MultiPlan, graphs: dict, frames: int, warmup: int, n_check: 
     elements = {}
     for a in mp.apps:
         elements.update(a.plan.elements)
-    inboxes = {el: queue.Queue() for el in placement}
-    prepared = _prepare(mp, graphs, progress)
-    loops: dict[str, Element] = {}
+    target = warmup + frames
     control = Control()
+    wakes = {el: threading.Event() for el in placement}
+    prepared = {}
     try:
-        for el, names in placement.items():
-            apps = [make_app(i, e, prepared[e.name].runners, random_source(graphs[e.name], seed + i),
-                             el) for i, e in enumerate(mp.apps) if e.name in names]
-            loops[el] = Element(el, apps, max_in_flight, lambda k: warmup <= k < warmup + n_check,
-                                trace_path is not None, inboxes, spin=0.0)
-            for a in apps:
-                if progress:
-                    progress(f"warming up {a.name} on {el}")
-                prewarm(a, graphs[a.name], a.flow.local)
-        collectors = [a for lp in loops.values() for a in lp.apps if lp.collects[a.index]]
-        target = frames + warmup
-        t0 = 0.0  # set once the heap is frozen: a full collection first can take 100s of ms
-
-        def worker(el: str) -> None:
-            lp = loops[el]
-            try:
-                pin_current_thread(caller_cores_of(
-                    (r for a in lp.apps for (e, _), r in a.runners.items() if e == el),
-                    elements[el]))
-                lp.run(t0, control.stop.is_set)
-            except BaseException as e:  # stop everything, naming where it happened
-                control.fail(fault_text(el, lp.what, e))
+        for a in mp.apps:
+            prepared[a.name] = prepare(a.plan, graphs[a.name], progress)
+        runs = [app_run(i, a, prepared[a.name], n, control, max_in_flight,
+                        lambda k: warmup <= k < warmup + n_check, seed, wakes,
+                        trace_path is not None)
+                for i, (a, n) in enumerate(zip(mp.apps, frames_per_app(mp, target)))]
+        for r in runs:
+            if progress:
+                progress(f"warming up {r.name}")
+            prewarm(prepared[r.name], seed + r.index)
+        dispatched = {el: Dispatched() for el in placement}
+        threads = []
+        for el in placement:  # each element's workers, highest priority first (mp.apps' order)
+            tenants = [t for r in runs for t in r.tenants() if t.worker.program.element == el]
+            threads.append(threading.Thread(
+                target=drive_shared, name=f"hetflow-{el}", daemon=True,
+                args=(el, tenants, control, wakes[el], tenants[0].worker.cores,
+                      dispatched[el])))
 
         def step() -> dict[str, int] | None:
-            done = {a.name: len(a.responses) for a in collectors}
+            done = {r.name: r.done() for r in runs}
             if min(done.values()) >= target:
                 return None
-            time.sleep(POLL / 5)
+            time.sleep(POLL)
             return {name: n for name, n in done.items() if n < target}
 
-        def doing(_: int) -> str:
-            return "(" + "; ".join(f"{e}: {lp.what}" for e, lp in sorted(loops.items())) + ")"
+        def doing(_) -> str:
+            return "(" + "; ".join(f"{el}: {control.waiting.get(el, 'not started')}"
+                                   for el in sorted(placement)) + ")"
 
-        threads = [threading.Thread(target=worker, args=(el,), name=f"hetflow-{el}", daemon=True)
-                   for el in loops]
         if progress:
             progress(f"running {len(mp.apps)} applications")
         with frozen_heap(switch_interval), pinned(control_cores(elements.values())):
-            t0 = time.perf_counter() + 0.01
+            t0 = time.perf_counter() + 0.01  # once the heap is frozen (a full collection first)
+            for r in runs:
+                r.start(t0)
             try:  # (a Ctrl-C while they start stops those started)
                 for t in threads:
                     t.start()
@@ -96,7 +87,6 @@ def run_threads(mp: MultiPlan, graphs: dict, frames: int, warmup: int, n_check: 
         for pp in prepared.values():
             pp.close()
     control.raise_fault()
-    return multi_report(mp, graphs, {el: lp.results() for el, lp in loops.items()}, t_stop - t0,
+    return multi_report(mp, graphs, [app_results([r.measured(warmup, n_check)]) for r in runs],
+                        {el: (d.delay, d.turns) for el, d in dispatched.items()}, t_stop - t0,
                         complete, warmup, seed, trace_path, "threads", None)
-
-

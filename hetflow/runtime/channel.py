@@ -8,7 +8,7 @@ references over); a channel between processes or Ray workers would implement the
 from __future__ import annotations
 
 import threading
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from hetflow.runtime.harness import POLL, Control, Stopped
 
@@ -130,3 +130,45 @@ class FrameChannel:
             if ok:
                 control.waiting[element] = "running"
                 return item
+
+
+class QueueChannel(FrameChannel):
+    """A channel between two processes, each holding a copy: the producer's puts items to the
+    consumer (`post_item(f, item)`, a message to its process), the consumer's takes tell the
+    producer where its window starts (`post_low(low)`). What a process hears from the other
+    arrives through `arrived` and `moved` (its thread that reads its messages). The window is
+    the consumer's: the producer sees it as last told, never ahead of it, so an item it puts
+    always fits the consumer's window."""
+
+    def __init__(self, name: str, capacity: int, post_item: Callable[[int, Any], None],
+                 post_low: Callable[[int], None]):
+        super().__init__(name, capacity)
+        self.post_item, self.post_low = post_item, post_low
+
+    def try_put(self, f: int, item: Any) -> bool:  # the producer's side
+        if f >= self.low + self.capacity:
+            return False
+        self.post_item(f, item)
+        return True
+
+    def try_get(self, f: int) -> tuple[bool, Any]:  # the consumer's side
+        low = self.low
+        got = super().try_get(f)
+        if self.low != low:
+            self.post_low(self.low)
+        return got
+
+    def arrived(self, f: int, item: Any) -> None:
+        """The producer put frame f's item (the consumer's side)."""
+        if not super().try_put(f, item):
+            raise RuntimeError(f"channel {self.name}: frame {f} came beyond the window")
+
+    def moved(self, low: int) -> None:
+        """The consumer's window starts at `low` now (the producer's side)."""
+        with self.lock:
+            if low <= self.low:
+                return
+            self.low = low
+            self.space.notify_all()
+        for ev in self.listeners:
+            ev.set()

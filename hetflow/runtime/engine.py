@@ -35,7 +35,7 @@ from hetflow.plan.mapping import group_members
 from hetflow.plan.plan import Plan
 from hetflow.model.graph import CnnGraph
 
-from hetflow.runtime.channel import FrameChannel
+from hetflow.runtime.channel import Channel, FrameChannel
 from hetflow.runtime.harness import Control, frozen_heap, stop_threads, supervise
 from hetflow.runtime.loop import Stream, Worker, drive
 from hetflow.plan.program import Program, compile_programs
@@ -157,16 +157,21 @@ def batch_windows(plan: Plan) -> dict[str, int]:
     return {name: w + held for name, w in channel_windows(plan).items()}
 
 
-def bind(pp: PreparedPlan, programs: list[Program], frames: int, delivering: list[str]
-         ) -> list[Worker]:
+def bind(pp: PreparedPlan, programs: list[Program], frames: int, delivering: list[str],
+         channels: dict[str, Channel] | None = None,
+         wakes: dict[str, threading.Event] | None = None, turns: bool = False) -> list[Worker]:
     """Each program with its element's runners, the run's channels and its group's dispatch;
-    laned workers listen on the channels they use."""
+    laned workers listen on the channels they use. Several applications at once
+    (`multi.runtime`) bind each application's programs with `channels` of their own kind (one
+    `FrameChannel` per channel of the plan, by default), the `wakes` of the elements' shared
+    drivers (every worker listens on its element's) and `turns` (a firing waits for its turn)."""
 
     plan = pp.plan
     steps: dict[str, dict[int, Any]] = {}
     for fi in firings(plan.app):
         steps.setdefault(fi.actor, {})[fi.phase] = fi
-    chans = {name: FrameChannel(name, w) for name, w in batch_windows(plan).items()}
+    chans = channels if channels is not None else {
+        name: FrameChannel(name, w) for name, w in batch_windows(plan).items()}
     dispatch = {p.actor: Dispatch(list(p.pattern) if p.pattern else None, frames)
                 for p in programs}  # one per actor: its members share it
     workers = []
@@ -177,12 +182,15 @@ def bind(pp: PreparedPlan, programs: list[Program], frames: int, delivering: lis
         # lanes overlap where the runners launch runs without waiting for them (a GPU's)
         on_device = prog.lanes > 1 and launches(every)
         used = {a.channel for a in prog.actions if a.channel}
-        wake = threading.Event() if prog.lanes > 1 and used else None
+        if wakes is not None:
+            wake = wakes[el]
+        else:
+            wake = threading.Event() if prog.lanes > 1 and used else None
         for name in used if wake else ():
             chans[name].listen(wake)
         workers.append(Worker(prog, caller_cores_of(every, plan.elements[el]), phases, runners,
                               chans, dispatch[prog.actor].take, delivering.index(el),
-                              on_device, wake))
+                              on_device, wake, turns))
     return workers
 
 

@@ -8,10 +8,18 @@ that yields only to wait; a GPU worker with k lanes keeps up to k runs in flight
 every free lane, wait for the oldest, deliver). Every design runs through these two functions,
 the parallel copies' (fire the whole model, deliver: a lane that never yields) included.
 A batched worker's lanes run `batch_lane_loop`, which gathers up to b frames before a firing.
+
+Several applications at once (`hetflow run-multi`) run on the same loop: `drive_shared` is an
+element's one thread over the lanes of every application's worker there. Their lanes yield a
+turn before each firing (`Worker.turns`), and the driver gives the turn to the lane of the
+highest-priority application that can go on: fixed priority, non-preemptive at the granularity
+of one firing (a lower-priority firing under way blocks a higher-priority frame for at most
+that firing, as the schedulability analysis assumes). A worker alone keeps `drive`.
 """
 from __future__ import annotations
 
 import collections
+import math
 import functools
 import contextlib
 import threading
@@ -30,6 +38,7 @@ from hetflow.backends import pin_current_thread
 ARRIVAL_POLL = 0.0002  # s: how often a device's driver with a free lane looks for the
 # next frame's arrival while its oldest run is still in flight
 GET, PUT, ARRIVE, DEVICE = "get", "put", "arrive", "device"  # what a lane waits on
+TURN = "turn"  # a lane of a shared element, ready to fire: (TURN, the firing, frame, "")
 # a batched lane's wait for the next frame of a partial batch: (DUE, (deadline, GET | ARRIVE,
 # the channel or None), frame, what): over at the deadline or once the inner wait is
 DUE = "due"
@@ -44,7 +53,8 @@ class Stream:
     deliver: Callable[[int, dict, int], None]  # (frame, outputs, index of the delivering element)
     first_start: list[float]  # when each frame entered (its arrival, or its first load);
     # a list: read and written a firing at a time, where a list's item is cheaper than an array's
-    events: list | None = None  # trace events (worker, actor, phase, frame, start, end)
+    events: list | None = None  # trace events (worker, actor, phase, frame, start, end): a
+    # list, or what takes `append` and `+=` as one (the multi-CNN engines sum each frame's)
     arrive_at: np.ndarray | None = None  # absolute arrival times; None: all there at once
     busy: dict[tuple[str, int], float] = field(default_factory=dict)  # (element, lane) -> s
 
@@ -62,6 +72,7 @@ class Worker:
     index: int  # among the elements that deliver (the report's per-element split)
     on_device: bool  # its runners launch (submit / finished / collect) rather than run
     wake: threading.Event | None = None  # set by its channels (a laned worker's)
+    turns: bool = False  # its lanes yield a turn before each firing (a shared element's)
 
     def bound(self, lane: int) -> list[tuple]:
         """The program's actions with their channel or runner: (kind, a, b, c)."""
@@ -90,6 +101,7 @@ def lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]:
     prog, control, stop, deliver = w.program, s.control, s.control.stop, s.deliver
     inputs, first_start, arrive_at, events = s.inputs, s.first_start, s.arrive_at, s.events
     clock, on_device, index, span = time.perf_counter, w.on_device, w.index, prog.span
+    turns = w.turns
     ring: list[dict[str, Any]] = [{} for _ in range(span)]  # tensors of the frames under way
     acts = [(act.slot, *item) for act, item in zip(prog.actions, w.bound(lane))]
     spent, firing = 0.0, None
@@ -113,6 +125,8 @@ def lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]:
                             return
                         for t in c:
                             local[t] = x[t]
+                    if turns:  # its inputs are there: the element's driver says when
+                        yield TURN, a, f, ""
                     t0 = clock()
                     if c and first_start[f] != first_start[f]:  # not yet entered (NaN)
                         first_start[f] = t0 if arrive_at is None else arrive_at[f]
@@ -391,3 +405,125 @@ def drive(s: Stream, w: Worker) -> None:
                 runner.collect_frames() if w.program.batch > 1 else runner.collect()
         for g in gens:
             g.close()
+
+
+@dataclass
+class Tenant:
+    """One application's worker on a shared element, as `drive_shared` drives it."""
+
+    name: str  # the application's
+    stream: Stream
+    worker: Worker
+
+
+@dataclass
+class Dispatched:
+    """How long an element's turns waited for its driver: the delay from a lane's turn (or the
+    end of the firing before it, whichever came later) to the firing's start."""
+
+    delay: float = 0.0
+    turns: int = 0
+
+
+def drive_shared(element: str, tenants: list[Tenant], control: Control, wake: threading.Event,
+                 cores: list[int], dispatched: Dispatched) -> None:
+    """The one thread of `element`, shared by several applications' workers (`tenants`, highest
+    priority first, each with `turns`): it resumes the lane of the highest-priority application
+    whose wait is over, one resume at a time (a resume runs at most one firing: the lane yields
+    its turn before the next), then looks again from the top; when no wait is over, it waits on
+    the oldest run in flight on a device, else on `wake` (set by every channel the tenants use
+    and by their frames' admission) until the next arrival, at most POLL. Their runs in flight
+    are looked at in launch order, as `drive` does."""
+    clock = time.perf_counter
+    gens, names, arrive, batched = [], [], [], []
+    for t in tenants:
+        w, k = t.worker, t.worker.program.lanes
+        loop = batch_lane_loop if w.program.batch > 1 else lane_loop
+        for lane in range(k):
+            gens.append(loop(t.stream, w, lane, f"{element}/lane{lane}" if k > 1 else element))
+            names.append(t.name)
+            arrive.append(t.stream.arrive_at)
+            batched.append(w.program.batch > 1)
+    n = len(gens)
+    waits: list[tuple | None] = [None] * n  # what each lane waits on (None: none)
+    since = [0.0] * n  # when a lane's turn came
+    in_flight: collections.deque[tuple[int, Any]] = collections.deque()  # (lane, runner)
+    free_at = 0.0  # when the element's last firing ended
+
+    def resume(i: int) -> None:
+        wait = next(gens[i], None)
+        if wait is not None and wait[0] == DEVICE:
+            in_flight.append((i, wait[1]))
+            wait = None
+        elif wait is not None and wait[0] is TURN:
+            since[i] = clock()
+        waits[i] = wait
+
+    def over(i: int) -> bool:
+        w = waits[i]
+        return w is not None and (w[0] is TURN or _over(w[0], w[1], w[2], arrive[i]))
+
+    try:
+        pin_current_thread(cores)
+        for i in range(n):
+            resume(i)
+        while in_flight or any(w is not None for w in waits):
+            wake.clear()  # before looking: a change after this sets it again
+            moved = False
+            while in_flight and in_flight[0][1].finished():
+                moved = True
+                resume(in_flight.popleft()[0])
+            i = next((i for i in range(n) if over(i)), None)
+            if i is not None:
+                moved = True
+                kind, obj, f, _ = waits[i]
+                waits[i] = None
+                if kind is TURN:  # named while it runs: a fault or a stall names it
+                    control.waiting[element] = (f"application {names[i]}, stage {obj.actor} "
+                                                f"phase {obj.phase}, frame {f}")
+                    now = clock()
+                    dispatched.delay += max(0.0, now - max(since[i], free_at))
+                    dispatched.turns += 1
+                    resume(i)
+                    free_at = clock()
+                else:
+                    resume(i)
+            if not moved:
+                _wait_shared(control, element, waits, names, arrive, wake,
+                             in_flight[0][1] if in_flight else None)
+    except Stopped:
+        return
+    except BaseException as e:  # noqa: BLE001 - a failure outside any firing
+        control.fail(fault_text(element, "its driver", e))
+    finally:
+        for i, runner in in_flight:  # a run left in flight by a stop: free the lane again
+            with contextlib.suppress(Exception):
+                runner.collect_frames() if batched[i] else runner.collect()
+        for g in gens:
+            g.close()
+
+
+def _wait_shared(control: Control, element: str, waits: list[tuple | None], names: list[str],
+                 arrive: list, wake: threading.Event, oldest_run: Any) -> None:
+    """Block until a wait of a shared element's lanes may be over: the oldest run in flight
+    first (polling for arrivals due meanwhile), else `wake` until the next arrival due, at most
+    POLL; says what the highest-priority lane waits on. Stopped once the run stops. A frame not
+    yet admitted (its arrival unknown: infinite) is waited for on `wake`, which admits it."""
+    if control.stop.is_set():
+        raise Stopped
+    due = [d for w, a in zip(waits, arrive) if w is not None
+           and (d := _due(w, a)) is not None and d != math.inf]
+    ahead = max(0.0, min(due) - time.perf_counter()) if due else POLL
+    if oldest_run is not None:
+        if not due:
+            oldest_run.wait()
+        elif not oldest_run.finished():
+            time.sleep(min(ahead, ARRIVAL_POLL))
+        return
+    said = ", ".join(dict.fromkeys(  # each application's waits, highest priority first
+        "waiting for the next release" if w[0] == ARRIVE
+        else f"application {name}, waiting for {w[3]}"
+        for w, name in zip(waits, names) if w is not None))
+    if control.waiting.get(element) != said:
+        control.waiting[element] = said
+    wake.wait(min(POLL, ahead))

@@ -113,15 +113,15 @@ def test_run_multi_on_this_machine(tmp_path):
     assert all(a["notes"]["missed"] == 0 and a["checked_frames"] == 4 for a in rep["apps"])
     bad = runner.invoke(app, ["run-multi", str(tmp_path / "missing.json")])
     assert isinstance(bad.exception, InputError)
-    # lanes are refused with a line naming the element and the limit (the engines and the
-    # schedulability analysis run one frame at a time per element)
+    # lanes run on GPU elements only (tests/multi/test_engine_lanes runs them): on a CPU
+    # element they are refused with a line naming the application and the element
     d = json.loads((tmp_path / "m.json").read_text())
     d["apps"][0]["plan"]["mapping"]["lanes"] = {f"cpu{core}": 4}
     (tmp_path / "lanes.json").write_text(json.dumps(d))
     bad = runner.invoke(app, ["run-multi", str(tmp_path / "lanes.json")])
     assert isinstance(bad.exception, InputError)
-    assert f"element cpu{core} asks for 4 lanes" in str(bad.exception)
-    assert "(limit 1)" in str(bad.exception)
+    assert (f"application x: element 'cpu{core}' is a cpu element: only GPU elements run "
+            "lanes (asked for 4)") in str(bad.exception)
 
 
 def test_profile_dir_finds_model_dot_profile_json(tmp_path):

@@ -1,5 +1,4 @@
 """End to end on two tiny random models on this machine's cores: search, multi-plan, run."""
-import heapq
 import os
 
 import pytest
@@ -8,7 +7,6 @@ from hetflow.plan.mapping import Mapping
 from hetflow.multi.multiplan import MultiPlan, make_multiplan
 from hetflow.multi.problem import MultiProblem
 from hetflow.multi.run import run_multiplan
-from hetflow.multi.element import Element, make_app
 from hetflow.multi.search import MultiSearchResult, evaluate_joint, search_multi
 from hetflow.platform.spec import ProcessingElement
 
@@ -84,20 +82,6 @@ def test_a_period_too_short_is_reported_as_misses_with_bounded_frames_in_flight(
     assert b.notes["late_releases"] > 0 and b.notes["peak_in_flight"] <= 2
 
 
-def test_ready_firings_are_served_by_priority_then_frame():
-    mp = tiny_problem()
-    e0, _ = (e.name for e in cpu_elements())
-    plan = plan_of(mp, [Mapping({l.name: e0 for l in a.graph.layers}) for a in mp.apps])
-    apps = [make_app(i, entry, {}, lambda f: {}, e0) for i, entry in enumerate(plan.apps)]
-    loop = Element(e0, apps, 4, lambda k: False, False, {e0: None})
-    low, high = apps[1], apps[0]  # plan.apps is ordered by priority
-    assert (high.entry.priority, low.entry.priority) == (1, 2)
-    low.entry.period = high.entry.period = 1.0
-    loop.release_due(0.0, 1.5)  # frames 0 and 1 of each; frame 1 waits for its actor's frame 0
-    order = [heapq.heappop(loop.ready) for _ in range(len(loop.ready))]
-    assert [(p, f) for p, f, *_ in order] == [(1, 0), (2, 0)]
-
-
 def test_bad_run_options():
     from hetflow.errors import InputError
 
@@ -121,16 +105,16 @@ def test_bad_run_options():
 def test_the_run_shortens_the_gil_switch_interval_and_restores_it(monkeypatch):
     import sys
 
-    from hetflow.multi.element import Element
+    import hetflow.multi.runtime as runtime
 
     seen = []
-    run = Element.run
+    drive = runtime.drive_shared
 
-    def spy(self, *a, **k):
+    def spy(*a, **k):
         seen.append(sys.getswitchinterval())
-        return run(self, *a, **k)
+        return drive(*a, **k)
 
-    monkeypatch.setattr(Element, "run", spy)
+    monkeypatch.setattr(runtime, "drive_shared", spy)
     before = sys.getswitchinterval()
     mp = tiny_problem(0.15, 0.2)
     e0, _ = (e.name for e in cpu_elements())

@@ -1,0 +1,123 @@
+"""Multi-plans with what single plans run on the one loop: GPU lanes (a stand-in GPU,
+tests/fake_gpu), batches and interleaved phase orders, on the thread and process engines;
+outputs equal the reference frame by frame."""
+import os
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import fake_gpu
+from hetflow.dataflow.csdf import cnn_to_csdf
+from hetflow.errors import InputError
+from hetflow.plan.mapping import Mapping
+from hetflow.plan.plan import Plan
+from hetflow.multi.multiplan import AppEntry, MultiPlan
+from hetflow.multi.run import run_multiplan
+
+from test_procs import on_files
+from test_runtime import cpu_elements, graphs, tiny_problem
+
+CORES = sorted(os.sched_getaffinity(0))
+
+
+def entry(name: str, priority: int, period: float, graph, assignment: dict, elements: dict,
+          **mapping) -> AppEntry:
+    app = cnn_to_csdf(graph, assignment, "maximal")
+    plan = Plan(graph.name, graph.model_hash, "", "test",
+                Mapping(assignment, "maximal", **mapping), app,
+                {e: elements[e] for e in app.phases}, 2, {"throughput": 0.0}, "test")
+    return AppEntry(name, period, priority, plan)
+
+
+def halves(graph, first: str, second: str) -> dict:
+    names = [l.name for l in graph.layers]
+    return {l: first if i < len(names) // 2 else second for i, l in enumerate(names)}
+
+
+def check(report, frames: int) -> None:
+    for r in report.apps:
+        assert r.frames >= frames and r.checked_frames == 4 and r.max_abs_error < 1e-3
+
+
+def test_two_applications_share_a_laned_gpu():
+    mp = tiny_problem()
+    ga, gb = (a.graph for a in mp.apps)
+    els = {"gpu0": fake_gpu.gpu("gpu0", CORES[0]), **{e.name: e for e in cpu_elements()}}
+    cpu = cpu_elements()[0].name
+    plan = MultiPlan("test", [
+        entry("a", 1, 0.01, ga, {l.name: "gpu0" for l in ga.layers}, els, lanes={"gpu0": 2}),
+        entry("b", 2, 0.0, gb, halves(gb, cpu, "gpu0"), els, lanes={"gpu0": 2})])
+    fake_gpu.reset(slow=0.004)
+    try:
+        report = run_multiplan(plan, graphs(mp), frames=30, warmup=2, max_in_flight=3,
+                               engine="threads")
+        most = fake_gpu.IN_FLIGHT["max"]
+    finally:
+        fake_gpu.reset()
+    check(report, 30)
+    assert most >= 2  # the lanes overlapped runs
+    assert report.apps[1].notes["peak_in_flight"] == 3  # free-running b: as many as allowed
+
+
+@pytest.mark.parametrize("engine", ["threads", "processes"])
+def test_a_batched_element_beside_another_application(engine, tmp_path):
+    mp = tiny_problem(0.02, 0.0)
+    ga, gb = (a.graph for a in mp.apps)
+    e0, e1 = (e.name for e in cpu_elements())
+    els = {e.name: e for e in cpu_elements()}
+    plan = MultiPlan("test", [
+        entry("a", 1, 0.02, ga, {l.name: e0 for l in ga.layers}, els),
+        entry("b", 2, 0.0, gb, halves(gb, e0, e1), els, batch={e1: 3},
+              batch_wait={e1: 0.002})])
+    on_files(plan, tmp_path)
+    report = run_multiplan(plan, graphs(mp), frames=20, warmup=1, max_in_flight=4,
+                           engine=engine)
+    check(report, 20)
+    assert report.apps[0].notes["missed"] == 0
+
+
+def back_and_forth(graph, e0: str, e1: str) -> dict:
+    names = [l.name for l in graph.layers]
+    third = max(1, len(names) // 3)
+    return {l: e1 if third <= i < 2 * third else e0 for i, l in enumerate(names)}
+
+
+@pytest.mark.parametrize("engine", ["threads", "processes"])
+def test_an_interleaved_application_beside_another(engine, tmp_path):
+    mp = tiny_problem()
+    ga, gb = (a.graph for a in mp.apps)
+    e0, e1 = (e.name for e in cpu_elements())
+    els = {e.name: e for e in cpu_elements()}
+    a = entry("a", 1, 0.0, ga, back_and_forth(ga, e0, e1), els)
+    assert len(a.plan.app.phases[e0]) == 2
+    a.plan.mapping.interleave = {e0: [1, 0]}  # phase 0 of frame f + 1 before phase 1 of f
+    plan = MultiPlan("test", [a, entry("b", 2, 0.02, gb, {l.name: e1 for l in gb.layers}, els)])
+    on_files(plan, tmp_path)
+    with pytest.raises(InputError, match="--max-in-flight 1: application a runs its stages "
+                                         "interleaved, 2 frames at once"):
+        run_multiplan(plan, graphs(mp), frames=5, max_in_flight=1, engine=engine)
+    report = run_multiplan(plan, graphs(mp), frames=20, warmup=1, max_in_flight=3,
+                           engine=engine)
+    check(report, 20)
+
+
+@settings(max_examples=8, deadline=None)
+@given(data=st.data())
+def test_random_mappings_of_two_applications_keep_their_outputs(data):
+    """Any assignment of both applications' layers to two elements (stages shared by both in
+    any order), free-running or periodic: every frame completes and the outputs equal the
+    reference."""
+    mp = tiny_problem()
+    names = [e.name for e in cpu_elements()]
+    els = {e.name: e for e in cpu_elements()}
+    entries = []
+    for i, a in enumerate(mp.apps):
+        assignment = {l.name: data.draw(st.sampled_from(names)) for l in a.graph.layers}
+        period = data.draw(st.sampled_from([0.0, 0.005, 0.02]))
+        entries.append(entry(a.spec.name, i + 1, period, a.graph, assignment, els))
+    plan = MultiPlan("test", entries)
+    report = run_multiplan(plan, graphs(mp), frames=8, warmup=1,
+                           max_in_flight=data.draw(st.integers(1, 3)), engine="threads",
+                           stall_timeout=10.0)
+    assert report.complete
+    check(report, 8)
