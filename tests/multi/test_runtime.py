@@ -144,3 +144,14 @@ def check_free_running(report, frames: int) -> None:
         assert r.notes["peak_in_flight"] == 2  # opened as soon as there is room, never more
         assert r.notes["late_releases"] == 0  # no period, so nothing is late
         assert r.checked_frames == 4 and r.max_abs_error < 1e-3
+
+
+def test_misses_count_against_the_relative_deadline():
+    mp = tiny_problem(0.15, 0.2)
+    e0, _ = (e.name for e in cpu_elements())
+    plan = plan_of(mp, [Mapping({l.name: e0 for l in a.graph.layers}) for a in mp.apps])
+    plan.apps[0].deadline = 1e-7  # before any frame can be done: every response misses it
+    report = run_multiplan(plan, graphs(mp), frames=4, warmup=0, check="none", engine="threads")
+    a, b = report.apps
+    assert a.notes["deadline_s"] == 1e-7 and a.notes["missed"] == a.frames >= 4
+    assert b.notes["deadline_s"] == b.notes["period_s"] == 0.2  # none given: the period

@@ -71,3 +71,58 @@ def test_the_frame_channel_has_every_method_the_firing_loop_needs():
     needed = [m for m in vars(Channel) if not m.startswith("_")]
     assert {"try_get", "try_put", "has", "has_room", "wait_for", "wait_space", "listen"} <= set(needed)
     assert all(callable(getattr(FrameChannel("c", 1), m)) for m in needed)
+
+
+def queue_pair(capacity: int):
+    """A QueueChannel's two copies, producer's and consumer's, joined by two lists of
+    messages (as the process engine joins them through each process's queue)."""
+    from hetflow.runtime.channel import QueueChannel
+
+    to_consumer, to_producer = [], []
+    producer = QueueChannel("c", capacity, lambda f, x: to_consumer.append((f, x)),
+                            lambda low: to_producer.append(low))
+    consumer = QueueChannel("c", capacity, lambda f, x: to_consumer.append((f, x)),
+                            lambda low: to_producer.append(low))
+
+    def deliver() -> None:  # what each process's message thread does
+        while to_consumer:
+            consumer.arrived(*to_consumer.pop(0))
+        while to_producer:
+            producer.moved(to_producer.pop(0))
+
+    return producer, consumer, deliver
+
+
+@settings(max_examples=50, deadline=None)
+@given(capacity=st.integers(1, 4), frames=st.integers(1, 12),
+       moves=st.lists(st.sampled_from(["put", "take", "deliver"]), max_size=60))
+def test_queue_channel_copies_keep_the_window_of_one_channel(capacity, frames, moves):
+    """Whatever order the producer puts, the consumer takes and the messages between the two
+    copies arrive, the producer's copy never lets a frame beyond the consumer's window, every
+    item arrives once and in its frame, and a taken frame frees room in the producer's copy
+    once its message arrives (the frames all pass)."""
+    producer, consumer, deliver = queue_pair(capacity)
+    put = taken = 0
+
+    def step(move: str) -> None:
+        nonlocal put, taken
+        if move == "put" and put < frames:
+            fits = put < producer.low + capacity
+            assert producer.try_put(put, f"x{put}") == fits
+            put += fits
+        elif move == "take":
+            ok, item = consumer.try_get(taken)
+            if ok:
+                assert item == f"x{taken}"
+                taken += 1
+        elif move == "deliver":
+            deliver()
+        assert producer.low <= consumer.low == taken
+        assert put <= consumer.low + capacity  # never beyond the consumer's window
+
+    for move in moves:
+        step(move)
+    for _ in range(3 * frames + 3):  # then every frame passes
+        for move in ("deliver", "put", "take"):
+            step(move)
+    assert taken == frames
