@@ -5,8 +5,6 @@
   depends on in its frame. An actor's phases come in their cyclic order (Algorithm 2's order,
   so the application cannot deadlock); phase 0 of frame f+1 follows the actor's last phase of
   frame f.
-- `Readiness`: which firings of which frames may start, given the ones that ended (the multi-CNN
-  engines' ready queues, in threads or one process per element).
 - `phase_sequence`: the (frame, phase) order of one worker, frame by frame or interleaved;
   `submission_order`: all workers' firings merged, for a driver that hands them out (Ray).
 - `Dispatch`: which member of a replica group (or which lane of a GPU) takes frame f.
@@ -159,78 +157,6 @@ def submission_order(schedule: list[Firing], sequences: dict[str, Iterator[tuple
             del heads[a]
         else:
             heads[a] = h
-
-
-# ---- readiness of firings, frame by frame ------------------------------------------------------
-@dataclass
-class FrameState:
-    release: float  # when the frame was (due to be) released
-    tensors: dict[str, Any]
-    waiting: list[int]  # per firing: inputs or predecessors still missing
-    left: int  # firings (and parts from elsewhere) still to end
-    last_end: float = 0.0
-    exec: float = 0.0  # seconds its firings ran (the rest of its response is waiting)
-
-
-class Readiness:
-    """The firings of one application that may start. `local`: the firings this engine runs
-    (default all; one element's process runs its own); `parts`: completions from elsewhere that
-    a frame also waits for (the process that measures the response hears from the others)."""
-
-    def __init__(self, schedule: list[Firing], local: set[int] | None = None, parts: int = 0):
-        self.schedule = schedule
-        self.local = set(range(len(schedule))) if local is None else set(local)
-        self.parts = parts
-        self.first = {f.actor: i for i, f in enumerate(schedule) if f.first}
-        self.frames: dict[int, FrameState] = {}
-        self.actor_done: dict[str, int] = {}  # actor -> last frame it finished
-
-    def open(self, k: int, release: float, tensors: dict[str, Any]) -> list[int]:
-        """Frame k arrives; returns its firings that are ready at once."""
-        waiting = [len(f.deps) for f in self.schedule]
-        for i in self.local:  # phase 0 after the actor's last phase of frame k - 1
-            f = self.schedule[i]
-            if f.first and self.actor_done.get(f.actor, -1) < k - 1:
-                waiting[i] += 1
-        self.frames[k] = FrameState(release, dict(tensors), waiting,
-                                    len(self.local) + self.parts, release)
-        return [i for i in sorted(self.local) if waiting[i] == 0]
-
-    def satisfy(self, k: int, i: int) -> bool:
-        """One missing input of firing i of frame k arrived; True when it is now ready."""
-        fr = self.frames[k]
-        fr.waiting[i] -= 1
-        return fr.waiting[i] == 0
-
-    def ended(self, k: int, i: int, end: float, ran: float
-              ) -> tuple[list[tuple[int, int]], list[int], bool]:
-        """Firing i of frame k ended at `end` after running `ran` seconds. Returns the
-        (frame, firing) pairs it made ready here, its successors that run elsewhere, and whether
-        frame k has nothing left here."""
-        f, fr = self.schedule[i], self.frames[k]
-        fr.exec += ran
-        fr.last_end = max(fr.last_end, end)
-        fr.left -= 1
-        ready, elsewhere = [], []
-        for s in f.succs:
-            if s not in self.local:
-                elsewhere.append(s)
-            elif self.satisfy(k, s):
-                ready.append((k, s))
-        if f.last:
-            self.actor_done[f.actor] = k
-            j = self.first[f.actor]
-            if k + 1 in self.frames and self.satisfy(k + 1, j):
-                ready.append((k + 1, j))
-        return ready, elsewhere, fr.left == 0
-
-    def part_ended(self, k: int, end: float, ran: float) -> bool:
-        """Another element finished its firings of frame k; True when nothing is left here."""
-        fr = self.frames[k]
-        fr.exec += ran
-        fr.last_end = max(fr.last_end, end)
-        fr.left -= 1
-        return fr.left == 0
 
 
 # ---- replica groups and lanes ------------------------------------------------------------------

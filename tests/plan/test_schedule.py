@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from hetflow.dataflow.csdf import cnn_to_csdf
 from hetflow.model.synthetic import random_cnn_graph
-from hetflow.plan.schedule import Dispatch, InOrder, Readiness, firings
+from hetflow.plan.schedule import Dispatch, InOrder, firings
 
 GRAPHS = {s: random_cnn_graph(16, s) for s in range(4)}
 
@@ -38,43 +38,6 @@ def test_firings_put_producers_first_and_phases_in_order(seed, data, policy):
     assert {t for f in order for t in f.returns} >= set(app.model_outputs)
     read = {t for f in order for t in f.source_inputs}
     assert read == set(app.model_inputs)
-
-
-@settings(max_examples=40, deadline=None)
-@given(seed=st.sampled_from(sorted(GRAPHS)), data=st.data(),
-       policy=st.sampled_from(["paper", "maximal"]), rng=st.randoms(use_true_random=False),
-       frames=st.integers(1, 5))
-def test_readiness_in_any_completion_order_runs_every_frame_and_keeps_the_csdf_rules(
-        seed, data, policy, rng, frames):
-    """Firings end in a random order among the ready ones; the oracle (from the application's
-    channels and phases, not from the schedule) checks each start, and every frame completes."""
-    app = random_app(seed, data, policy)
-    sched = firings(app)
-    flow = Readiness(sched)
-    ended: set[tuple[int, str, int]] = set()  # (frame, actor, phase)
-    ready = []
-    for k in range(frames):
-        ready += [(k, i) for i in flow.open(k, 0.0, {})]
-    completed = []
-    while ready:
-        k, i = ready.pop(rng.randrange(len(ready)))
-        f = sched[i]
-        for c in app.channels:  # the oracle: its inputs of this frame exist
-            if c.dst == f.actor and c.dst_phase == f.phase:
-                assert (k, c.src, c.src_phase) in ended
-        if f.phase:  # its actor's previous phase of this frame ended
-            assert (k, f.actor, f.phase - 1) in ended
-        elif k:  # phase 0 after the actor's last phase of the previous frame
-            assert (k - 1, f.actor, len(app.phases[f.actor]) - 1) in ended
-        ended.add((k, f.actor, f.phase))
-        more, elsewhere, done = flow.ended(k, i, 1.0, 1.0)
-        assert not elsewhere
-        ready += more
-        if done:
-            completed.append(k)
-            flow.frames.pop(k)
-    assert sorted(completed) == list(range(frames))
-    assert len(ended) == frames * len(sched)
 
 
 @settings(max_examples=80, deadline=None)
