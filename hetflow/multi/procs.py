@@ -46,6 +46,7 @@ from hetflow.multi.report import multi_report
 READY_TIMEOUT = 600.0  # s: loading models and sessions in every process
 PROGRESS_EVERY = 0.2  # s: how often an element process says what it has done
 LISTEN = 0.05  # s: how often a process's message thread looks at the stop flag
+SPIN = 3e-4  # s: the last stretch before a release is spun, not slept (wake-up latency)
 
 
 # ------------------------------------------------------------------ the element process
@@ -181,7 +182,7 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
                 t.start()
             try:
                 drive_shared(element, [t for r in runs for t in r.tenants()], control, wake,
-                             cores, dispatched)
+                             cores, dispatched, SPIN)
                 while not control.stop.wait(LISTEN):  # its frames all done: until the stop
                     pass
             finally:

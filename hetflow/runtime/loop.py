@@ -426,14 +426,15 @@ class Dispatched:
 
 
 def drive_shared(element: str, tenants: list[Tenant], control: Control, wake: threading.Event,
-                 cores: list[int], dispatched: Dispatched) -> None:
+                 cores: list[int], dispatched: Dispatched, spin: float = 0.0) -> None:
     """The one thread of `element`, shared by several applications' workers (`tenants`, highest
     priority first, each with `turns`): it resumes the lane of the highest-priority application
     whose wait is over, one resume at a time (a resume runs at most one firing: the lane yields
     its turn before the next), then looks again from the top; when no wait is over, it waits on
     the oldest run in flight on a device, else on `wake` (set by every channel the tenants use
     and by their frames' admission) until the next arrival, at most POLL. Their runs in flight
-    are looked at in launch order, as `drive` does."""
+    are looked at in launch order, as `drive` does. The last `spin` seconds before an arrival
+    are spun, not slept (a thread alone in its process: a sleeping one wakes late)."""
     clock = time.perf_counter
     gens, names, arrive, batched = [], [], [], []
     for t in tenants:
@@ -490,7 +491,7 @@ def drive_shared(element: str, tenants: list[Tenant], control: Control, wake: th
                     resume(i)
             if not moved:
                 _wait_shared(control, element, waits, names, arrive, wake,
-                             in_flight[0][1] if in_flight else None)
+                             in_flight[0][1] if in_flight else None, spin)
     except Stopped:
         return
     except BaseException as e:  # noqa: BLE001 - a failure outside any firing
@@ -504,11 +505,12 @@ def drive_shared(element: str, tenants: list[Tenant], control: Control, wake: th
 
 
 def _wait_shared(control: Control, element: str, waits: list[tuple | None], names: list[str],
-                 arrive: list, wake: threading.Event, oldest_run: Any) -> None:
+                 arrive: list, wake: threading.Event, oldest_run: Any, spin: float) -> None:
     """Block until a wait of a shared element's lanes may be over: the oldest run in flight
-    first (polling for arrivals due meanwhile), else `wake` until the next arrival due, at most
-    POLL; says what the highest-priority lane waits on. Stopped once the run stops. A frame not
-    yet admitted (its arrival unknown: infinite) is waited for on `wake`, which admits it."""
+    first (polling for arrivals due meanwhile), else `wake` until `spin` seconds before the next
+    arrival due (then not at all), at most POLL; says what each application's lanes wait on.
+    Stopped once the run stops. A frame not yet admitted (its arrival unknown: infinite) is
+    waited for on `wake`, which admits it."""
     if control.stop.is_set():
         raise Stopped
     due = [d for w, a in zip(waits, arrive) if w is not None
@@ -520,10 +522,12 @@ def _wait_shared(control: Control, element: str, waits: list[tuple | None], name
         elif not oldest_run.finished():
             time.sleep(min(ahead, ARRIVAL_POLL))
         return
+    if due and ahead <= spin:
+        return
     said = ", ".join(dict.fromkeys(  # each application's waits, highest priority first
         "waiting for the next release" if w[0] == ARRIVE
         else f"application {name}, waiting for {w[3]}"
         for w, name in zip(waits, names) if w is not None))
     if control.waiting.get(element) != said:
         control.waiting[element] = said
-    wake.wait(min(POLL, ahead))
+    wake.wait(min(POLL, ahead - spin if due else ahead))
