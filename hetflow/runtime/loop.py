@@ -418,8 +418,9 @@ class Tenant:
 
 @dataclass
 class Dispatched:
-    """How long an element's turns waited for its driver: the delay from a lane's turn (or the
-    end of the firing before it, whichever came later) to the firing's start."""
+    """How long an element's firings waited for its driver: from when each could start (its
+    frame's arrival where it waited for one, else its lane's turn; or the end of the firing
+    before it, whichever came later) to its start (the driver's wake-up included)."""
 
     delay: float = 0.0
     turns: int = 0
@@ -477,7 +478,7 @@ def drive_shared(element: str, tenants: list[Tenant], control: Control, wake: th
             i = next((i for i in range(n) if over(i)), None)
             if i is not None:
                 moved = True
-                kind, obj, f, _ = waits[i]
+                kind, obj, f, what = waits[i]
                 waits[i] = None
                 if kind is TURN:  # named while it runs: a fault or a stall names it
                     control.waiting[element] = (f"application {names[i]}, stage {obj.actor} "
@@ -487,8 +488,11 @@ def drive_shared(element: str, tenants: list[Tenant], control: Control, wake: th
                     dispatched.turns += 1
                     resume(i)
                     free_at = clock()
-                else:
+                else:  # after an arrival, the firing it lets go was ready from then
+                    was = _due((kind, obj, f, what), arrive[i])
                     resume(i)
+                    if was is not None and waits[i] is not None and waits[i][0] is TURN:
+                        since[i] = min(since[i], was)
             if not moved:
                 _wait_shared(control, element, waits, names, arrive, wake,
                              in_flight[0][1] if in_flight else None, spin)
