@@ -6,10 +6,9 @@ in each element's process those of that element.
 
 Releases: frame k of an application of period P is released at k * P from the common start;
 period 0 runs free (a frame is released as soon as there is room). At most `max_in_flight`
-frames of an application are in the run at once: frame k + max_in_flight enters once frame k's
-count of completions is reached (`Admission`), so a source that outruns the application is
-held back (a late release, still measured from its nominal release) rather than flooding
-the channels.
+frames of an application are in the run at once: its (k+1)-th completed frame lets frame
+k + max_in_flight enter (`Admission`), so a source that outruns the application is held back
+(a late release, still measured from its nominal release) rather than flooding the channels.
 """
 from __future__ import annotations
 

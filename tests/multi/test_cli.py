@@ -113,7 +113,7 @@ def test_run_multi_on_this_machine(tmp_path):
     assert all(a["notes"]["missed"] == 0 and a["checked_frames"] == 4 for a in rep["apps"])
     bad = runner.invoke(app, ["run-multi", str(tmp_path / "missing.json")])
     assert isinstance(bad.exception, InputError)
-    # lanes run on GPU elements only (tests/multi/test_engine_lanes runs them): on a CPU
+    # lanes run on GPU elements only (tests/multi/test_engine_multi_lanes runs them): on a CPU
     # element they are refused with a line naming the application and the element
     d = json.loads((tmp_path / "m.json").read_text())
     d["apps"][0]["plan"]["mapping"]["lanes"] = {f"cpu{core}": 4}

@@ -12,7 +12,7 @@ from hetflow.platform.spec import ProcessingElement
 from hetflow.multi.multiplan import MultiPlan
 from hetflow.multi.run import run_multiplan
 
-from test_engine_lanes import check, entry, halves
+from test_engine_multi_lanes import check, entry, halves
 from test_procs import on_files
 from test_runtime import graphs, tiny_problem
 

@@ -73,7 +73,6 @@ def test_a_batched_element_beside_another_application(engine, tmp_path):
     report = run_multiplan(plan, graphs(mp), frames=20, warmup=1, max_in_flight=4,
                            engine=engine)
     check(report, 20)
-    assert report.apps[0].notes["missed"] == 0
 
 
 def back_and_forth(graph, e0: str, e1: str) -> dict:
