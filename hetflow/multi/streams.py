@@ -86,11 +86,12 @@ def largest_admitted(mp: MultiProblem, name: str,
 def random_stream_set(rng: np.random.Generator, n_apps: int = 3, elements: int = 3,
                       max_streams: int = 6, max_lanes: int = 4, max_tasks: int = 4,
                       load: float = 0.6) -> tuple[list[AppSchedule], dict[str, int]]:
-    """A random set of applications for the schedulability analysis: each a chain of 1 to
-    `max_tasks` tasks on elements e0..e{elements-1} (an element's tasks of one frame in
-    sequence, as the phases of one actor), 1 to `max_streams` streams, a deadline from half
-    to three times the period, distinct priorities; and lanes per element (1 to `max_lanes`).
-    Periods are set so that the elements' total utilisation is about `load` on average."""
+    """A random set of applications for the schedulability analysis: each a DAG of 1 to
+    `max_tasks` tasks on elements e0..e{elements-1} (each task after one or two earlier ones,
+    an element's tasks of one frame in sequence as the phases of one actor, a data delay on
+    some edges), 1 to `max_streams` streams, a deadline from half to three times the period,
+    distinct priorities; and lanes per element (1 to `max_lanes`). Periods are set so that
+    the elements' total utilisation is about `load` on average."""
     names = [f"e{j}" for j in range(elements)]
     lanes = {e: int(rng.integers(1, max_lanes + 1)) for e in names}
     apps = []
@@ -98,15 +99,21 @@ def random_stream_set(rng: np.random.Generator, n_apps: int = 3, elements: int =
         n = int(rng.integers(1, max_tasks + 1))
         tasks = [Task(f"a{k}t{i}", names[int(rng.integers(elements))],
                       float(rng.uniform(0.2, 3.0))) for i in range(n)]
-        delays = rng.choice([0.0, 0.3], size=max(0, n - 1))
+        edges: dict[tuple[int, int], float] = {}
+        for i in range(1, n):
+            for p in rng.choice(i, size=min(i, int(rng.integers(1, 3))), replace=False):
+                edges[(int(p), i)] = float(rng.choice([0.0, 0.3]))
+        for i in range(n):  # one actor per element: its tasks in sequence
+            later = [j for j in range(i + 1, n) if tasks[j].element == tasks[i].element]
+            if later:
+                edges.setdefault((i, later[0]), 0.0)
         streams = int(rng.integers(1, max_streams + 1))
-        # this app's share of the load on the elements it uses
-        per_frame = max(sum(t.time for t in tasks if t.element == e) / lanes[e]
-                        for e in {t.element for t in tasks})
+        app = AppSchedule(f"A{k}", 1.0, k + 1, tasks, [(a, b, d) for (a, b), d in edges.items()])
+        # this app's share of the load on its busiest element; at least one frame alone
+        per_frame = max(app.busy(e) / lanes[e] for e in app.elements)
         period = streams * per_frame * n_apps / (load * float(rng.uniform(0.5, 1.5)))
-        period = max(period, sum(t.time for t in tasks) + 0.3 * (n - 1))
+        period = max(period, app.response_isolated)
         deadline = period * float(rng.choice([0.5, 1.0, 1.5, 3.0]))
-        apps.append(AppSchedule(f"A{k}", period, k + 1, tasks,
-                                [(i, i + 1, float(d)) for i, d in enumerate(delays)],
-                                streams, deadline))
+        apps.append(AppSchedule(app.name, period, app.priority, tasks, app.edges, streams,
+                                deadline))
     return apps, lanes

@@ -115,7 +115,7 @@ def test_map_multi_streams_of_one_model_given_by_name_and_as_streams(models, tmp
 
 def test_map_multi_max_streams_names_the_most_admitted_and_the_bottleneck(models, tmp_path):
     out = tmp_path / "m.json"
-    r = map_multi(models, f"{models}/a.onnx:period=5ms", f"{models}/b.onnx:period=10ms",
+    r = map_multi(models, f"{models}/a.onnx:period=5ms", f"{models}/b.onnx:period=500us",
                   extra=["--max-streams", "b", "-o", str(out)])
     assert r.exit_code == 0, r.output
     m = re.search(r"most streams of b admitted: (\d+) \(\d+ searches\); at (\d+): (.*)",
