@@ -417,7 +417,10 @@ class AppAnalysis:
     eq11_min_slack: float  # s, the smallest Eq. 11 slack over the app's tasks
     eq11_ok: bool
     schedulable: bool  # Eq. 11 holds for every task and response_worst <= deadline
-    bottleneck: str  # element of the task with the least Eq. 11 slack (the busiest among ties)
+    # where Eq. 11 fails or holds: the element of the task with the least Eq. 11 slack (the
+    # busiest among ties); where only the bound misses the deadline: the element its frame
+    # waits on longest (Eq. 11 does not see an application's own streams)
+    bottleneck: str
     task_slack: dict[str, float] = field(default_factory=dict)  # task -> Eq. 11 slack
     deadline: float | None = None  # s; None: the period
     streams: int = 1
@@ -466,6 +469,10 @@ def analyse(apps: list[AppSchedule], lanes: dict[str, int] | None = None
         neck = max((app.element_of[i] for i in tied), key=lambda e: util.get(e, 0.0),
                    default="")
         ok = min_slack >= -EPS
+        if ok and r > app.relative_deadline + EPS:
+            waited = finish - ready[app.name] - app.times
+            neck = max(app.elements, key=lambda e: (sum(waited[i] for i in app.on(e)),
+                                                    util.get(e, 0.0)))
         out[app.name] = AppAnalysis(
             app.name, app.period, app.priority, app.response_isolated, r, min_slack, ok,
             ok and r <= app.relative_deadline + EPS, neck,

@@ -69,6 +69,16 @@ def test_a_deadline_shorter_than_the_period_is_what_is_checked():
     assert analyse([hp, one_task("lo", 20.0, 2, 1.0, deadline=5.0)])["lo"].schedulable
 
 
+def test_the_bottleneck_of_a_miss_by_the_bound_is_where_the_frame_waits():
+    # 6 streams of 1 on 6 CPU lanes then 1 on one GPU lane, every 10, due in 5: Eq. 11 sees
+    # no other application, the bound sees the other 5 streams queue on the GPU
+    cams = chain("cam", 10.0, 1, [("cpu", 1.0), ("gpu", 1.0)])
+    cams.streams, cams.deadline = 6, 5.0
+    res = analyse([cams], {"cpu": 6})["cam"]
+    assert res.eq11_ok and not res.schedulable
+    assert res.bottleneck == "gpu"
+
+
 def test_higher_priority_streams_count_each_stream():
     hp = one_task("hp", 10.0, 1, 2.0, streams=3)
     lo = one_task("lo", 40.0, 2, 1.0)
