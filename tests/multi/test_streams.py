@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hetflow.errors import InfeasibleError, InputError
 from hetflow.multi.multiplan import MultiPlan, make_multiplan
 from hetflow.multi.problem import MultiProblem, lane_factor, schedule_of
-from hetflow.multi.schedulability import (analyse, default_limit, frame_bounds, response_bound,
+from hetflow.multi.schedulability import (AppSchedule, Task, analyse, default_limit, frame_bounds, response_bound,
                                           utilisation)
 from hetflow.multi.search import search_multi
 from hetflow.multi.streams import largest_admitted, random_stream_set, with_streams
@@ -93,6 +93,23 @@ def test_the_same_set_on_a_laned_element_is_one_lane_where_lanes_are_one():
     lo = chain("L", 40.0, 2, [("gpu", 1.0)])
     assert analyse([hp, lo], {"gpu": 1})["L"].response_worst == \
         pytest.approx(analyse([hp, lo])["L"].response_worst)
+
+
+def test_a_gpu_servers_camera_streams_fit_on_lanes_and_not_on_one():
+    # resnet18-like: 1.3 ms a frame on one lane, 24 lanes run 4,700 frames/s (each firing
+    # 3.93x slower); 120 streams at 33 ms (3,600 frames/s) due in 100 ms
+    t1, s24 = 1.3e-3, 24 / (4700 * 1.3e-3)
+
+    def cams(n, slowdown):
+        return AppSchedule("cam", 0.033, 1, [Task("t", "gpu", t1 * slowdown)], [], n, 0.1)
+
+    assert analyse([cams(120, s24)], {"gpu": 24})["cam"].schedulable
+    assert not analyse([cams(120, 1.0)])["cam"].schedulable
+    # past the lanes' 4,700 frames/s (155 streams) the bound grows past any deadline
+    assert not analyse([cams(160, s24)], {"gpu": 24})["cam"].schedulable
+    out = simulate_streams([cams(120, s24)], {"gpu": 24}, {}, 0.5)
+    assert out.missed["cam"] == 0
+    assert out.worst["cam"] <= analyse([cams(120, s24)], {"gpu": 24})["cam"].response_worst
 
 
 # ---------------------------------------------------------------- against the simulation
