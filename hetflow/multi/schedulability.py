@@ -87,10 +87,14 @@ class AppSchedule:
     edges: list[tuple[int, int, float]] = field(default_factory=list)  # (from, to, delay s)
     streams: int = 1
     deadline: float | None = None  # None: the period
+    batch: dict[str, int] = field(default_factory=dict)  # element -> frames a firing (1)
 
     @property
     def relative_deadline(self) -> float:
         return self.period if self.deadline is None else self.deadline
+
+    def batch_of(self, element: str) -> int:
+        return self.batch.get(element, 1)
 
     @property
     def overlaps(self) -> bool:
@@ -322,13 +326,18 @@ def task_wait(app: AppSchedule, i: int, apps: list[AppSchedule],
     k = lanes_of(lanes, e)
     hp = higher(app, apps)
     block = blocking(app, e, apps)
-    if k > 1 or app.overlaps:
+    if k > 1 or app.overlaps or app.batch_of(e) > 1:
         reach = {h.name: (local or {}).get(h.name, {}).get(e, h.longest(e)) for h in hp}
         own = own or Reach.of(app)
-        frames_in_way = app.streams if app.relative_deadline > app.period else app.streams - 1
-        same = frames_in_way * rbf(app, e, own.local[e], own.jitter[e])
-        if app.relative_deadline > app.period:  # the window holds task i itself once
-            same -= app.times[i]
+        if app.batch_of(e) > 1:
+            same = batched_ahead(app, i, own)
+            block = max(block, app.longest(e))  # a batch of its own begun before, not full
+        else:
+            frames_in_way = (app.streams if app.relative_deadline > app.period
+                             else app.streams - 1)
+            same = frames_in_way * rbf(app, e, own.local[e], own.jitter[e])
+            if app.relative_deadline > app.period:  # the window holds task i itself once
+                same -= app.times[i]
         same = max(0.0, float(same))
     else:
         look_back = max((app.times[p] for p, _ in app.preds[i] if app.element_of[p] == e),
@@ -348,6 +357,30 @@ def task_wait(app: AppSchedule, i: int, apps: list[AppSchedule],
             return max(w, nxt)
         w = nxt
     return w
+
+
+def batched_ahead(app: AppSchedule, i: int, own: Reach) -> float:
+    """Firing time of `app`'s own frames that start on task i's element while it waits there,
+    the element firing b frames of one task at a time: frames of task i ahead of it (ready in
+    the own reach before it, first come first served) fill whole batches (a batch begun while
+    it waits that had room would have taken it), so floor(M / b) of them; each other task of
+    the application there fires at most once a frame ahead (each batch has a distinct first
+    frame ahead of task i)."""
+    e = app.element_of[i]
+    b = app.batch_of(e)
+    past = app.relative_deadline > app.period  # the stream's own frames may be ahead too
+    in_way = app.streams if past else app.streams - 1
+    window = own.local[e] + own.jitter[e]
+
+    def frames(t: float) -> int:  # of one task of one stream, ready in a closed window t
+        return int(np.floor((t + 1e-12 * max(1.0, app.period)) / app.period)) + 1
+
+    ahead = in_way * frames(window) - (1 if past else 0)
+    total = (ahead // b) * app.times[i]
+    for j in app.on(e):
+        if j != i:
+            total += in_way * frames(window) * app.times[j]
+    return float(total)
 
 
 def default_limit(app: AppSchedule) -> float:
@@ -440,11 +473,12 @@ class AppAnalysis:
 def utilisation(apps: list[AppSchedule], lanes: dict[str, int] | None = None
                 ) -> dict[str, float]:
     """Busy share of every element: sum over apps of streams x (time per frame on it) /
-    period, over its lanes."""
+    period, over its lanes (a batch of b frames: a b-th of its firing a frame, as if full)."""
     u: dict[str, float] = {}
     for a in apps:
         for e in a.elements:
-            u[e] = u.get(e, 0.0) + a.streams * a.busy(e) / a.period / lanes_of(lanes, e)
+            u[e] = u.get(e, 0.0) + (a.streams * a.busy(e) / a.batch_of(e) / a.period
+                                    / lanes_of(lanes, e))
     return u
 
 
@@ -489,13 +523,14 @@ def penalty(analysis: AppAnalysis) -> float:
 def energy_rate(apps: list[AppSchedule], power: dict[str, float | None],
                 lanes: dict[str, int] | None = None) -> float | None:
     """Joules per second of running every app at its period: sum of streams x C x power /
-    period, a firing on k lanes drawing a k-th of the element's power. None when an element
-    used has no known power."""
+    period, a firing on k lanes drawing a k-th of the element's power, one of b frames a b-th
+    of it (full batches). None when an element used has no known power."""
     total = 0.0
     for a in apps:
         for i, e in enumerate(a.element_of):
             w = power.get(e)
             if w is None:
                 return None
-            total += a.streams * a.times[i] * w / a.period / lanes_of(lanes, e)
+            total += (a.streams * a.times[i] * w / a.batch_of(e) / a.period
+                      / lanes_of(lanes, e))
     return total

@@ -85,15 +85,18 @@ def largest_admitted(mp: MultiProblem, name: str,
 
 def random_stream_set(rng: np.random.Generator, n_apps: int = 3, elements: int = 3,
                       max_streams: int = 6, max_lanes: int = 4, max_tasks: int = 4,
-                      load: float = 0.6) -> tuple[list[AppSchedule], dict[str, int]]:
+                      load: float = 0.6, batches: tuple[int, ...] = (1, 1, 2, 4)
+                      ) -> tuple[list[AppSchedule], dict[str, int]]:
     """A random set of applications for the schedulability analysis: each a DAG of 1 to
     `max_tasks` tasks on elements e0..e{elements-1} (each task after one or two earlier ones,
     an element's tasks of one frame in sequence as the phases of one actor, a data delay on
     some edges), 1 to `max_streams` streams, a deadline from half to three times the period,
-    distinct priorities; and lanes per element (1 to `max_lanes`). Periods are set so that
-    the elements' total utilisation is about `load` on average."""
+    distinct priorities; lanes per element (1 to `max_lanes`) and a batch per element (one of
+    `batches`, each firing of b frames taking the task's time). Periods are set so that the
+    elements' total utilisation is about `load` on average."""
     names = [f"e{j}" for j in range(elements)]
     lanes = {e: int(rng.integers(1, max_lanes + 1)) for e in names}
+    batch = {e: int(rng.choice(batches)) for e in names}
     apps = []
     for k in range(n_apps):
         n = int(rng.integers(1, max_tasks + 1))
@@ -115,5 +118,5 @@ def random_stream_set(rng: np.random.Generator, n_apps: int = 3, elements: int =
         period = max(period, app.response_isolated)
         deadline = period * float(rng.choice([0.5, 1.0, 1.5, 3.0]))
         apps.append(AppSchedule(app.name, period, app.priority, tasks, app.edges, streams,
-                                deadline))
+                                deadline, {e: batch[e] for e in app.elements}))
     return apps, lanes

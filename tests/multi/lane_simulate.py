@@ -3,7 +3,9 @@ analysis to check it: every stream of an application releases a frame every peri
 offset; a task is ready when its predecessors' data (of the same frame) has arrived; an element
 has k lanes, and whenever one is free it starts the waiting task of the highest priority, among
 equal priority the one ready first (then the frame released first); nothing is preempted.
-Frames of one stream do not wait for each other."""
+Where an application fires b frames at a time on an element (`AppSchedule.batch`), the lane
+also takes up to b - 1 more waiting frames of that task (oldest first) into the firing, whose
+time is the task's whatever the count. Frames of one stream do not wait for each other."""
 from __future__ import annotations
 
 import heapq
@@ -75,21 +77,30 @@ def simulate_streams(apps, lanes: dict[str, int], offsets: dict[tuple[str, int],
                 if unmet[(frame, i)] == 0:
                     ready(now, frame, i)
             else:  # a firing ends
-                frame, i, e = p
+                frames, i, e = p
                 free[e] = free.get(e, 1) + 1
-                a = by_name[frame[0]]
-                for j, delay in succs[a.name][i]:
-                    at(now + delay, "arrive", (frame, j))
-                left[frame] -= 1
-                if left[frame] == 0:
-                    r = now - released[frame]
-                    out.worst[a.name] = max(out.worst[a.name], r)
-                    out.frames[a.name] += 1
-                    if r > a.relative_deadline + 1e-9:
-                        out.missed[a.name] += 1
+                a = by_name[frames[0][0]]
+                for frame in frames:
+                    for j, delay in succs[a.name][i]:
+                        at(now + delay, "arrive", (frame, j))
+                    left[frame] -= 1
+                    if left[frame] == 0:
+                        r = now - released[frame]
+                        out.worst[a.name] = max(out.worst[a.name], r)
+                        out.frames[a.name] += 1
+                        if r > a.relative_deadline + 1e-9:
+                            out.missed[a.name] += 1
         for e, q in queues.items():
             while q and free.get(e, 1) > 0:
                 _, _, _, frame, i = heapq.heappop(q)
+                a = by_name[frame[0]]
+                taken = [frame]
+                room = a.batch.get(e, 1) - 1
+                if room:  # the oldest waiting frames of the same task join the firing
+                    same = sorted(x for x in q if x[3][0] == a.name and x[4] == i)[:room]
+                    taken += [x[3] for x in same]
+                    q[:] = [x for x in q if x not in same]
+                    heapq.heapify(q)
                 free[e] = free.get(e, 1) - 1
-                at(now + by_name[frame[0]].tasks[i].time, "end", (frame, i, e))
+                at(now + a.tasks[i].time, "end", (taken, i, e))
     return out

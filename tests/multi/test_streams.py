@@ -79,6 +79,20 @@ def test_the_bottleneck_of_a_miss_by_the_bound_is_where_the_frame_waits():
     assert res.bottleneck == "gpu"
 
 
+def test_batches_of_streams_fill_while_a_frame_waits():
+    # 12 streams of 1 every 10 on one lane miss (12 > 10); in batches of 4 taking 1.6: the 11
+    # frames ahead fill 2 batches, one more begun before may be running, then its own: 3 x 1.6
+    one = one_task("cam", 10.0, 1, 1.0, streams=12)
+    assert not analyse([one])["cam"].schedulable
+    four = one_task("cam", 10.0, 1, 1.6, streams=12)
+    four.batch = {"gpu": 4}
+    res = analyse([four])["cam"]
+    assert res.response_worst == pytest.approx(4 * 1.6) and res.schedulable
+    assert utilisation([four]) == pytest.approx({"gpu": 12 * 1.6 / 4 / 10})
+    out = simulate_streams([four], {"gpu": 1}, {}, 100.0)
+    assert out.worst["cam"] == pytest.approx(3 * 1.6)  # 12 released together: 3 batches
+
+
 def test_higher_priority_streams_count_each_stream():
     hp = one_task("hp", 10.0, 1, 2.0, streams=3)
     lo = one_task("lo", 40.0, 2, 1.0)
