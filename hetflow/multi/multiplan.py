@@ -117,6 +117,11 @@ class MultiPlan:
                 raise InputError(f"{source} (application {a.name}): element {e} asks for {k} "
                                  "lanes; the multi-CNN engines run one frame at a time per "
                                  "element, as their schedulability analysis assumes (limit 1)")
+            batched = {e: b for e, b in a.plan.mapping.batch.items() if b != 1}
+            if batched:
+                e, b = next(iter(batched.items()))
+                raise InputError(f"{source} (application {a.name}): element {e} asks for batch "
+                                 f"{b}; the multi-CNN engines fire one frame at a time (limit 1)")
             if a.streams != 1:
                 raise InputError(f"{source} (application {a.name}): {a.streams} streams; the "
                                  "multi-CNN engines run one stream per application (limit 1)")
@@ -156,9 +161,10 @@ def app_metrics(sched, analysis, powers: dict, lanes: dict[str, int] | None = No
                 ) -> "Metrics":
     """Single-plan metrics of one application in the multi setting: each of its streams runs
     one frame per period, so throughput is streams/period and latency the predicted worst
-    response time; a firing on k lanes holds a k-th of the element."""
+    response time; a firing on k lanes holds a k-th of the element, one of b frames a b-th."""
 
-    share = {e: sched.busy(e) / (lanes or {}).get(e, 1) for e in sched.elements}
+    share = {e: sched.busy(e) / (lanes or {}).get(e, 1) / sched.batch_of(e)
+             for e in sched.elements}
     util = {e: sched.streams * t / sched.period for e, t in share.items()}
     watts = [powers.get(e) for e in sched.elements]
     energy = (sum(t * powers[e] for e, t in share.items())
@@ -166,7 +172,8 @@ def app_metrics(sched, analysis, powers: dict, lanes: dict[str, int] | None = No
     return Metrics(sched.streams / sched.period, analysis.response_worst,
                    analysis.response_isolated, util, energy, {},
                    {e: sched.busy(e) for e in sched.elements}, [analysis.bottleneck],
-                   lanes={e: k for e, k in (lanes or {}).items() if e in share})
+                   lanes={e: k for e, k in (lanes or {}).items() if e in share},
+                   batch={e: b for e, b in sched.batch.items() if b > 1})
 
 
 def make_multiplan(mp, result, strategy: str = "multi") -> MultiPlan:
@@ -180,7 +187,7 @@ def make_multiplan(mp, result, strategy: str = "multi") -> MultiPlan:
         used = set(mapping.elements)
         mapping = replace(mapping, lanes={e: cand.lanes.get(e, 1) for e in used
                                           if e in a.problem.lane_slowdown},
-                          batch={e: 1 for e in used})
+                          batch={e: cand.batch.get(e, 1) for e in used})
         metrics = app_metrics(sched, cand.analysis[a.name], mp.powers(), cand.lanes)
         plan = make_plan(a.problem, mapping, metrics, strategy, mp.platform_name,
                          {"profile": a.profile_source, "calibration": a.calibration,
@@ -193,6 +200,7 @@ def make_multiplan(mp, result, strategy: str = "multi") -> MultiPlan:
              for n, x in result.naive.analysis.items()}
     predicted = {"schedulable": cand.feasible, "energy_j_per_s": cand.energy,
                  "margin": cand.margin, "utilisation": cand.utilisation, "lanes": cand.lanes,
+                 "batch": cand.batch,
                  "naive": naive, "naive_schedulable": result.naive.feasible}
     search = {**result.notes, "evaluations": result.evaluations,
               "seconds": round(result.seconds, 3), "front_size": len(result.front),

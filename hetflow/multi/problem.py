@@ -12,7 +12,9 @@ Applications of one model (streams given by name, or one `streams=N` application
 profile load and one cost model. A GPU element on k lanes fires each task in its one-lane time
 times `lane_factor`: the largest of the profile's lane slowdowns at up to k lanes (the whole
 model's curve, alone or beside busy CPU copies, the larger), so that a firing beside fewer busy
-lanes is not predicted faster than it may run.
+lanes is not predicted faster than it may run. A firing of b frames (an element's batch, where
+every profile on it measured that batch) takes `batch_time_factor` times one frame's at as many
+lanes.
 """
 from __future__ import annotations
 
@@ -107,6 +109,17 @@ class MultiProblem:
             return 1
         return max(options, key=lambda k: (k / problem.slowdown(element, k, busy=True), -k))
 
+    def batch_options(self, element: str) -> list[int]:
+        """Batches to choose from on `element`: those every profile with the element measured
+        there ([1]: one that did not)."""
+        tables = [a.problem.batch_sizes(element) if element in a.problem.batch_slowdown else [1]
+                  for a in self.apps if element in a.problem.element_index]
+        return sorted(set.intersection(*map(set, tables))) if tables else [1]
+
+    def server_options(self, element: str) -> list[tuple[int, int]]:
+        """(lanes, batch) pairs to choose from on `element`."""
+        return [(k, b) for k in self.lane_options(element) for b in self.batch_options(element)]
+
 
 def lane_factor(problem: Problem, element: str, lanes: int) -> float:
     """A firing's time on `lanes` lanes over its time on one (see the module docstring); an
@@ -121,10 +134,22 @@ def lane_factor(problem: Problem, element: str, lanes: int) -> float:
                for k in ks)
 
 
+def batch_time_factor(problem: Problem, element: str, batch: int, lanes: int) -> float:
+    """A firing of `batch` frames over one of one frame, at `lanes` lanes: the profile's batch
+    table (alone or beside busy CPU copies, the larger); without one, no gain: `batch`."""
+    if batch == 1:
+        return 1.0
+    if element not in problem.batch_slowdown:
+        return float(batch)
+    return max(problem.batch_factor(element, batch, lanes, busy=False),
+               problem.batch_factor(element, batch, lanes, busy=True))
+
+
 def schedule_of(app: AppProblem, mapping: Mapping) -> AppSchedule:
     """The task DAG of one frame: a task per phase of the mapped CSDF app (time = (stage time +
-    call overhead) x `lane_factor` at the mapping's lanes), phase order within an actor,
-    channels with their transfer times; with the application's streams and deadline."""
+    call overhead) x `lane_factor` at the mapping's lanes x `batch_time_factor` at its batch),
+    phase order within an actor, channels with their transfer times; with the application's
+    streams and deadline, and the batches it fires in."""
     p = app.problem
     for actor in mapping.actors:
         if len(group_members(actor)) > 1:
@@ -137,7 +162,8 @@ def schedule_of(app: AppProblem, mapping: Mapping) -> AppSchedule:
     for actor, phases in csdf.phases.items():
         for ph in phases:
             index[(actor, ph.index)] = len(tasks)
-            factor = lane_factor(p, actor, mapping.lanes_of(actor))
+            k, b = mapping.lanes_of(actor), mapping.batch_of(actor)
+            factor = lane_factor(p, actor, k) * batch_time_factor(p, actor, b, k)
             tasks.append(Task(ph.key, actor,
                               (p.actor_time(ph.layers, actor) + p.call_overhead) * factor))
             if ph.index:
@@ -146,7 +172,8 @@ def schedule_of(app: AppProblem, mapping: Mapping) -> AppSchedule:
         edges.append((index[(c.src, c.src_phase)], index[(c.dst, c.dst_phase)],
                       p.transfer(c.nbytes, c.src, c.dst)))
     return AppSchedule(app.name, app.spec.period, app.spec.priority, tasks, edges,
-                       app.spec.streams, app.spec.deadline)
+                       app.spec.streams, app.spec.deadline,
+                       {e: b for e, b in mapping.batch.items() if b > 1})
 
 
 def fastest_frame(app: AppProblem) -> tuple[float, str]:

@@ -38,7 +38,10 @@ Streams, deadlines and lanes. The scheduling model:
 - an element has k >= 1 identical lanes (k > 1: a GPU running k firings at once, each taking
   its one-lane time times the profile's lane slowdown at k); whenever a lane is free it starts
   the waiting firing of the highest priority, among equal priority (the streams of one
-  application) the one ready first; a started firing is never preempted.
+  application) the one ready first; a started firing is never preempted;
+- an element with a batch b > 1 (`AppSchedule.batch`) fires up to b waiting frames of one task
+  at once, the first as above and the oldest others of that task, in the task's time
+  whatever their count (a partial batch is padded).
 Where k = 1 and the application has one stream with deadline <= period, the bound is the one
 above. Elsewhere it is the carry-in bound: while task i (ready at r) waits, all k lanes are busy
 (a free lane would take it), with lower-priority firings started before r (at most one per
@@ -52,7 +55,11 @@ only the other N - 1 streams (a stream's previous frame is done by the next rele
 holds where it is within the period, as it is wherever the deadline is met). Several streams
 of one model are thus one application whose N phase-unknown streams queue first come first
 served; each stream's rbf takes its worst offset on its own, so no offsets are assumed.
-tests/multi/lane_simulate.py simulates this model.
+With a batch b > 1 the own term is `batched_ahead`: the M frames of task i ahead of it fill
+whole batches, floor(M / b) firings (one begun while it waits that had room would have taken
+it), each other own task there fires once a frame ahead, and a batch of its own begun before r
+joins the blocking term. Higher-priority batches count a firing per frame (each has a distinct
+first frame in the window). tests/multi/lane_simulate.py simulates this model.
 """
 from __future__ import annotations
 

@@ -2,10 +2,11 @@
 
 Chromosome: for one configuration of the platform, one gene per layer of every application (the
 applications' blocks one after the other), the index of the element the layer runs on among the
-configuration's elements that application's profile covers; then one gene per laned element of
-the configuration (a GPU whose profile measured lane counts), the index of its lane count among
-`MultiProblem.lane_options` (lanes are the element's, shared by every application on it; a
-mapping on fewer lanes fires faster, on more takes more streams). Objectives (minimised): the
+configuration's elements that application's profile covers; then one gene per element of the
+configuration with lanes or batches to choose (a GPU whose profiles measured lane counts or
+batches), the index of its (lanes, batch) pair among `MultiProblem.server_options` (lanes and
+batch are the element's, shared by every application on it; fewer lanes fire faster, more lanes
+and batches take more streams). Objectives (minimised): the
 predicted worst response time of each application (`schedulability.response_bound`) and the
 total energy per second (when every element has a power). A mapping that misses a deadline
 (Eq. 11 fails for a task, or the bound exceeds the deadline) gets `PENALTY` added to that
@@ -55,8 +56,8 @@ class JointEncoding:
     allowed: list[list[str]] = field(init=False)  # per app: elements its genes index
     layers: list[list[str]] = field(init=False)
     blocks: list[tuple[int, int]] = field(init=False)  # per app: [lo, hi) gene range
-    laned: list[str] = field(init=False)  # elements with a lane gene, after the app blocks
-    lane_options: list[list[int]] = field(init=False)  # per laned element: its lane counts
+    servers: list[str] = field(init=False)  # elements with a (lanes, batch) gene, at the end
+    server_options: list[list[tuple[int, int]]] = field(init=False)  # per such element
 
     def __post_init__(self) -> None:
         self.allowed, self.layers, self.blocks = [], [], []
@@ -67,9 +68,9 @@ class JointEncoding:
             self.layers.append([l.name for l in a.graph.layers])
             self.blocks.append((lo, lo + len(self.layers[-1])))
             lo += len(self.layers[-1])
-        options = {e: self.mp.lane_options(e) for e in self.config}
-        self.laned = [e for e in self.config if len(options[e]) > 1]
-        self.lane_options = [options[e] for e in self.laned]
+        options = {e: self.mp.server_options(e) for e in self.config}
+        self.servers = [e for e in self.config if len(options[e]) > 1]
+        self.server_options = [options[e] for e in self.servers]
 
     @property
     def apps_end(self) -> int:
@@ -77,37 +78,39 @@ class JointEncoding:
 
     @property
     def n_var(self) -> int:
-        return self.apps_end + len(self.laned)
+        return self.apps_end + len(self.servers)
 
     @property
-    def lane_blocks(self) -> list[tuple[int, int]]:
-        return [(self.apps_end + j, self.apps_end + j + 1) for j in range(len(self.laned))]
+    def server_blocks(self) -> list[tuple[int, int]]:
+        return [(self.apps_end + j, self.apps_end + j + 1) for j in range(len(self.servers))]
 
     @property
     def upper(self) -> np.ndarray:
         return np.concatenate([np.full(hi - lo, len(al) - 1)
                                for (lo, hi), al in zip(self.blocks, self.allowed)]
-                              + [np.array([len(o) - 1 for o in self.lane_options], dtype=int)])
+                              + [np.array([len(o) - 1 for o in self.server_options], dtype=int)])
 
-    def decode_lanes(self, lane_genes: np.ndarray) -> dict[str, int]:
-        """Element -> lanes of a chromosome's lane genes (`x[apps_end:]`)."""
-        return {e: int(opts[int(g)]) for e, opts, g in zip(self.laned, self.lane_options,
-                                                      lane_genes)}
+    def decode_servers(self, server_genes: np.ndarray) -> dict[str, tuple[int, int]]:
+        """Element -> (lanes, batch) of a chromosome's server genes (`x[apps_end:]`)."""
+        return {e: opts[int(g)] for e, opts, g in zip(self.servers, self.server_options,
+                                                      server_genes)}
 
-    def decode_app(self, i: int, genes, lanes: dict[str, int] | None = None) -> Mapping:
+    def decode_app(self, i: int, genes, servers: dict[str, tuple[int, int]] | None = None
+                   ) -> Mapping:
         al = self.allowed[i]
         assignment = {l: al[int(g)] for l, g in zip(self.layers[i], genes)}
         used = set(assignment.values())
-        return Mapping(assignment, lanes={e: k for e, k in (lanes or {}).items() if e in used},
-                       batch={e: 1 for e in used})  # the analysis fires one frame a firing
+        servers = servers or {}
+        return Mapping(assignment, lanes={e: servers[e][0] for e in used if e in servers},
+                       batch={e: servers[e][1] if e in servers else 1 for e in used})
 
     def decode(self, x: np.ndarray) -> list[Mapping]:
-        lanes = self.decode_lanes(x[self.apps_end:])
-        return [self.decode_app(i, x[lo:hi], lanes) for i, (lo, hi) in enumerate(self.blocks)]
+        servers = self.decode_servers(x[self.apps_end:])
+        return [self.decode_app(i, x[lo:hi], servers) for i, (lo, hi) in enumerate(self.blocks)]
 
-    def lane_genes(self, choose: Callable[[str, list[int]], int]) -> np.ndarray:
-        """Lane genes with `choose(element, options)` picking each element's option index."""
-        return np.array([choose(e, o) for e, o in zip(self.laned, self.lane_options)],
+    def server_genes(self, choose: Callable[[str, list[tuple[int, int]]], int]) -> np.ndarray:
+        """Server genes with `choose(element, options)` picking each element's option index."""
+        return np.array([choose(e, o) for e, o in zip(self.servers, self.server_options)],
                         dtype=np.int64)
 
     def encode_app(self, i: int, mapping: Mapping) -> np.ndarray | None:
@@ -130,6 +133,7 @@ class Candidate:
     energy: float | None  # J/s
     objectives: np.ndarray  # penalised, as the search saw them
     lanes: dict[str, int] = field(default_factory=dict)  # element -> lanes (absent: 1)
+    batch: dict[str, int] = field(default_factory=dict)  # element -> batch (absent: 1)
 
     @property
     def feasible(self) -> bool:
@@ -145,23 +149,24 @@ class Candidate:
         return utilisation(self.schedules, self.lanes)
 
 
-def joint_lanes(mappings: list[Mapping]) -> dict[str, int]:
-    """The lanes of each element the mappings use: one count per element, shared by every
-    application on it."""
-    lanes: dict[str, int] = {}
+def joint_servers(mappings: list[Mapping]) -> tuple[dict[str, int], dict[str, int]]:
+    """The lanes and batch of each element the mappings use: one of each per element, shared
+    by every application on it."""
+    out: tuple[dict[str, int], dict[str, int]] = ({}, {})
     for m in mappings:
-        for e, k in m.lanes.items():
-            if lanes.setdefault(e, k) != k:
-                raise InputError(f"element {e} is given {lanes[e]} lanes by one application "
-                                 f"and {k} by another; lanes are the element's")
-    return lanes
+        for what, given, into in (("lanes", m.lanes, out[0]), ("batch", m.batch, out[1])):
+            for e, k in given.items():
+                if into.setdefault(e, k) != k:
+                    raise InputError(f"element {e} is given {what} {into[e]} by one "
+                                     f"application and {k} by another; it is the element's")
+    return out
 
 
 def evaluate_joint(mp: MultiProblem, mappings: list[Mapping], config: list[str] | None = None,
                    with_energy: bool = True, schedules: list[AppSchedule] | None = None
                    ) -> Candidate:
     """Analyse one joint mapping: schedules, Eq. 11, response bounds, energy, objectives."""
-    lanes = joint_lanes(mappings)
+    lanes, batch = joint_servers(mappings)
     schedules = schedules or [schedule_of(a, m) for a, m in zip(mp.apps, mappings)]
     analysis = analyse(schedules, lanes)
     energy = energy_rate(schedules, mp.powers(), lanes)
@@ -169,7 +174,8 @@ def evaluate_joint(mp: MultiProblem, mappings: list[Mapping], config: list[str] 
     if with_energy:
         f.append(energy if energy is not None else 0.0)
     used = config or sorted({e for s in schedules for e in s.elements})
-    return Candidate(list(used), mappings, schedules, analysis, energy, np.array(f), lanes)
+    return Candidate(list(used), mappings, schedules, analysis, energy, np.array(f), lanes,
+                     {e: b for e, b in batch.items() if b > 1})
 
 
 class _Evaluator:
@@ -181,20 +187,20 @@ class _Evaluator:
         self.cache: list[dict[bytes, AppSchedule]] = [{} for _ in mp.apps]
         self.count = 0
 
-    def schedule(self, i: int, genes: np.ndarray, lane_genes: np.ndarray) -> AppSchedule:
-        key = genes.tobytes() + lane_genes.tobytes()
+    def schedule(self, i: int, genes: np.ndarray, server_genes: np.ndarray) -> AppSchedule:
+        key = genes.tobytes() + server_genes.tobytes()
         c = self.cache[i]
         if key not in c:
             if len(c) > 20000:  # bounded memory on long runs
                 c.clear()
-            lanes = self.enc.decode_lanes(lane_genes)
-            c[key] = schedule_of(self.mp.apps[i], self.enc.decode_app(i, genes, lanes))
+            servers = self.enc.decode_servers(server_genes)
+            c[key] = schedule_of(self.mp.apps[i], self.enc.decode_app(i, genes, servers))
         return c[key]
 
     def __call__(self, x: np.ndarray) -> Candidate:
         self.count += 1
-        lane_genes = x[self.enc.apps_end:]
-        scheds = [self.schedule(i, x[lo:hi], lane_genes)
+        server_genes = x[self.enc.apps_end:]
+        scheds = [self.schedule(i, x[lo:hi], server_genes)
                   for i, (lo, hi) in enumerate(self.enc.blocks)]
         return evaluate_joint(self.mp, self.enc.decode(x), self.enc.config, self.with_energy,
                               scheds)
@@ -314,11 +320,11 @@ def initial_population(enc: JointEncoding, pop_size: int, rs: np.random.Generato
     best = [enc.encode_app(i, Mapping({l: best_single_element(a, enc.allowed[i])
                                        for l in enc.layers[i]}))
             for i, a in enumerate(enc.mp.apps)]
-    top = enc.lane_genes(lambda e, o: o.index(enc.mp.best_lanes(e)))
+    top = enc.server_genes(lambda e, o: o.index((enc.mp.best_lanes(e), 1)))
     rows = [np.concatenate([*best, top]), np.concatenate([*(s[-1] for s in seeds), top])]
     while len(rows) < pop_size:
-        lanes = top if not enc.laned or rs.random() < 0.5 else \
-            enc.lane_genes(lambda e, o: rs.integers(len(o)))
+        lanes = top if not enc.servers or rs.random() < 0.5 else \
+            enc.server_genes(lambda e, o: rs.integers(len(o)))
         if len(rows) < pop_size // 2:
             rows.append(np.concatenate([*(s[int(rs.integers(len(s)))] for s in seeds), lanes]))
         else:
@@ -386,7 +392,7 @@ def _miss_message(mp: MultiProblem, c: Candidate, searched: int) -> str:
     worst = max(c.analysis.values(), key=lambda a: a.missed_by / a.relative_deadline)
     el = worst.bottleneck
     k = c.lanes.get(el, 1)
-    share = ", ".join(f"{s.name} {s.streams * s.busy(el) / s.period / k:.0%}"
+    share = ", ".join(f"{s.name} {s.streams * s.busy(el) / s.batch_of(el) / s.period / k:.0%}"
                       for s in c.schedules if el in s.elements)
     what = "period" if worst.deadline is None else "deadline"
     return (f"no mapping found that meets every deadline ({searched} joint mappings searched); "
@@ -441,8 +447,9 @@ def search_multi(mp: MultiProblem, algorithm: str = "nsga2", pop_size: int = 48,
         n_obj = len(mp.apps) + (1 if with_energy else 0)
         X0 = initial_population(enc, pop_size, rs)
         ops = dict(pop_size=pop_size, sampling=X0,
-                   crossover=AppBlockCrossover(enc.blocks + enc.lane_blocks, crossover),
-                   mutation=SegmentMutation(enc.blocks + enc.lane_blocks, enc.upper, mutation),
+                   crossover=AppBlockCrossover(enc.blocks + enc.server_blocks, crossover),
+                   mutation=SegmentMutation(enc.blocks + enc.server_blocks, enc.upper,
+                                            mutation),
                    eliminate_duplicates=RowDuplicates())
         algo = NSGA2(**ops) if algorithm == "nsga2" else SPEA2(**ops)
         minimize(_PymooProblem(enc, n_obj, on_eval), algo, ("n_gen", generations),

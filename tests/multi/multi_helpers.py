@@ -52,6 +52,16 @@ def with_lanes(app: AppProblem, curve: dict[int, float] | None = None) -> AppPro
     return app
 
 
+# a firing of b frames over one of one frame, at each lane count: 8 frames in 3.2x the time
+BATCH_CURVE = {1: 1.0, 2: 1.3, 4: 1.9, 8: 3.2}
+
+
+def with_batches(app: AppProblem) -> AppProblem:
+    """`app` with a measured batch table on gpu0 (the same curve at every lane count)."""
+    app.problem.batch_slowdown["gpu0"] = {k: dict(BATCH_CURVE) for k in LANE_CURVE}
+    return app
+
+
 @pytest.fixture
 def two_apps():
     els = elements()

@@ -19,7 +19,7 @@ from hetflow.plan.mapping import Mapping
 from hetflow.plan.plan import Plan
 
 from lane_simulate import simulate_streams
-from multi_helpers import app_problem, chain, elements, with_lanes
+from multi_helpers import app_problem, chain, elements, with_batches, with_lanes
 
 
 def one_task(name, period, priority, c, element="gpu", streams=1, deadline=None):
@@ -228,6 +228,25 @@ def test_the_search_gives_the_gpu_lanes_and_the_plan_keeps_them(tmp_path):
     # load with a line naming the application and the element
     with pytest.raises(InputError, match=r"application (cam|other)\): (element gpu0 asks for "
                                          r"\d+ lanes|20 streams)"):
+        MultiPlan.load(tmp_path / "m.json")
+
+
+def test_more_cameras_than_lanes_take_fit_in_batches_and_the_plan_keeps_them(tmp_path):
+    mp = cameras(streams=45)  # past the 41 streams that lanes alone admit
+    with pytest.raises(InfeasibleError):
+        search_multi(mp, pop_size=8, generations=3, seed=2)
+    for a in mp.apps:
+        with_batches(a)
+    assert mp.server_options("gpu0") == [(k, b) for k in (1, 2, 4, 8) for b in (1, 2, 4, 8)]
+    res = search_multi(mp, pop_size=16, generations=6, seed=2)
+    assert res.chosen.feasible and res.chosen.batch.get("gpu0", 1) > 1
+    cam = next(s for s in res.chosen.schedules if s.name == "cam")
+    assert cam.batch_of("gpu0") == res.chosen.batch["gpu0"]
+    plan = make_multiplan(mp, res)
+    entry = next(a for a in plan.apps if a.name == "cam")
+    assert entry.plan.mapping.batch["gpu0"] == res.chosen.batch["gpu0"]
+    plan.save(tmp_path / "m.json")
+    with pytest.raises(InputError, match="(lanes|batch \\d+); the multi-CNN engines"):
         MultiPlan.load(tmp_path / "m.json")
 
 
