@@ -172,3 +172,18 @@ def test_profile_dir_finds_model_dot_profile_json(tmp_path):
     (tmp_path / "squeezenet1_0.profile.json").write_text("{}")
     spec = parse_app_spec("squeezenet1_0:period=40ms")
     assert find_profile(spec, tmp_path, None) == tmp_path / "squeezenet1_0.profile.json"
+
+
+def test_streams_of_one_model_share_one_profile_load_and_cost_model(models):
+    from hetflow.multi.problem import load_multi_problem
+    from hetflow.multi.spec import parse_app_specs
+    from hetflow.platform import resolve_platform
+
+    specs = parse_app_specs([f"{models}/a.onnx:period=40ms:name=cam1",
+                             f"{models}/a.onnx:period=50ms:name=cam2",
+                             f"{models}/b.onnx:period=60ms:streams=4"])
+    mp = load_multi_problem(specs, resolve_platform("hikey970"), models / "profiles")
+    cam1, cam2, b = mp.apps
+    assert cam1.problem is cam2.problem and cam1.graph is cam2.graph
+    assert b.problem is not cam1.problem
+    assert (cam1.spec.period, cam2.spec.period, b.spec.streams) == (0.04, 0.05, 4)
