@@ -8,7 +8,6 @@ behind it leaves only after it); paced, a frame of the batched member waits for 
 """
 import dataclasses
 import heapq
-import math
 
 import numpy as np
 import pytest
@@ -79,12 +78,12 @@ def steady_rate(sim: dict[str, np.ndarray], warmup: int) -> float:
     return float(np.sum((sim["end"] > t0) & (sim["end"] <= t1)) / (t1 - t0))
 
 
-def members_of(p: Problem, m: Mapping) -> list[tuple[int, int, float]]:
-    """(lanes, batch, seconds a firing) of each member, from the problem's data: a core's
-    whole-model time, the GPU's batch table."""
+def members_of(p: Problem, m: Mapping, affine: float) -> list[tuple[int, int, float]]:
+    """(lanes, batch, seconds a firing) of each member: a core's whole-model time, the GPU's
+    t(b, k) as its batch table was made (`group_problem`)."""
     whole = [l.name for l in p.graph.layers]
     k, b = m.lanes_of("gpu0"), m.batch_of("gpu0")
-    gpu = p.actor_time(whole, "gpu0") * CURVE[k] * p.batch_factor("gpu0", b, k, busy=True)
+    gpu = p.actor_time(whole, "gpu0") * CURVE[k] * (affine + (1 - affine) * b)
     return [(1, 1, p.actor_time(whole, e.name)) for e in p.elements if e.kind == "cpu"] + \
         [(k, b, gpu)]
 
@@ -101,7 +100,7 @@ def test_fed_flat_out_the_group_runs_the_sum_of_its_members_rates(seed, cpu_spee
                                                                   k, b, affine):
     p = group_problem(seed, cpu_speeds, gpu_speed, affine)
     m = copies(p, k, b)
-    members = members_of(p, m)
+    members = members_of(p, m, affine)
     metrics = evaluate(p, m)
     assert metrics.throughput == pytest.approx(sum(n * c / t for n, c, t in members), rel=1e-9)
     slowest = max(t for _, _, t in members)
@@ -118,26 +117,28 @@ def test_fed_flat_out_the_group_runs_the_sum_of_its_members_rates(seed, cpu_spee
 
 @settings(max_examples=40, deadline=None)
 @given(**DRAWS)
-def test_paced_at_its_rate_a_frame_waits_for_its_block_and_the_slowest_member(
+def test_paced_at_its_rate_a_frame_waits_for_a_block_and_the_slowest_member(
         seed, cpu_speeds, gpu_speed, k, b, affine):
     """Frames at 0.9 of the predicted rate, every batch full: the worst frame takes about the
-    model's latency (the slowest of a core's firing and the GPU's block filling at the
-    stream's rate, then firing); never less than a block's fill at that rate and its run."""
+    model's latency, the slowest member's firing after the b - 1 frames of a block (at the
+    plan's rate a lane finds its block come: the frames of the block wait ahead of any later
+    frame), and never less than a core's firing, or a block's fill at that rate and its run.
+    Over 500 random draws the worst frame was 0.74-1.16 of the model (median 1.00, 90% within
+    0.90-1.05); the low ones are rates at which a lane keeps up without a queue."""
     p = group_problem(seed, cpu_speeds, gpu_speed, affine)
     m = copies(p, k, b)
-    members = members_of(p, m)
+    members = members_of(p, m, affine)
     metrics = evaluate(p, m)
-    rate = 0.9 * metrics.throughput
     gpu_run = members[-1][2]
     cpu_run = max(t for _, _, t in members[:-1])
-    assert metrics.latency == pytest.approx(max(cpu_run, gpu_run + (b - 1) / metrics.throughput),
+    assert metrics.latency == pytest.approx(max(cpu_run, gpu_run) + (b - 1) / metrics.throughput,
                                             rel=1e-6)
+    rate = 0.9 * metrics.throughput
     frames = min(60_000, int(80 * rate * max(cpu_run, gpu_run)) + 10 * k * b)
     sim = simulate(members, frames, rate)
-    waited = (sim["leave"] - sim["arrive"])[frames // 10:]
-    floor = max(cpu_run, gpu_run + (b - 1) / rate)  # a core's frame, a block's first frame
-    assert waited.max() >= floor * (1 - 1e-9)
-    assert waited.max() <= 1.25 * metrics.latency * (1 / 0.9)
+    worst = (sim["leave"] - sim["arrive"])[frames // 10:].max()
+    assert worst >= max(cpu_run, gpu_run + (b - 1) / rate) * (1 - 1e-9)
+    assert worst <= 1.3 * metrics.latency
 
 
 def test_a_gpu_among_cpu_copies_is_batched_where_the_batch_pays():
@@ -149,7 +150,7 @@ def test_a_gpu_among_cpu_copies_is_batched_where_the_batch_pays():
     plain = evaluate(p, dataclasses.replace(fitted, batch={}))
     assert metrics.throughput > 1.5 * plain.throughput
     assert metrics.throughput == pytest.approx(
-        sum(n * c / t for n, c, t in members_of(p, fitted)), rel=1e-9)
+        sum(n * c / t for n, c, t in members_of(p, fitted, 0.8)), rel=1e-9)
     linear = group_problem(0, [1.0, 1.0, 0.7], 10.0, affine=0.0)  # a batch costs b runs
     assert fit_lanes(linear, m)[0].batch_of("gpu0") == 1
 
@@ -161,10 +162,31 @@ def test_a_static_pattern_gives_the_batched_member_its_share_to_fill_each_block(
     dynamic = copies(p, 1, 8)
     static = dataclasses.replace(dynamic, dispatch_mode="static",
                                  dispatch={dynamic.actors[0]: [1, 1, 1, 0]})
-    fast = evaluate(p, dynamic)
-    slow = evaluate(p, static)
-    gpu_run = members_of(p, dynamic)[-1][2]
-    assert fast.latency == pytest.approx(max(members_of(p, dynamic)[0][2],
-                                             gpu_run + 7 / fast.throughput), rel=1e-6)
-    assert slow.latency >= gpu_run + 7 / (0.75 * slow.throughput) - 1e-12
-    assert math.isfinite(slow.latency)
+    slowest = max(t for _, _, t in members_of(p, dynamic, 0.8))
+    fast, slow = evaluate(p, dynamic), evaluate(p, static)
+    assert fast.latency == pytest.approx(slowest + 7 / fast.throughput, rel=1e-6)
+    assert slow.latency == pytest.approx(slowest + 7 / (0.75 * slow.throughput), rel=1e-6)
+
+
+def test_the_contention_step_reads_a_batched_gpu_against_its_batchs_firing():
+    """The bench's parallel baseline runs the GPU at (b, k) beside the busy copies: its rate
+    there is read against a firing of b frames at k lanes. Half the rate the model promises
+    scales the GPU's busy firings by 2; read as one frame's firings (a calibration that does
+    not say the batch), the same run made the GPU b / factor times faster than that."""
+    from types import SimpleNamespace
+
+    from hetflow.mapping.calibration import with_contention
+
+    p = dataclasses.replace(group_problem(2, [1.0], 10.0, affine=0.8),
+                            lane_slowdown_busy={"gpu0": dict(CURVE)})
+    k, b = 2, 8
+    core, firing = (t for _, _, t in members_of(p, copies(p, k, b), 0.8))
+    promised = k * b / firing
+    profile = SimpleNamespace(whole_model={}, elements={})
+    q, summary = with_contention(p, profile, {"gpu0": 0.5 * promised}, {"gpu0": k}, {"gpu0": b})
+    assert q.lane_busy_scale["gpu0"] == pytest.approx(2.0)
+    assert summary["busy_lane_scale"] == {"gpu0": 2.0}
+    assert evaluate(q, copies(q, k, b)).throughput == pytest.approx(0.5 * promised + 1 / core)
+    factor = p.batch_factor("gpu0", b, k, busy=True)
+    plain, _ = with_contention(p, profile, {"gpu0": 0.5 * promised}, {"gpu0": k})
+    assert plain.lane_busy_scale["gpu0"] == pytest.approx(2.0 * factor / b)

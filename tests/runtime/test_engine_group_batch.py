@@ -88,7 +88,7 @@ def test_a_batched_device_beside_cpu_copies_runs_at_its_predicted_rate():
     rate measured over 600 frames is within 15% of the model's (the sum of the members'
     rates, the device's k * b / t(b, k))."""
     graph = random_cnn_graph(3, 0, channels=1, size=1)  # microseconds a run on a core
-    t1, a, k, b, copy_s = 0.004, 0.75, 2, 8, 0.006
+    t1, a, k, b, copy_s = 0.008, 0.75, 2, 8, 0.012
     fake_gpu.reset(slow=t1, a=a)
     members = stand_ins(copy_s)
     whole = np.zeros((len(graph.layers), len(members)))
