@@ -83,6 +83,29 @@ def test_each_lane_fires_blocks_of_consecutive_frames_and_outputs_leave_in_order
         assert len(run) == batch or run[-1] == frames - 1
 
 
+def test_a_static_pattern_gives_each_block_the_members_next_frames_and_a_partial_last():
+    """Pattern [gpu, gpu, gpu, cpu] over 22 frames: the device's 17 frames fire as blocks of
+    its next 4 frames in the pattern, the last one frame (the stream's end); every frame's
+    outputs equal the reference and leave in order."""
+    graph = random_cnn_graph(10, 2)
+    fake_gpu.reset(slow=0.001, a=0.5)
+    plan = group_plan(graph, stand_ins(0.002, copies=1), 1, 4)
+    plan.mapping.dispatch_mode = "static"
+    plan.mapping.dispatch = {plan.mapping.actors[0]: [1, 1, 1, 0]}
+    source = random_source(graph)
+    left: list[int] = []
+    pp = prepare(plan, graph)
+    try:
+        report, kept, state = run_prepared(pp, source, 22, 0, lambda f: True, trace=True,
+                                           on_frame=left.append)
+    finally:
+        pp.close()
+    assert left == list(range(22)) and check_outputs(graph, plan.app, kept, source) < 1e-4
+    mine = [f for f in range(22) if f % 4 != 3]
+    assert firings_of(state.events, "gpu0") == [mine[i:i + 4] for i in range(0, 17, 4)]
+    assert [f for run in firings_of(state.events, "cpu0") for f in run] == [3, 7, 11, 15, 19]
+
+
 def test_a_batched_device_beside_cpu_copies_runs_at_its_predicted_rate():
     """Two lanes of batch 8 (a firing of 8 frames 2.75x one frame's) beside two copies: the
     rate measured over 600 frames is within 15% of the model's (the sum of the members'
