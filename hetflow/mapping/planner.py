@@ -159,16 +159,17 @@ def against_whole_model(problem: Problem, result: SearchResult,
     design with round trips is compared by its rate interleaved, not in frame order, which
     pays every round trip; and with the lanes and batches its plan will run (`as_fitted`), as
     the whole model is (a group of CPU copies and a GPU, scored at batch 1, gave way to the
-    GPU alone batched where the group with the GPU batched was faster)."""
+    GPU alone batched where the group with the GPU batched was faster): where only the fitted
+    design beats the whole model, it is returned fitted, with its metrics."""
     if result.notes.get("keep_design"):  # the user asked for this design (e.g. gp apply=always)
         return result
     best = best_whole_model(problem, latency_cap)
     if best is None or best[1].throughput <= result.metrics.throughput * (1 + 1e-9):
         return result
-    own = as_fitted(result.problem or problem, result.best, latency_cap)[1]
+    fitted, own = as_fitted(result.problem or problem, result.best, latency_cap)
     if (own is not None and (latency_cap is None or own.latency <= latency_cap)
             and best[1].throughput <= own.throughput * (1 + 1e-9)):
-        return result
+        return replace(result, best=fitted, metrics=own)  # (its plan need not fit it again)
     return replace(result, best=best[0], metrics=best[1], problem=None, splits=[],
                    notes={**result.notes, "whole_model_won": (
                        f"the strategy's design was analysed at {result.metrics.throughput:.1f} "
