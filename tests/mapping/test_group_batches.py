@@ -19,7 +19,6 @@ from hetflow.mapping.problem import Problem, evaluate, saturated_latency
 from hetflow.model.synthetic import random_cnn_graph
 from hetflow.plan.mapping import Mapping, group_name
 from hetflow.platform.spec import ProcessingElement
-from conftest import linear_transfer
 from test_batch_cost_model import batch_table
 
 CURVE = {1: 1.0, 2: 1.3, 4: 2.0}  # a firing at k lanes over one lane's
@@ -28,7 +27,8 @@ CURVE = {1: 1.0, 2: 1.3, 4: 2.0}  # a firing at k lanes over one lane's
 def group_problem(seed: int, cpu_speeds: list[float], gpu_speed: float, affine: float) -> Problem:
     """The whole model of a random CNN on CPU cores of the given speeds (each of its own kind,
     so no two make a uniform group) and a GPU `gpu_speed` times a core of speed 1, whose batch
-    table gives t(b, k) = t1 * CURVE[k] * (affine + (1 - affine) * b)."""
+    table gives t(b, k) = t1 * CURVE[k] * (affine + (1 - affine) * b). (The whole model on a
+    group moves nothing between elements: no transfer costs.)"""
     graph = random_cnn_graph(4, seed)
     work = np.random.default_rng(seed).uniform(0.2e-3, 2e-3, len(graph.layers))
     cpus = [ProcessingElement(f"cpu{i}", "cpu", (i,), cluster=f"c{i}")
@@ -36,7 +36,7 @@ def group_problem(seed: int, cpu_speeds: list[float], gpu_speed: float, affine: 
     gpu = ProcessingElement("gpu0", "gpu", (100,), device_index=0, model="gpu")
     elements = [*cpus, gpu]
     times = np.column_stack([work / s for s in [*cpu_speeds, gpu_speed]])
-    p = Problem(graph, elements, times, linear_transfer(elements), call_overhead=0.0,
+    p = Problem(graph, elements, times, lambda nbytes, src, dst: 0.0, call_overhead=0.0,
                 lane_slowdown={"gpu0": dict(CURVE)})
     t1 = p.actor_time([l.name for l in graph.layers], "gpu0")
     return with_batches(p, {"gpu0": batch_table(t1, CURVE, affine)})
