@@ -24,6 +24,7 @@ from hetflow.bench.precisions import against_same_precision, precision_baselines
 from hetflow.errors import InfeasibleError
 from hetflow.mapping import pilot
 from hetflow.mapping.calibration import calibrate
+from hetflow.mapping.energy import energy_method
 from hetflow.mapping.from_profile import problem_from_profile
 from hetflow.mapping.planning import record_precision, search_kind
 from hetflow.model import resolve_model
@@ -287,6 +288,7 @@ def bench_kinds(ctx: Context, prof, problem, steps: list[dict], calibration: dic
             kind.rate_floor, shared.pilots, log)
         plan.search["calibration"] = steps
         record_precision(plan, settings.precision, settings.tolerance)
+        plan.predicted["energy_method"] = energy_method(problem, plan.mapping.elements)
         a_priori = dict(plan.predicted)  # from the profile, before this plan's stages ran
         used = problem
         if k["refine"]:

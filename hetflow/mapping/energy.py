@@ -149,9 +149,10 @@ def frame_energy(figures: Mapping[str, ElementPower], utilisation: Mapping[str, 
     return (sum(idle.values()) + busy) / throughput
 
 
-def energy_method(figures: Mapping[str, ElementPower], elements) -> str:
-    """How a plan's energy figure was made: the elements' methods, each once."""
-    return ", ".join(dict.fromkeys(figures[e].method for e in elements if e in figures))
+def energy_method(problem, elements) -> str:
+    """How `problem` figures the energy of a plan on `elements`: their methods, each once."""
+    return ", ".join(dict.fromkeys(f.method for e in dict.fromkeys(elements)
+                                   if (f := problem.element_power(e)) is not None))
 
 
 def require_power(problem, elements: list[str] | None = None) -> None:
