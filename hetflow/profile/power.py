@@ -112,35 +112,38 @@ def measure_power(graph: "CnnGraph", elements: list[ProcessingElement], prof: Pr
         return table
     flat: list[EnergyMeter] = [m for ms in meters.values() for m in ms]
     part_of_meter = {m.name: p for p, ms in meters.items() for m in ms}
-    with EnergySampler(flat) as sampler:
+    runs = []  # (element shape, its members, batch, lanes, copies run, the run's report)
+    with EnergySampler(flat) as sampler:  # windows are read once its last reading is taken
         t0 = time.perf_counter()
         sleep(seconds)
-        idle = part_figures(sampler.window(t0, time.perf_counter()), part_of_meter)
-        table["idle"] = idle
-        log("idle: " + ", ".join(f"{p} {f['watts']:.1f} W" for p, f in idle.items()
-                                 if f["watts"] is not None))
+        idle_at = (t0, time.perf_counter())
         source = random_source(graph)
         for rep, members in distinct_elements(elements).items():
             if part_of(rep) not in meters:
                 continue
-            runs = ([(b, k, [rep]) for b, k in gpu_settings(prof, rep.name)]
-                    if rep.kind == "gpu" else [(1, 1, disjoint(members))])
-            for b, k, copies in runs:
+            settings = ([(b, k, [rep]) for b, k in gpu_settings(prof, rep.name)]
+                        if rep.kind == "gpu" else [(1, 1, disjoint(members))])
+            for b, k, copies in settings:
                 report = measure_parallel(graph, copies, source, warmup=2, seconds=seconds,
                                           name=f"power of {rep.name}",
                                           lanes={e.name: k for e in copies},
                                           batch={e.name: b for e in copies})
-                if report.window_at is None:
-                    continue
-                figures = part_figures(sampler.window(*report.window_at), part_of_meter)
-                share = sum(report.utilisation.get(e.name, 0.0) for e in copies) / len(copies)
-                entry = {"busy_share": round(share, 4), "copies": len(copies),
-                         "parts": shared_out(figures, idle, len(copies))}
-                watts = entry["parts"].get(part_of(rep), {}).get("watts")
-                log(f"busy: {rep.name}" + (f" b{b}" if b > 1 else "")
-                    + (f" x{k}" if k > 1 else "")
-                    + (f" on {len(copies)} copies" if len(copies) > 1 else "")
-                    + (f": {part_of(rep)} {watts:.1f} W" if watts is not None else ""))
-                for e in members:
-                    table["busy"].setdefault(e.name, {})[batch_key(b, k)] = entry
+                runs.append((rep, members, b, k, copies, report))
+    idle = part_figures(sampler.window(*idle_at), part_of_meter)
+    table["idle"] = idle
+    log("idle: " + ", ".join(f"{p} {f['watts']:.1f} W" for p, f in idle.items()
+                             if f["watts"] is not None))
+    for rep, members, b, k, copies, report in runs:
+        if report.window_at is None:
+            continue
+        figures = part_figures(sampler.window(*report.window_at), part_of_meter)
+        share = sum(report.utilisation.get(e.name, 0.0) for e in copies) / len(copies)
+        entry = {"busy_share": round(share, 4), "copies": len(copies),
+                 "parts": shared_out(figures, idle, len(copies))}
+        watts = entry["parts"].get(part_of(rep), {}).get("watts")
+        log(f"busy: {rep.name}" + (f" b{b}" if b > 1 else "") + (f" x{k}" if k > 1 else "")
+            + (f" on {len(copies)} copies" if len(copies) > 1 else "")
+            + (f": {part_of(rep)} {watts:.1f} W" if watts is not None else ""))
+        for e in members:
+            table["busy"].setdefault(e.name, {})[batch_key(b, k)] = entry
     return table
