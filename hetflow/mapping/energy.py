@@ -97,24 +97,19 @@ def measured_power(power: Mapping[str, Any], e: ProcessingElement) -> ElementPow
     return ElementPower(part, idle, busy, power["idle"][part]["method"])
 
 
-def element_powers(power: Mapping[str, Any], elements: list[ProcessingElement],
-                   platform_name: str, idle_fraction: float = 0.0
+def element_powers(power: Mapping[str, Any], elements: list[ProcessingElement]
                    ) -> tuple[dict[str, ElementPower], dict[str, str]]:
-    """Each element's power: measured where the profile's power table (`Profile.power`) has
-    it, else modelled from the platform's `power_w`; and for each element with neither, one
-    line saying so."""
-    figures, missing = {}, {}
+    """The measured power of each element the profile's power table (`Profile.power`) has,
+    and for each other element why it has none (it is then modelled from its `power_w`:
+    `Problem.element_power`)."""
+    figures, unmeasured = {}, {}
     for e in elements:
-        why = no_counter_reason(power, e)
-        figure = measured_power(power, e) or modelled_power(e, idle_fraction, why)
+        figure = measured_power(power, e)
         if figure is not None:
             figures[e.name] = figure
         else:
-            missing[e.name] = (f"element {e.name} has no power figure: no energy counter "
-                               f"({why}) and no power_w in platform {platform_name!r} (give "
-                               "it power_w in the platform YAML, or profile where its "
-                               "counter can be read)")
-    return figures, missing
+            unmeasured[e.name] = no_counter_reason(power, e)
+    return figures, unmeasured
 
 
 def no_counter_reason(power: Mapping[str, Any], e: ProcessingElement) -> str:
@@ -155,11 +150,17 @@ def energy_method(problem, elements) -> str:
                                    if (f := problem.element_power(e)) is not None))
 
 
+def no_power_line(name: str, why: str) -> str:
+    """The line naming an element that has no power figure at all."""
+    return (f"element {name} has no power figure: no energy counter ({why}) and its platform "
+            "gives it no power_w (give it power_w in the platform YAML, or profile where its "
+            "counter can be read)")
+
+
 def require_power(problem, elements: list[str] | None = None) -> None:
     """InputError naming the first element of `problem` (or of `elements`) without a power
     figure (`Problem.element_power`), and why."""
     for name in elements or [e.name for e in problem.elements]:
         if problem.element_power(name) is None:
-            raise InputError(problem.power_missing.get(name) or (
-                f"element {name} has no power figure: no energy counter was read for it and "
-                "its platform gives it no power_w"))
+            raise InputError(no_power_line(name, problem.power_unmeasured.get(
+                name, "none was read")))

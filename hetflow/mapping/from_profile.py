@@ -128,9 +128,9 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
     times = np.array([[profile.layer_time(l.name, e.name) for e in elements] for l in graph.layers])
     # the engine's own cost per phase firing, as the profile measured it
     overhead = profile.engine_firing() if call_overhead is None else call_overhead
-    power, no_power = element_powers(getattr(profile, "power", {}), elements, platform.name)
+    power, unmeasured = element_powers(getattr(profile, "power", {}), elements)
     problem = Problem(graph, elements, times, profile.transfer_time, overhead, capacity_frames,
-                      configurations=usable, power=power, power_missing=no_power,
+                      configurations=usable, power=power, power_unmeasured=unmeasured,
                       subnet_times=measured_subnets(graph, profile, elements),
                       element_overhead={e.name: profile.call_overhead(e.name) for e in elements},
                       border_cost={e.name: profile.border_cost(e.name) for e in elements

@@ -69,11 +69,10 @@ class Problem:
     call_overhead: float = 30e-6  # runtime cost of one phase firing (dispatch, queue hand-off)
     capacity_frames: int = 2  # FIFO capacity in frames (double buffering)
     idle_power_fraction: float = 0.0  # energy model: idle elements draw this share of power_w
-    # element -> its measured idle and busy power (mapping/energy.py, from the profile), and
-    # for an element with no figure at all, the line saying why; an element in neither is
-    # modelled from its power_w
+    # element -> its measured idle and busy power (mapping/energy.py, from the profile); an
+    # element without is modelled from its power_w, labelled with why (`power_unmeasured`)
     power: dict[str, ElementPower] = field(default_factory=dict)
-    power_missing: dict[str, str] = field(default_factory=dict)
+    power_unmeasured: dict[str, str] = field(default_factory=dict)
     # element sets a mapping may use together (each one configuration of the platform);
     # empty = every element alone, and all pairwise non-conflicting elements together
     configurations: list[list[str]] = field(default_factory=list)
@@ -281,10 +280,10 @@ class Problem:
 
     def element_power(self, name: str) -> ElementPower | None:
         """`name`'s power figure: measured, else modelled from its power_w; None if neither."""
-        if name in self.power or name in self.power_missing:
-            return self.power.get(name)
+        if name in self.power:
+            return self.power[name]
         return modelled_power(self.element(name), self.idle_power_fraction,
-                              "no power measured")
+                              self.power_unmeasured.get(name, "no power measured"))
 
     def element(self, name: str) -> ProcessingElement:
         try:

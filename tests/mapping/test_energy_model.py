@@ -12,6 +12,7 @@ from hetflow.backends.energy import CounterTrace
 from hetflow.errors import InputError
 from hetflow.mapping.energy import (ElementPower, element_powers, energy_method, frame_energy,
                                     measured_power, modelled_power, require_power)
+from hetflow.mapping.problem import Problem
 from hetflow.mapping.problem import evaluate
 from hetflow.plan.mapping import Mapping
 from hetflow.platform.spec import ProcessingElement
@@ -47,7 +48,7 @@ TABLE = {
 
 
 def figures():
-    return element_powers(TABLE, [GPU, CPU0, CPU1], "test")[0]
+    return element_powers(TABLE, [GPU, CPU0, CPU1])[0]
 
 
 def test_a_gpu_alone_pays_its_idle_power_and_its_rise_over_its_busy_share():
@@ -81,20 +82,30 @@ def test_a_window_the_element_was_busy_only_part_of_is_read_at_full_load():
     assert gpu.busy_w[(1, 1)]["gpu0"] == pytest.approx(200.0)  # 60 + 70 / 0.5
 
 
+def problem_of(elements, power, unmeasured, idle_fraction=0.0):
+    """A problem over `elements` that only the power figures are read from."""
+    return Problem(None, elements, None, None, idle_power_fraction=idle_fraction, power=power,
+                   power_unmeasured=unmeasured)
+
+
 def test_a_part_without_a_counter_is_modelled_from_power_w_and_says_why():
     table = {"idle": {"gpu0": figure(60.0)}, "busy": {}, "missing": {"cpu": "no RAPL: a VM"}}
     cpu = ProcessingElement("cpu0", "cpu", (0,), power_w=12.0)
-    f, missing = element_powers(table, [cpu], "vm", idle_fraction=0.25)
-    assert f["cpu0"].method == "modelled (no RAPL: a VM)" and missing == {}
-    assert f["cpu0"].idle_w == {"cpu0": 3.0} and f["cpu0"].busy_w == {(1, 1): {"cpu0": 12.0}}
+    f, unmeasured = element_powers(table, [cpu])
+    assert f == {} and unmeasured == {"cpu0": "no RAPL: a VM"}
+    modelled = problem_of([cpu], f, unmeasured, idle_fraction=0.25).element_power("cpu0")
+    assert modelled.method == "modelled (no RAPL: a VM)"
+    assert modelled.idle_w == {"cpu0": 3.0} and modelled.busy_w == {(1, 1): {"cpu0": 12.0}}
 
 
 def test_an_element_with_neither_a_counter_nor_power_w_is_named():
     table = {"idle": {}, "busy": {}, "missing": {"cpu": "no RAPL: a VM"}}
-    f, missing = element_powers(table, [CPU0], "vm")
-    assert f == {}
-    assert missing["cpu0"].startswith("element cpu0 has no power figure: no energy counter "
-                                      "(no RAPL: a VM) and no power_w in platform 'vm'")
+    p = problem_of([CPU0], *element_powers(table, [CPU0]))
+    assert p.element_power("cpu0") is None
+    with pytest.raises(InputError, match=r"^element cpu0 has no power figure: no energy "
+                                         r"counter \(no RAPL: a VM\) and its platform gives "
+                                         r"it no power_w"):
+        require_power(p)
 
 
 @settings(max_examples=60, deadline=None)
@@ -162,8 +173,8 @@ def test_evaluate_predicts_with_the_measured_figures(factory):
                                        "parts": {"gpu0": figure(250.0 if e.kind == "gpu" else 50.0),
                                                  "cpu": figure(14.0, "rapl")}}}
                       for e in els}}
-    power, missing = element_powers(table, els, "test")
-    assert missing == {}
+    power, unmeasured = element_powers(table, els)
+    assert unmeasured == {}
     p = factory.problem(5, els, seed=2, power=power)
     gpu = next(e.name for e in els if e.kind == "gpu")
     layers = [l.name for l in p.graph.layers]
@@ -177,17 +188,12 @@ def test_evaluate_predicts_with_the_measured_figures(factory):
     assert both.energy_per_frame == pytest.approx((idle + rise) / both.throughput)
 
 
-def test_require_power_names_the_element_and_why(factory):
-    els = factory.elements(2, power=False)
-    power, missing = element_powers({"missing": {"cpu": "no RAPL: a VM"}}, els, "vm")
-    p = factory.problem(4, els, seed=1, power=power, power_missing=missing)
-    with pytest.raises(InputError, match=r"^element cpu0 has no power figure: no energy "
-                                         r"counter \(no RAPL: a VM\)"):
-        require_power(p)
-    assert p.element_power("cpu0") is None
-    powered = factory.problem(4, factory.elements(2), seed=1)
-    require_power(powered)  # power_w on every element: modelled
-    assert powered.element_power("cpu0").method.startswith("modelled")
+def test_a_profile_without_power_models_every_element_from_power_w(factory):
+    els = factory.elements(2)
+    power, unmeasured = element_powers({}, els)
+    p = factory.problem(4, els, seed=1, power=power, power_unmeasured=unmeasured)
+    require_power(p)  # power_w on every element: modelled
+    assert energy_method(p, ["cpu0", "cpu1"]) == "modelled (the profile measured no power)"
 
 
 def test_an_element_power_is_frozen_data():

@@ -100,8 +100,8 @@ def test_idle_and_busy_power_are_read_per_part_and_shared_among_copies(monkeypat
         entry = table["busy"][cpu]["1,1"]
         assert entry["copies"] == 2 and entry["parts"]["cpu"]["watts"] == watts(30.0, rel=0.02)
     # the cost model reads the table: the GPU alone at 8 lanes, busy half the time
-    figures, missing = element_powers(table, [GPU, *CPUS], "test")
-    assert missing == {}
+    figures, unmeasured = element_powers(table, [GPU, *CPUS])
+    assert unmeasured == {}
     assert frame_energy(figures, {"gpu0": 0.5}, 100.0, {"gpu0": 8}, {}) == \
         watts((60.0 + 0.5 * 340.0) / 100.0, rel=0.03)
 
@@ -118,11 +118,9 @@ def test_parts_without_a_counter_are_listed_and_nothing_is_run(monkeypatch):
     table = measure_power(random_cnn_graph(3, seed=0), [GPU, *CPUS], lane_profile(), 0.3,
                           sleep=run)
     assert table == {"window_s": 0.3, "idle": {}, "busy": {}, "missing": missing}
-    cpu = ProcessingElement("cpu0", "cpu", (0,), power_w=8.0)
-    figures, none = element_powers(table, [cpu, GPU], "vm")
-    assert figures["cpu0"].method == f"modelled ({missing['cpu']})"
-    assert none["gpu0"].startswith("element gpu0 has no power figure: no energy counter "
-                                   "(no NVML: pynvml is not installed)")
+    figures, unmeasured = element_powers(table, [*CPUS, GPU])
+    assert figures == {} and unmeasured == {"cpu0": missing["cpu"], "cpu1": missing["cpu"],
+                                            "gpu0": missing["gpu0"]}
 
 
 def test_a_part_sums_its_packages_and_has_no_figure_if_one_has_none():
