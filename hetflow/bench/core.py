@@ -306,14 +306,15 @@ def bench_kinds(ctx: Context, prof, problem, steps: list[dict], calibration: dic
             ctx.overruns.append(time.perf_counter() - t_kind - k["expected"])
         rows.append(plans.plan_row(kind.label, plan, r, a_priori, run_of, tried, k["refine"]))
         if ctx.report_dir is not None:
-            save_plan(ctx, kind.label, plan, result)
+            save_plan(ctx, kind.label, plan, result, problem)
     return rows, shared.plans
 
 
-def save_plan(ctx: Context, label: str, plan, result) -> None:
+def save_plan(ctx: Context, label: str, plan, result, problem) -> None:
     """The plan, and its search's front where it has several designs, into the report."""
     plan.save(Path(ctx.report_dir) / f"{ctx.graph.name}.{label}.plan.json")
     if result is not None and len(result.front) > 1:
         from hetflow.mapping.pareto import write_front
 
-        write_front(result, Path(ctx.report_dir) / f"{ctx.graph.name}.{label}.pareto.csv")
+        write_front(result, Path(ctx.report_dir) / f"{ctx.graph.name}.{label}.pareto.csv",
+                    problem)

@@ -56,7 +56,7 @@ def map_model(graph, platform, prof, strategy: str, calibration: dict | None = N
     front with the least predicted energy per frame at `min_rate` frames/s or more
     (`pareto.least_energy`), its lanes the fewest that keep the rate; with any `prefer`, a
     plan predicted below `min_rate` is an InfeasibleError. Returns (plan, its search result,
-    the pilots tried)."""
+    the pilots tried, the cost model searched)."""
 
     if prefer not in PREFER:
         raise InputError(f"--prefer {prefer!r}: use {' or '.join(PREFER)}")
@@ -93,7 +93,7 @@ def map_model(graph, platform, prof, strategy: str, calibration: dict | None = N
                                          else {}))
     plan.predicted["energy_method"] = energy_method(problem, plan.mapping.elements)
     record_precision(plan, precision, tolerance)
-    return plan, result, tried
+    return plan, result, tried, problem
 
 
 def parse_options(items: Optional[list[str]]) -> dict:
@@ -209,7 +209,7 @@ def register(app: typer.Typer) -> None:
         # held from the search on: two maps writing one plan would both say they wrote it
         with claimed(output), claimed(pareto):
             with progress(title, quiet=json_out or pilots == 1) as log:
-                plan, result, tried = map_model(graph, plat, prof, strategy, calib, capacity,
+                plan, result, tried, problem = map_model(graph, plat, prof, strategy, calib, capacity,
                                                 seed, opts, pilots, interleave, log, precision,
                                                 tol, prefer, min_rate)
             if tried and not json_out:
@@ -221,7 +221,7 @@ def register(app: typer.Typer) -> None:
             if output:
                 plan.save(output)
             if pareto:
-                write_front(result, pareto, plan.predicted["energy_method"])
+                write_front(result, pareto, problem)
         if json_out:
             print_json(plan.to_dict())
             return

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Sequence
 
 from hetflow.errors import InfeasibleError
-
 from hetflow.io import save_png, write_csv
+from hetflow.mapping.energy import energy_method
 
 COLUMNS = ["throughput_fps", "latency_ms", "energy_j_per_frame", "energy_method",
            "max_memory_mb", "actors"]
@@ -47,11 +47,14 @@ def front_designs(result) -> list:
     return [finite[i] for i in non_dominated(points)] or designs[:1]
 
 
-def front_rows(result, method: str = "") -> list[dict]:
-    """The front's rows as the CSV has them; `method`: how the energy figures were made."""
+def front_rows(result, problem=None) -> list[dict]:
+    """The front's rows as the CSV has them, each design's energy with how `problem` (the cost
+    model searched) figures it."""
     return [{"throughput_fps": m.throughput, "latency_ms": m.latency * 1e3,
              "energy_j_per_frame": m.energy_per_frame,
-             "energy_method": method if m.energy_per_frame is not None else "",
+             "energy_method": (energy_method(problem, mapping.elements)
+                               if problem is not None and m.energy_per_frame is not None
+                               else ""),
              "max_memory_mb": max(m.peak_memory.values(), default=0) / 1e6,
              "actors": " ".join(mapping.actors)}
             for mapping, m in front_designs(result)]
@@ -71,9 +74,11 @@ def least_energy(designs: list, min_rate: float | None = None) -> tuple:
     return min(fast, key=lambda d: (d[1].energy_per_frame, -d[1].throughput))
 
 
-def write_front(result, path: str | Path, method: str = "") -> Path:
+def write_front(result, path: str | Path, problem=None) -> Path:
+    """The front as CSV (`front_rows`) and, with matplotlib, a PNG beside it: throughput
+    against latency and, where the designs have it, against energy per frame."""
     path = Path(path)
-    rows = front_rows(result, method)
+    rows = front_rows(result, problem)
     write_csv(path, rows, COLUMNS)
     try:
         import matplotlib
@@ -94,7 +99,9 @@ def write_front(result, path: str | Path, method: str = "") -> Path:
         ax = axes[0][1]
         ax.scatter([r["energy_j_per_frame"] for r in energy],
                    [r["throughput_fps"] for r in energy])
-        ax.set_xlabel(f"predicted energy (J/frame, {method or 'modelled'})")
+        methods = sorted({r["energy_method"] for r in energy if r["energy_method"]})
+        ax.set_xlabel("predicted energy (J/frame" + (f", {'; '.join(methods)}" if methods
+                                                     else "") + ")")
         ax.set_ylabel("predicted throughput (frames/s)")
         ax.set_title("throughput against energy")
     fig.tight_layout()
