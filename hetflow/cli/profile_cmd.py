@@ -22,6 +22,7 @@ from hetflow.platform.precision import DEFAULT_PRECISION, precision_variants
 from hetflow.platform.spec import ProcessingElement
 from hetflow.profile import estimate_profile, profile_model
 from hetflow.profile.deviation import record_deviations
+from hetflow.profile.power import POWER_WINDOW_S
 from hetflow.profile.table_import import import_table
 
 
@@ -54,12 +55,9 @@ def profile_summary(prof, graph) -> dict:
 def power_summary(power: dict) -> dict:
     """Each part's idle watts and each element's busy watts on its own part (at each batch and
     lane count read), with the method; the parts without a counter and why."""
-    def watts(f: dict) -> float | None:
-        return f.get("watts")
-
-    return {"idle": {p: {"watts": watts(f), "method": f["method"], "reliable": f["reliable"]}
+    return {"idle": {p: {"watts": f["watts"], "method": f["method"], "reliable": f["reliable"]}
                      for p, f in power.get("idle", {}).items()},
-            "busy": {e: {key: {p: watts(f) for p, f in entry["parts"].items()}
+            "busy": {e: {key: {p: f["watts"] for p, f in entry["parts"].items()}
                          for key, entry in per.items()}
                      for e, per in power.get("busy", {}).items()},
             "missing": dict(power.get("missing", {}))}
@@ -193,7 +191,7 @@ def register(app: typer.Typer) -> None:
                                              "single core and GPU runs the model (hetflow map "
                                              "predicts with it)"),
         power_seconds: float = typer.Option(
-            2.0, "--power-seconds", min=0.0,
+            POWER_WINDOW_S, "--power-seconds", min=0.0,
             help="read each part's idle power and each element's busy power from this "
                  "machine's energy counters (NVML, RAPL) over windows this long (0: not read)"),
         dvfs: bool = typer.Option(False, "--dvfs-calibration",
