@@ -58,11 +58,7 @@ def map_model(graph, platform, prof, strategy: str, calibration: dict | None = N
     plan predicted below `min_rate` is an InfeasibleError. Returns (plan, its search result,
     the pilots tried, the cost model searched)."""
 
-    if prefer not in PREFER:
-        raise InputError(f"--prefer {prefer!r}: use {' or '.join(PREFER)}")
-    if prefer == "energy" and pilots > 1:
-        raise InputError("--prefer energy chooses by prediction: pilots measure throughput, "
-                         "not energy (leave out --pilots)")
+    check_preference(prefer, pilots)
     options = dict(options or {})
     problem, steps = calibrated_problem(graph, prof, platform, capacity, calibration,
                                         precision, tolerance)
@@ -94,6 +90,16 @@ def map_model(graph, platform, prof, strategy: str, calibration: dict | None = N
     plan.predicted["energy_method"] = energy_method(problem, plan.mapping.elements)
     record_precision(plan, precision, tolerance)
     return plan, result, tried, problem
+
+
+def check_preference(prefer: str, pilots: int) -> None:
+    """InputError for a `--prefer` map cannot honour: an unknown one, or energy chosen by
+    pilots (they measure throughput, not energy)."""
+    if prefer not in PREFER:
+        raise InputError(f"--prefer {prefer!r}: use {' or '.join(PREFER)}")
+    if prefer == "energy" and pilots > 1:
+        raise InputError("--prefer energy chooses by prediction: pilots measure throughput, "
+                         "not energy (leave out --pilots)")
 
 
 def parse_options(items: Optional[list[str]]) -> dict:
@@ -137,7 +143,7 @@ def print_plan(plan, title: str = "plan") -> None:
                   + (f", fed as fast as it goes {sat * 1e3:.2f} ms" if sat is not None and sat == sat
                      else "")
                   + ")"
-                  + (f", {p['energy_per_frame']:.3f} J/frame ({p.get('energy_method')})"
+                  + (f", {p['energy_per_frame']:.4g} J/frame ({p.get('energy_method')})"
                      if p.get("energy_per_frame") else "")
                   + f"; search {plan.search.get('seconds', 0):.2f} s")
 
@@ -200,6 +206,7 @@ def register(app: typer.Typer) -> None:
         """Search a mapping of the model's layers onto the platform's elements; write a plan."""
         tol = Tolerance.parse(tolerance) if tolerance is not None else None
         check_writable(output, pareto)
+        check_preference(prefer, pilots)
         opts = parse_options(option)
         if latency_cap_ms is not None:
             opts["latency_cap"] = latency_cap_ms / 1e3

@@ -12,7 +12,7 @@ from hetflow.model.synthetic import random_cnn_model
 PLATFORM = """name: tiny-soc
 clusters:
   - name: big
-    cores: [0, 1]
+    cores: [0, 1, 2]
 {cpu_power}    peak_gflops_per_core: 10.0
     mem_gbps: 10.0
 gpus:
@@ -32,7 +32,7 @@ SEARCH = ["-s", "nsga2", "-O", "pop_size=12", "-O", "generations=4"]
 
 @pytest.fixture
 def inputs(hetflow, tmp_path, monkeypatch):
-    """(model, platform YAML, estimated profile) of a tiny CNN on two cores and a GPU with
+    """(model, platform YAML, estimated profile) of a tiny CNN on three cores (one drives the GPU) and a GPU with
     nominal powers."""
     monkeypatch.setenv("HETFLOW_CACHE", str(tmp_path / "cache"))
     model = tmp_path / "tiny.onnx"
