@@ -386,17 +386,21 @@ def energy_figure(rows: list[dict]):
         return None
     fig = Figure(figsize=(6.4, 4.4))
     ax = fig.add_subplot()
+    names: dict[tuple[float, float], list[str]] = {}  # plans that share a run share a point
     for r in ran:
         color = "#9a9a9a" if r["kind"] != "plan" else "#3b75af"
         x, y = r["joules_per_frame"], r["throughput"]
         ax.scatter([x], [y], s=36, zorder=3, edgecolors=color, linewidths=1.2,
                    facecolors=color if r.get("energy_measured") else "white")
-        ax.annotate(r["name"], (x, y), xytext=(4, 3), textcoords="offset points", fontsize=7)
+        names.setdefault((x, y), []).append(r["name"])
         pred = _num(r.get("predicted_joules_per_frame"))
         rate = _num(r.get("predicted_throughput"))
         if pred and rate:
             ax.scatter([pred], [rate], marker="x", s=36, color=color, zorder=3)
             ax.plot([pred, x], [rate, y], color=color, lw=0.6, ls=":", zorder=2)
+    for (x, y), same in names.items():
+        ax.annotate(", ".join(same), (x, y), xytext=(4, 3), textcoords="offset points",
+                    fontsize=7)
     ax.set_xlabel("energy J/frame (lower is better)", fontsize=8)
     ax.set_ylabel("frames/s (higher is better)", fontsize=8)
     ax.tick_params(labelsize=8)

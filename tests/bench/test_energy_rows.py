@@ -59,6 +59,8 @@ def test_the_report_plots_throughput_against_energy_and_tabulates_it():
     ax = fig.axes[0]
     assert ax.get_xlabel().startswith("energy J/frame") and ax.get_ylabel().startswith("frames/s")
     assert {t.get_text() for t in ax.texts} == {r["name"] for r in rows()}
+    twins = rows() + [{**rows()[2], "name": "hetflow single"}]  # one run, two plan kinds
+    assert "hetflow nsga2, hetflow single" in {t.get_text() for t in energy_figure(twins).axes[0].texts}
     table = rows_table(rows())
     assert "<th>J/frame</th>" in table and "<th>predicted J/frame</th>" in table
     assert ">0.28<" in table and ">0.26<" in table
