@@ -4,8 +4,10 @@ measured, from the platform's power_w where not; the same figure `hetflow run` w
 from counters on a machine whose power follows that model."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from hetflow.backends.energy import CounterTrace
@@ -14,10 +16,12 @@ from hetflow.mapping.energy import (ElementPower, element_powers, energy_method,
                                     measured_power, modelled_power, require_power)
 from hetflow.mapping.problem import Problem
 from hetflow.mapping.problem import evaluate
+from hetflow.mapping.strategies.base import configurations
 from hetflow.plan.mapping import Mapping
 from hetflow.platform.spec import ProcessingElement
 from hetflow.runtime.energy import part_of, run_energy
 from hetflow.runtime.report import RunReport, latency_stats
+from tests.mapping.conftest import random_small_problem
 
 GPU = ProcessingElement("gpu0", "gpu", (4,), device_index=0)
 CPU0 = ProcessingElement("cpu0", "cpu", (0,))
@@ -201,3 +205,29 @@ def test_an_element_power_is_frozen_data():
     assert isinstance(gpu, ElementPower)
     with pytest.raises(AttributeError):
         gpu.part = "cpu"
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10_000), st.data())
+def test_a_plans_watts_lie_between_its_parts_idle_and_every_element_flat_out(seed, data):
+    """On random problems with measured powers and random mappings: the predicted watts
+    (J/frame x frames/s) are at least the idle watts of the parts the plan uses and at most
+    that plus every element's rise at full load."""
+    p = random_small_problem(seed)
+    idle = {"gpu0": data.draw(st.floats(10, 100)), "cpu": data.draw(st.floats(5, 50))}
+    rise = {e.name: data.draw(st.floats(0, 300)) for e in p.elements}
+    table = {"idle": {k: figure(w) for k, w in idle.items()}, "missing": {},
+             "busy": {e.name: {"1,1": {"busy_share": 1.0, "copies": 1, "parts": {
+                 part_of(e): figure(idle[part_of(e)] + rise[e.name])}}} for e in p.elements}}
+    power, unmeasured = element_powers(table, p.elements)
+    p = replace(p, power=power, power_unmeasured=unmeasured)
+    config = data.draw(st.sampled_from(configurations(p)))
+    layers = [l.name for l in p.graph.layers]
+    mapping = Mapping({l: data.draw(st.sampled_from(config)) for l in layers})
+    m = evaluate(p, mapping, with_latency=False)
+    assume(0 < m.throughput < float("inf"))
+    used = set(mapping.elements)
+    floor = sum(idle[q] for q in {part_of(p.element(e)) for e in used})
+    watts = m.energy_per_frame * m.throughput
+    assert floor - 1e-6 <= watts <= floor + sum(rise[e] for e in used) + 1e-6
+    assert all(0.0 <= u <= 1.0 for u in m.utilisation.values())
