@@ -97,6 +97,19 @@ def measured_power(power: Mapping[str, Any], e: ProcessingElement) -> ElementPow
     return ElementPower(part, idle, busy, power["idle"][part]["method"])
 
 
+def nominal_rise(power: Mapping[str, Any], e: ProcessingElement) -> ElementPower | None:
+    """`e`'s power where its part's idle power was measured but not `e` busy (a profile cut
+    short): the part's idle watts, and its `power_w` as the rise when busy; None without
+    either. The part's counter takes its whole idle draw in a run, so the idle is counted as
+    measured."""
+    part = part_of(e)
+    idle = power.get("idle", {}).get(part, {})
+    if idle.get("watts") is None or e.power_w is None:
+        return None
+    return ElementPower(part, {part: idle["watts"]}, {(1, 1): {part: idle["watts"] + e.power_w}},
+                        f"{idle['method']} idle, modelled busy ({no_counter_reason(power, e)})")
+
+
 def element_powers(power: Mapping[str, Any], elements: list[ProcessingElement]
                    ) -> tuple[dict[str, ElementPower], dict[str, str]]:
     """The measured power of each element the profile's power table (`Profile.power`) has,
@@ -104,7 +117,7 @@ def element_powers(power: Mapping[str, Any], elements: list[ProcessingElement]
     `Problem.element_power`)."""
     figures, unmeasured = {}, {}
     for e in elements:
-        figure = measured_power(power, e)
+        figure = measured_power(power, e) or nominal_rise(power, e)
         if figure is not None:
             figures[e.name] = figure
         else:

@@ -102,6 +102,17 @@ def test_a_part_without_a_counter_is_modelled_from_power_w_and_says_why():
     assert modelled.idle_w == {"cpu0": 3.0} and modelled.busy_w == {(1, 1): {"cpu0": 12.0}}
 
 
+def test_an_element_not_read_busy_beside_a_part_read_idle_rises_by_its_power_w():
+    table = {**TABLE, "busy": {"cpu0": TABLE["busy"]["cpu0"]}}
+    cpu1 = ProcessingElement("cpu1", "cpu", (1,), power_w=12.0)
+    f, unmeasured = element_powers(table, [CPU0, cpu1, GPU])
+    assert f["cpu1"].method == "rapl idle, modelled busy (the profile has no busy power of cpu1)"
+    assert unmeasured == {"gpu0": "the profile has no busy power of gpu0"}
+    # both cores busy: the package's idle once, the measured core's rise and cpu1's power_w
+    got = frame_energy(f, {"cpu0": 1.0, "cpu1": 0.5}, 10.0, {}, {})
+    assert got == pytest.approx((20.0 + 10.0 + 0.5 * 12.0) / 10.0)
+
+
 def test_an_element_with_neither_a_counter_nor_power_w_is_named():
     table = {"idle": {}, "busy": {}, "missing": {"cpu": "no RAPL: a VM"}}
     p = problem_of([CPU0], *element_powers(table, [CPU0]))
