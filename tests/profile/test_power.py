@@ -169,3 +169,18 @@ def test_the_power_table_survives_the_profile_file(tmp_path):
                           "busy": {}, "missing": {"gpu0": "no NVML"}})
     again = Profile.load(prof.save(tmp_path / "p.json"))
     assert again.power == prof.power
+
+
+def test_the_profile_command_says_each_parts_idle_each_elements_busy_and_what_is_missing():
+    from hetflow.cli.profile_cmd import power_lines, power_summary
+
+    f = {"method": "nvml", "seconds": 2.0, "reliable": True, "note": ""}
+    table = {"window_s": 2.0, "idle": {"gpu0": {**f, "watts": 61.25}},
+             "busy": {"gpu0": {"1,8": {"busy_share": 1.0, "copies": 1,
+                                       "parts": {"gpu0": {**f, "watts": 402.0}}}}},
+             "missing": {"cpu": "no RAPL: a VM"}}
+    assert power_lines(power_summary(table)) == [
+        "idle power: gpu0 61.2 W (nvml)",
+        "busy power of gpu0: b,k=1,8 gpu0 402.0 W",
+        "power of cpu: no RAPL: a VM; the platform's power_w is used (modelled)"]
+    assert power_lines(power_summary({})) == []
