@@ -52,11 +52,9 @@ def map_model(graph, platform, prof, strategy: str, calibration: dict | None = N
     busy-copies run where no calibration is given; `calibration.calibrate`), the search
     `hetflow bench` does (`planning.search_kind`), and with `pilots` above 1 the pilots'
     choice. `precision`, `tolerance`: the element precisions searched
-    (`from_profile.precision_configurations`). `prefer` "energy": the design of the search's
-    front with the least predicted energy per frame at `min_rate` frames/s or more
-    (`pareto.least_energy`), its lanes the fewest that keep the rate; with any `prefer`, a
-    plan predicted below `min_rate` is an InfeasibleError. Returns (plan, its search result,
-    the pilots tried, the cost model searched)."""
+    (`from_profile.precision_configurations`). `prefer` "energy": `least_energy_plan`; with
+    any `prefer`, a plan predicted below `min_rate` is an InfeasibleError. Returns (plan, its
+    search result, the pilots tried, the cost model searched)."""
 
     check_preference(prefer, pilots)
     options = dict(options or {})
@@ -68,13 +66,8 @@ def map_model(graph, platform, prof, strategy: str, calibration: dict | None = N
     candidates = search_kind(problem, [strategy], platform.name, pilots, seed, fuse, options,
                              log, interleave=interleave, calibration=steps)
     if prefer == "energy":
-        first, result = candidates[0]
-        mapping, metrics = least_energy([*result.front, (result.best, result.metrics)],
-                                        min_rate)
-        plan = make_plan(result.problem or problem, mapping, metrics, strategy, platform.name,
-                         dict(first.search), fuse, options.get("latency_cap"),
-                         interleave=interleave and not result.scored_as_run,
-                         rate_floor=min_rate)
+        plan, result = least_energy_plan(problem, candidates[0], platform.name, fuse,
+                                         options.get("latency_cap"), interleave, min_rate)
         tried: list = []
     else:
         plan, result, tried = choose_plan(problem, candidates, graph,
@@ -90,6 +83,21 @@ def map_model(graph, platform, prof, strategy: str, calibration: dict | None = N
     plan.predicted["energy_method"] = energy_method(problem, plan.mapping.elements)
     record_precision(plan, precision, tolerance)
     return plan, result, tried, problem
+
+
+def least_energy_plan(problem, found: tuple, platform_name: str, fuse: bool,
+                      cap: float | None, interleave: bool, min_rate: float | None) -> tuple:
+    """(plan, search result) of the design with the least predicted energy per frame at
+    `min_rate` frames/s or more (within the latency `cap`) on the front of the search that
+    gave `found` (its best plan and result), its GPUs at the fewest lanes that keep the rate."""
+    first, result = found
+    mapping, metrics = least_energy(
+        [(mp, m) for mp, m in [*result.front, (result.best, result.metrics)]
+         if cap is None or m.latency <= cap], min_rate)
+    plan = make_plan(result.problem or problem, mapping, metrics, first.strategy,
+                     platform_name, dict(first.search), fuse, cap,
+                     interleave=interleave and not result.scored_as_run, rate_floor=min_rate)
+    return plan, result
 
 
 def check_preference(prefer: str, pilots: int) -> None:
