@@ -104,3 +104,17 @@ def test_pilots_do_not_choose_by_energy(hetflow, inputs):
     model, plat, prof = inputs
     one_line_exit_2(hetflow("map", model, "--profile", prof, "-p", plat, *SEARCH,
                             "--prefer", "energy", "--pilots", "2"), "--prefer energy")
+
+
+def test_the_run_line_puts_the_plans_prediction_beside_the_measurement():
+    from hetflow.cli.run_cmd import predicted_energy
+    from hetflow.runtime.report import RunReport, latency_stats
+
+    r = RunReport("plan", 100, 10, 50.0, latency_stats([1e-3]),
+                  predicted={"energy_per_frame": 0.5, "energy_method": "nvml"},
+                  energy={"joules_per_frame": 0.55})
+    assert predicted_energy(r) == "; predicted 0.5 J/frame (nvml): measured 1.10x it"
+    r.energy = {"joules_per_frame": None}
+    assert predicted_energy(r) == "; predicted 0.5 J/frame (nvml)"
+    r.predicted = {"throughput": 40.0}
+    assert predicted_energy(r) == ""
