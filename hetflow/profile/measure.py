@@ -467,7 +467,9 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
         if power_seconds > 0:
             t2 = time.perf_counter()
             task = bar.task("power: idle, then each element busy")
-            prof.power = measure_power(graph, measurable, prof, power_seconds)
+            # the shapes measured so far (under a time limit, the others may not be at all)
+            prof.power = measure_power(graph, [e for ms in first.values() for e in ms], prof,
+                                       power_seconds)
             task.advance()
             if prof.power.get("idle"):
                 phase_s["power"] = round(time.perf_counter() - t2, 2)
