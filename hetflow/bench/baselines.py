@@ -148,6 +148,7 @@ def run_baselines(ctx, problem, prof, source) -> Baselines:
     if ctx.settings.contention:
         calibration["contention"] = {
             "busy_fps": dict(par.notes.get("per_element_fps", {})), "busy_lanes": par_lanes,
+            "busy_batch": dict(par_batch or {}),
             "source": "the bench's parallel baseline"}
     return Baselines(rows, best_single, par, par_lanes, parallel_batch=par_batch, batch1=batch1,
                      calibration=calibration)
