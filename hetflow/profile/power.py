@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from hetflow.backends.energy import EnergyMeter, EnergySampler, WindowEnergy
+from hetflow.backends.energy import SAMPLE_PERIOD_S, EnergyMeter, EnergySampler, WindowEnergy
 from hetflow.platform.configs import distinct_elements
 from hetflow.platform.spec import ProcessingElement
 from hetflow.profile.lanes import batch_key, best_count, parse_batch_key
@@ -37,6 +37,10 @@ if TYPE_CHECKING:
     from hetflow.model.graph import CnnGraph
 
 POWER_WINDOW_S = 2.0
+# a window is read this far inside the span its load held: the readings around each end are
+# then both taken under that load (the sampler reads every SAMPLE_PERIOD_S; a run's copies
+# finish their last firings and free their runners after it is told to stop)
+TRIM_S = 2 * SAMPLE_PERIOD_S
 
 
 def part_figures(windows: list[WindowEnergy], part_of_meter: Mapping[str, str]
@@ -115,8 +119,8 @@ def measure_power(graph: "CnnGraph", elements: list[ProcessingElement], prof: Pr
     runs = []  # (element shape, its members, batch, lanes, copies run, the run's report)
     with EnergySampler(flat) as sampler:  # windows are read once its last reading is taken
         t0 = time.perf_counter()
-        sleep(seconds)
-        idle_at = (t0, time.perf_counter())
+        sleep(seconds + TRIM_S)  # nothing starts until readings after the window are taken
+        idle_at = (t0, t0 + seconds)
         source = random_source(graph)
         for rep, members in distinct_elements(elements).items():
             if part_of(rep) not in meters:
@@ -124,7 +128,8 @@ def measure_power(graph: "CnnGraph", elements: list[ProcessingElement], prof: Pr
             settings = ([(b, k, [rep]) for b, k in gpu_settings(prof, rep.name)]
                         if rep.kind == "gpu" else [(1, 1, disjoint(members))])
             for b, k, copies in settings:
-                report = measure_parallel(graph, copies, source, warmup=2, seconds=seconds,
+                report = measure_parallel(graph, copies, source, warmup=2,
+                                          seconds=seconds + 2 * TRIM_S,
                                           name=f"power of {rep.name}",
                                           lanes={e.name: k for e in copies},
                                           batch={e.name: b for e in copies})
@@ -136,7 +141,9 @@ def measure_power(graph: "CnnGraph", elements: list[ProcessingElement], prof: Pr
     for rep, members, b, k, copies, report in runs:
         if report.window_at is None:
             continue
-        figures = part_figures(sampler.window(*report.window_at), part_of_meter)
+        start, stop = report.window_at
+        figures = part_figures(sampler.window(start + TRIM_S, max(start + TRIM_S, stop - TRIM_S)),
+                               part_of_meter)
         share = sum(report.utilisation.get(e.name, 0.0) for e in copies) / len(copies)
         entry = {"busy_share": round(share, 4), "copies": len(copies),
                  "parts": shared_out(figures, idle, len(copies))}

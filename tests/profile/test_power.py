@@ -21,7 +21,7 @@ from hetflow.runtime.report import RunReport, latency_stats
 
 GPU = ProcessingElement("gpu0", "gpu", (3,), device_index=0, model="gpu")
 CPUS = [ProcessingElement(f"cpu{i}", "cpu", (i,), cluster="c") for i in range(2)]
-MARGIN = 0.3  # seconds a fake run holds its draw before and after its window (> a sample period)
+MARGIN = 0.3  # seconds a fake run holds its draw before and after its window
 
 
 class Draw:
