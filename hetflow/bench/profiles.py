@@ -101,7 +101,9 @@ def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
                          contention=False,
                          lane_seconds=lane_seconds, time_limit_s=time_limit_s,
                          required=[e.name for e in (*singles, *parallel)]
-                         + [e.name for e in needed if e.kind == "gpu"])
+                         + [e.name for e in needed if e.kind == "gpu"],
+                         # under a budget, the shortest power windows NVML resolves
+                         power_seconds=None if time_limit_s is None else 1.0)
     record_deviations(prof, graph, needed)
     if precision not in (None, DEFAULT_PRECISION):
         prof.meta["precision"] = precision

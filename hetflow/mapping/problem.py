@@ -18,6 +18,7 @@ import numpy as np
 from hetflow.dataflow.csdf import CsdfApp, cnn_to_csdf
 from hetflow.dataflow.graphs import CsdfGraph
 from hetflow.errors import InputError
+from hetflow.mapping.energy import ElementPower, frame_energy, modelled_power
 from hetflow.model.graph import CnnGraph
 from hetflow.platform.spec import ProcessingElement
 
@@ -68,6 +69,10 @@ class Problem:
     call_overhead: float = 30e-6  # runtime cost of one phase firing (dispatch, queue hand-off)
     capacity_frames: int = 2  # FIFO capacity in frames (double buffering)
     idle_power_fraction: float = 0.0  # energy model: idle elements draw this share of power_w
+    # element -> its measured idle and busy power (mapping/energy.py, from the profile); an
+    # element without is modelled from its power_w, labelled with why (`power_unmeasured`)
+    power: dict[str, ElementPower] = field(default_factory=dict)
+    power_unmeasured: dict[str, str] = field(default_factory=dict)
     # element sets a mapping may use together (each one configuration of the platform);
     # empty = every element alone, and all pairwise non-conflicting elements together
     configurations: list[list[str]] = field(default_factory=list)
@@ -272,6 +277,13 @@ class Problem:
         return replace(self, layer_times=self.layer_times / scale, contention={},
                        element_overhead={e: t / self.contention.get(e, 1.0)
                                          for e, t in self.element_overhead.items()})
+
+    def element_power(self, name: str) -> ElementPower | None:
+        """`name`'s power figure: measured, else modelled from its power_w; None if neither."""
+        if name in self.power:
+            return self.power[name]
+        return modelled_power(self.element(name), self.idle_power_fraction,
+                              self.power_unmeasured.get(name, "no power measured"))
 
     def element(self, name: str) -> ProcessingElement:
         try:
@@ -569,11 +581,9 @@ def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> M
             shares = [(1 / b) / sum(1 / x for x in busy) for b in busy]  # as fast as it goes
         for e, b, share in zip(members, busy, shares):
             util[e] = min(1.0, b * share * thr) if np.isfinite(thr) else 0.0
-    powers = [problem.element(e).power_w for e in util]
-    energy = None
-    if all(p is not None for p in powers) and np.isfinite(thr) and thr > 0:
-        energy = sum(problem.element(e).power_w * (u + problem.idle_power_fraction * (1 - u))
-                     for e, u in util.items()) / thr
+    energy = frame_energy({e: f for e in util if (f := problem.element_power(e)) is not None},
+                          util, thr, {e: problem.lanes_in(mapping, e) for e in util},
+                          {e: mapping.batch_of(e) for e in util})
     mem = {}
     for a, ps in app.phases.items():
         w = sum(problem.graph.layer(l).param_bytes for p in ps for l in p.layers)
