@@ -10,7 +10,7 @@ every smaller N; the search is a heuristic, so the answer is the largest N it fo
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -18,7 +18,9 @@ from hetflow.errors import InfeasibleError, InputError
 
 from hetflow.multi.problem import MultiProblem
 from hetflow.multi.schedulability import AppSchedule, Task
-from hetflow.multi.search import MultiSearchResult
+
+if TYPE_CHECKING:  # (the search imports pymoo, an optional dependency; the CLI imports us)
+    from hetflow.multi.search import MultiSearchResult
 
 MAX_STREAMS = 1 << 16  # where the doubling stops: far past any element's capacity
 
