@@ -238,7 +238,14 @@ class RayPipeline:
                 f = feeding.opened
                 if arrive is not None:
                     entered[f] = arrive[f]
-                for el, item in feeding.open(f, taken).items():
+                try:
+                    opened = feeding.open(f, taken)
+                except InputError:
+                    raise
+                except Exception as e:  # as the loop names a frame source's failure
+                    control.fail(f"frame source, frame {f}: {type(e).__name__}: {e}")
+                    return
+                for el, item in opened.items():
                     feeds.setdefault(el, []).append(item)
                 for el in feeding.given_to(f):
                     gives.setdefault(el, []).append(f)
@@ -298,6 +305,10 @@ class RayPipeline:
                 frames_ahead(plan.mapping) + 1)
         complete = supervise(step, control, patience, self._stalled)
         ends = self._ask("stop", JOIN + PING_TIMEOUT)
+        # the polls in flight answered at the stop: the frames they say started count
+        for ref, el in polls.items():
+            with contextlib.suppress(ray.exceptions.RayError):
+                take_in(el, ray.get(ref, timeout=PING_TIMEOUT))
         for el, st in ends.items():
             taken[el] = st["taken"]
             if arrive is None:
@@ -460,13 +471,16 @@ def run_on_ray(plan: Plan, graph: CnnGraph, source: Callable[[int], dict], frame
                ) -> tuple[RunReport, dict, list[tuple]]:
     """`run_plan(..., engine="ray")`: the report, the kept outputs and the trace events. Ray:
     the connection this process has, else `address`, else a new local instance."""
+    # a worker's loop waits for its frames' inputs from the driver in its one thread, so the
+    # lanes of a GPU would not overlap, nor would a partial batch fire when its wait is over:
+    # such plans are refused rather than run differently from the local engine
     laned = {e: k for e, k in plan.mapping.lanes.items() if k > 1}
-    if laned:  # its workers hold one runner per phase: a plan's lanes must not silently vanish
+    if laned:
         e, k = next(iter(laned.items()))
         raise InputError(f"the Ray engine runs one lane per GPU, and the plan gives element "
                          f"{e!r} {k} lanes; run it locally, or map again for Ray")
     batched = {e: b for e, b in plan.mapping.batch.items() if b > 1}
-    if batched:  # its driver submits a task a frame: a batch would silently run frame by frame
+    if batched:
         e, b = next(iter(batched.items()))
         raise InputError(f"the Ray engine fires frame by frame, and the plan gives element "
                          f"{e!r} batch {b}; run it locally, or map again for Ray")

@@ -199,7 +199,7 @@ class ElementWorker:
     def poll(self, timeout: float) -> dict[str, Any]:
         """What happened since the last poll (waiting up to `timeout` s for something): frames
         delivered (frame, wall-clock time, outputs if kept), frames started (frame -> wall-clock
-        time), frames taken so far, the first fault, whether the loop ended."""
+        time), frames taken so far, the first fault."""
         self.changed.wait(timeout)
         self.changed.clear()
         delivered = [self.delivered.popleft() for _ in range(len(self.delivered))]
@@ -207,8 +207,7 @@ class ElementWorker:
         for f in list(self.entered):
             entered[f] = self.entered.pop(f) + self.clock_offset
         return {"delivered": delivered, "entered": entered, "taken": self.taken,
-                "fault": self.control.faults[0] if self.control.faults else None,
-                "ended": self.thread is not None and not self.thread.is_alive()}
+                "fault": self.control.faults[0] if self.control.faults else None}
 
     def waits(self) -> str:
         """What its loop waits on now, for a stall's message."""
