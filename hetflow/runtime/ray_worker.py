@@ -90,11 +90,15 @@ class ElementWorker:
                 raise StageFault(f"element {element} (node {node}): cannot prepare stage {actor} "
                                  f"phase {ph.index}: {first_line(e)}") from None
         self.program: Program = next(p for p in compile_programs(plan) if p.element == element)
-        self.running: int | None = None  # the phase in a firing now
-        self.changed = threading.Event()  # something for the driver's poll
-        self.control = NodeControl(element, node, self.changed)
         self.trace = trace
         self.clock_offset = time.time() - time.perf_counter()  # perf_counter -> wall clock
+        self._fresh()
+
+    def _fresh(self) -> None:
+        """The state of one run."""
+        self.running: int | None = None  # the phase in a firing now
+        self.changed = threading.Event()  # something for the driver's poll
+        self.control = NodeControl(self.element_name, self.node, self.changed)
         self.thread: threading.Thread | None = None
         self.stream: Stream | None = None
         self.taken = 0  # frames its loop took
@@ -112,6 +116,7 @@ class ElementWorker:
                 keep: Callable[[int], bool]) -> None:
         """Bind the program: its channels' ends (`peers`: element -> actor handle), its frames
         (`dynamic`: the groups the driver dispatches, in route order) and the frame source."""
+        self._fresh()
         plan, prog, me = self.plan, self.program, self.element_name
         groups = {a: i for i, a in enumerate(dynamic)}
         # a route is learnt from what arrives before the frame's last send here
