@@ -141,6 +141,7 @@ class RayPipeline:
         self.ray = ray = import_ray()
         self.plan, self.graph, self.trace = plan, graph, trace
         self.workers: dict[str, _Worker] = {}
+        self.last_events: list[tuple] = []  # the last run's trace events
         self._check_resources(ray)
         plan_dict = plan.to_dict()
         local_node = ray.get_runtime_context().get_node_id()
@@ -239,15 +240,15 @@ class RayPipeline:
                 if arrive is not None:
                     entered[f] = arrive[f]
                 try:
-                    opened = feeding.open(f, taken)
+                    readers, takers = feeding.open(f, taken)
                 except InputError:
                     raise
                 except Exception as e:  # as the loop names a frame source's failure
                     control.fail(f"frame source, frame {f}: {type(e).__name__}: {e}")
                     return
-                for el, item in opened.items():
+                for el, item in readers.items():
                     feeds.setdefault(el, []).append(item)
-                for el in feeding.given_to(f):
+                for el in takers:
                     gives.setdefault(el, []).append(f)
             last = feeding.opened == frames and not feeding.closed
             for el, batch in feeds.items():
@@ -275,7 +276,8 @@ class RayPipeline:
         def step() -> int | None:
             hand_out()
             wait = POLL
-            if arrive is not None and feeding.opened < frames:
+            if arrive is not None and feeding.opened < min(frames, order.next + window):
+                # the next frame to open waits only for its arrival
                 wait = min(wait, max(0.0, arrive[feeding.opened] - time.perf_counter()))
             refs = list(polls)
             ready, rest = ray.wait(refs, num_returns=1, timeout=wait)
@@ -401,7 +403,7 @@ class RayPipeline:
 
     def events(self) -> list[tuple]:
         """The last run's trace events (wall-clock times; empty unless traced)."""
-        return getattr(self, "last_events", [])
+        return self.last_events
 
     def close(self) -> None:
         ray = self.ray
@@ -427,19 +429,13 @@ class Feeding:
         self.given: dict[str, int] = {}  # element -> frames given (dynamic groups)
         self.opened = 0  # frames below it are handed out
         self.closed = False  # every dynamic member told that no frame follows
-        self.route: tuple[int, ...] | None = None
 
     def members(self) -> list[str]:
         return [el for a in self.dynamic for el in group_members(a)]
 
-    def member(self, actor: str, f: int) -> int:
-        if actor in self.dynamic:
-            return self.route[self.dynamic.index(actor)]
-        members = group_members(actor)
-        return 0 if len(members) == 1 else member_of(self.patterns[actor], f)
-
-    def open(self, f: int, taken: dict[str, int]) -> dict[str, tuple]:
-        """Frame f handed out: worker -> (f, its model inputs, the route)."""
+    def open(self, f: int, taken: dict[str, int]) -> tuple[dict[str, tuple], list[str]]:
+        """Frame f handed out: {worker that reads model inputs: (f, its inputs, the route)},
+        and the members of the dynamic groups that take it."""
         route = []
         for a in self.dynamic:
             els = group_members(a)
@@ -447,20 +443,19 @@ class Feeding:
                                                    - taken.get(els[j], 0), j))
             self.given[els[j]] = self.given.get(els[j], 0) + 1
             route.append(j)
-        self.route = tuple(route) if self.dynamic else None
         x = self.source(f)
-        out = {}
+        readers = {}
         for a, names in self.loads.items():
             missing = [t for t in names if t not in x]
             if missing:
                 raise InputError(f"frame {f}: the input source gave no tensor {missing[0]!r}")
-            out[group_members(a)[self.member(a, f)]] = (f, {t: x[t] for t in names}, self.route)
+            members = group_members(a)
+            j = (route[self.dynamic.index(a)] if a in self.dynamic else
+                 0 if len(members) == 1 else member_of(self.patterns[a], f))
+            readers[members[j]] = (f, {t: x[t] for t in names},
+                                   tuple(route) if self.dynamic else None)
         self.opened = f + 1
-        return out
-
-    def given_to(self, f: int) -> list[str]:
-        """The dynamic groups' members that take frame f (just opened)."""
-        return [group_members(a)[j] for a, j in zip(self.dynamic, self.route or ())]
+        return readers, [group_members(a)[j] for a, j in zip(self.dynamic, route)]
 
 
 def run_on_ray(plan: Plan, graph: CnnGraph, source: Callable[[int], dict], frames: int,

@@ -146,7 +146,7 @@ class ElementWorker:
         self.worker = Worker(prog, caller_cores_of(self.runners.values(), self.element),
                              {fi.phase: fi for fi in firings(plan.app) if fi.actor == self.actor},
                              [{ph: PhaseRunner(self, ph) for ph in self.runners}], chans,
-                             self._counting(take), 0, False, None)
+                             self._counting(take, self.actor in groups), 0, False, None)
 
     def _router(self, dst: str, peers: dict[str, Any], group: int | None) -> Callable[[int], Any]:
         """Frame f -> the actor handle of the member of `dst` that takes it."""
@@ -158,12 +158,16 @@ class ElementWorker:
         pattern = self.plan.mapping.pattern(dst)
         return lambda f: members[member_of(pattern, f)]
 
-    def _counting(self, take: Callable[[int], int | None]) -> Callable[[int], int | None]:
+    def _counting(self, take: Callable[[int], int | None], tell: bool
+                  ) -> Callable[[int], int | None]:
+        """`take`, counting the frames taken; `tell`: each take is news for the driver's poll
+        (it dispatches this member's group by the frames its members took)."""
         def counted(member: int) -> int | None:
             f = take(member)
             if f is not None:
                 self.taken += 1
-                self.changed.set()
+                if tell:
+                    self.changed.set()
             return f
         return counted
 
@@ -202,9 +206,11 @@ class ElementWorker:
 
     # ---- what the driver asks ----
     def poll(self, timeout: float) -> dict[str, Any]:
-        """What happened since the last poll (waiting up to `timeout` s for something): frames
+        """What happened since the last poll, once there is news (a frame delivered, a frame
+        taken by a member of a dynamic group, a fault, the stop) or after `timeout` s: frames
         delivered (frame, wall-clock time, outputs if kept), frames started (frame -> wall-clock
-        time), frames taken so far, the first fault."""
+        time; they are news only at the end, for the latencies), frames taken so far, the first
+        fault."""
         self.changed.wait(timeout)
         self.changed.clear()
         delivered = [self.delivered.popleft() for _ in range(len(self.delivered))]

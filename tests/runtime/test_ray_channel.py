@@ -88,3 +88,28 @@ def test_a_route_is_passed_on_until_the_frames_last_send():
     assert routes.member(4, 0) == 1 and routes.member(4, 1) == 0
     assert routes.sent(4) == (1, 0) and routes.sent(4) == (1, 0)
     assert 4 not in routes.route and routes.sent(4) is None  # forgotten after the last send
+
+
+def test_a_dynamic_member_takes_the_frames_the_driver_gave_it_until_the_last():
+    import threading
+
+    from hetflow.runtime.harness import Control
+
+    routes, control = Routes(sends_per_frame=1), Control()
+    routes.give([0, 3], last=False)
+    got = [routes.take(control, "pe0"), routes.take(control, "pe0")]
+    later = []
+    t = threading.Thread(target=lambda: later.extend([routes.take(control, "pe0"),
+                                                      routes.take(control, "pe0")]))
+    t.start()  # it waits for the driver's next frame
+    routes.give([5], last=True)
+    t.join(5)
+    assert not t.is_alive() and got == [0, 3] and later == [5, None]
+
+
+def test_a_waiting_member_ends_at_the_stop():
+    from hetflow.runtime.harness import Control
+
+    routes, control = Routes(sends_per_frame=1), Control()
+    control.stop.set()
+    assert routes.take(control, "pe0") is None
