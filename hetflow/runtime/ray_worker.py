@@ -214,11 +214,18 @@ class ElementWorker:
         self.changed.wait(timeout)
         self.changed.clear()
         delivered = [self.delivered.popleft() for _ in range(len(self.delivered))]
-        entered = {}
-        for f in list(self.entered):
-            entered[f] = self.entered.pop(f) + self.clock_offset
-        return {"delivered": delivered, "entered": entered, "taken": self.taken,
+        return {"delivered": delivered, "entered": self._entries(), "taken": self.taken,
                 "fault": self.control.faults[0] if self.control.faults else None}
+
+    def _entries(self) -> dict[int, float]:
+        """The frames started since they were last asked for (wall-clock times); a poll and
+        the stop may ask at once."""
+        out = {}
+        for f in list(self.entered):
+            t = self.entered.pop(f, None)
+            if t is not None:
+                out[f] = t + self.clock_offset
+        return out
 
     def waits(self) -> str:
         """What its loop waits on now, for a stall's message."""
@@ -242,8 +249,7 @@ class ElementWorker:
         off = self.clock_offset
         events = [ev[:4] + (ev[4] + off, ev[5] + off)
                   for ev in (self.stream.events or [])] if self.stream else []
-        entered = {f: self.entered.pop(f) + off for f in list(self.entered)}
-        return {"busy": busy, "taken": self.taken, "events": events, "entered": entered}
+        return {"busy": busy, "taken": self.taken, "events": events, "entered": self._entries()}
 
 
 class _Entries(dict):

@@ -200,6 +200,31 @@ def test_a_failing_phase_stops_the_run_naming_element_node_stage_and_layers(clus
         pipe.close()
 
 
+def test_a_pipeline_runs_again_counting_afresh(cluster, plan_for):
+    import numpy as np
+
+    from hetflow.runtime.inputs import random_source
+    from hetflow.runtime.ray_engine import RayPipeline
+
+    graph = GRAPHS[0]
+    names = [l.name for l in graph.layers]
+    plan = plan_for(graph, {l: ("n1:pe0" if i < 8 else "n2:pe1") for i, l in enumerate(names)},
+                    policy="maximal")
+    pipe = RayPipeline(plan, graph)
+    try:
+        runs = [pipe.run(random_source(graph), 6, keep_outputs=lambda f: True, stall_timeout=60)
+                for _ in range(2)]
+    finally:
+        pipe.close()
+    (first, a), (second, b) = runs
+    assert first.frames == second.frames == 6 and sorted(a) == sorted(b) == list(range(6))
+    for f in range(6):
+        for t in a[f]:
+            np.testing.assert_array_equal(a[f][t], b[f][t])
+    assert not np.array_equal(a[0][graph.outputs[0]], a[1][graph.outputs[0]])  # frames differ
+    assert second.notes["workers"]["n1:pe0"]["frames"] == 6  # not 12: its counts start again
+
+
 def test_element_on_a_missing_node_is_refused_by_name(cluster, plan_for):
     graph = GRAPHS[0]
     plan = plan_for(graph, {l.name: "n9:pe0" for l in graph.layers})
