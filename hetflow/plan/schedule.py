@@ -7,8 +7,7 @@
   frame f.
 - `Readiness`: which firings of which frames may start, given the ones that ended (the multi-CNN
   engines' ready queues, in threads or one process per element).
-- `phase_sequence`: the (frame, phase) order of one worker, frame by frame or interleaved;
-  `submission_order`: all workers' firings merged, for a driver that hands them out (Ray).
+- `phase_sequence`: the (frame, phase) order of one worker, frame by frame or interleaved.
 - `Dispatch`: which member of a replica group (or which lane of a GPU) takes frame f, a batched
   lane a block of frames at once.
 - `InOrder`: frames released in input order, each at the latest completion so far.
@@ -125,41 +124,6 @@ def phase_sequence(frames: Iterable[int], offsets: Sequence[int], round_frames: 
                 if 0 <= j < len(got):
                     yield got[j], p
         i += 1
-
-
-def submission_order(schedule: list[Firing], sequences: dict[str, Iterator[tuple[int, int]]]
-                     ) -> Iterator[tuple[int, int]]:
-    """(frame, index into `schedule`) for a driver that hands every firing to its element in
-    turn (the Ray engine): each actor's firings in the order of its `sequences[actor]`
-    (`phase_sequence`), each after the firings of its frame it depends on, and of the firings
-    that may go next the one of the oldest frame (so the driver never runs ahead of a frame it
-    must collect). InputError if the sequences wait on each other."""
-    index = {(fi.actor, fi.phase): i for i, fi in enumerate(schedule)}
-    heads: dict[str, tuple[int, int]] = {}
-    for a, seq in sequences.items():
-        if (h := next(seq, None)) is not None:
-            heads[a] = h
-    issued: dict[int, set[int]] = {}  # frame -> its firings handed out so far
-    while heads:
-        ready = []
-        for a, (f, p) in heads.items():
-            i = index[(a, p)]
-            if all(d in issued.get(f, ()) for d in schedule[i].deps):
-                ready.append((f, i, a))
-        if not ready:
-            raise InputError("the elements' firing orders wait on each other ("
-                             + ", ".join(f"{a} at frame {f} phase {p}"
-                                         for a, (f, p) in heads.items()) + ")")
-        f, i, a = min(ready)
-        done = issued.setdefault(f, set())
-        done.add(i)
-        if len(done) == len(schedule):
-            del issued[f]  # (no later firing of f depends on anything)
-        yield f, i
-        if (h := next(sequences[a], None)) is None:
-            del heads[a]
-        else:
-            heads[a] = h
 
 
 # ---- readiness of firings, frame by frame ------------------------------------------------------
