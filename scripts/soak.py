@@ -91,6 +91,9 @@ class Sampler:
     def _run(self) -> None:
         while not self._stop.wait(self.every):
             self.sample()
+            s = self.samples[-1]  # long work shows progress: one line a sample
+            print(f"  {s['t_s']:7.1f} s  {s['frames']:>9,} frames  {s['fps'] or 0:9.1f} frames/s  "
+                  f"RSS {s['rss_mb']:.0f} MB", file=sys.stderr, flush=True)
 
     def __enter__(self) -> "Sampler":
         self.sample()

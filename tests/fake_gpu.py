@@ -7,7 +7,9 @@ device's runner it launches runs without waiting (`submit`: the run goes to a th
 runner's own, its "stream"), so one thread can keep several lanes busy.
 Batches: `prepare(..., batch=b)` wraps a batch-b ONNX Runtime runner (the real model's outputs,
 padding included), and a firing sleeps t(b) = SLOW * (A + (1 - A) * b): A is the share of a
-frame's time that a batch pays once (`reset(slow, a=...)`)."""
+frame's time that a batch pays once (`reset(slow, a=...)`). `cpu(name, core, seconds)`: a
+stand-in CPU copy on the same backend that sleeps `seconds` a frame (`SLOW_OF`), so a group of
+a batched device and CPU copies runs at rates a test can predict."""
 from __future__ import annotations
 
 import concurrent.futures
@@ -21,15 +23,16 @@ from hetflow.platform.spec import ProcessingElement
 NAME = "fake_gpu"
 SLOW = 0.0
 A = 0.0  # the fixed share of a firing's time: t(b) = SLOW * (A + (1 - A) * b)
+SLOW_OF: dict[str, float] = {}  # element -> seconds a frame, in place of SLOW (`cpu`)
 IN_FLIGHT = {"now": 0, "max": 0}
 ASKED = {"finished": 0}  # how often a driver asked whether a run was done
 _lock = threading.Lock()
 
 
 class _Runner:
-    def __init__(self, inner):
+    def __init__(self, inner, element: str):
         self.inner, self.inputs, self.outputs = inner, inner.inputs, inner.outputs
-        self.batch = inner.batch
+        self.batch, self.element = inner.batch, element
         self._pending = None
         self._queue = queue.SimpleQueue()
         threading.Thread(target=self._stream, daemon=True).start()
@@ -82,7 +85,10 @@ class _Runner:
             IN_FLIGHT["now"] += 1
             IN_FLIGHT["max"] = max(IN_FLIGHT["max"], IN_FLIGHT["now"])
         try:
-            if SLOW:
+            if self.element in SLOW_OF:
+                time.sleep(SLOW_OF[self.element] * len(work) if isinstance(work, list)
+                           else SLOW_OF[self.element])
+            elif SLOW:
                 time.sleep(firing_seconds(self.batch))
             return run(work)
         finally:
@@ -96,11 +102,11 @@ class _Runner:
 
 class FakeGpuBackend(Backend):
     name = NAME
-    kinds = ("gpu",)
+    kinds = ("gpu", "cpu")
 
     def prepare(self, subnet, element, batch=1, **opts):
         cpu = ProcessingElement(element.name, "cpu", element.cores)
-        return _Runner(get_backend("ort_cpu").prepare(subnet, cpu, batch=batch))
+        return _Runner(get_backend("ort_cpu").prepare(subnet, cpu, batch=batch), element.name)
 
 
 def firing_seconds(batch: int) -> float:
@@ -114,6 +120,14 @@ def gpu(name: str = "gpu0", core: int = 0) -> ProcessingElement:
     return ProcessingElement(name, "gpu", (core,), device_index=0, backend=NAME, model="fake")
 
 
+def cpu(name: str, core: int, seconds: float) -> ProcessingElement:
+    """A CPU copy that sleeps `seconds` a frame (until `reset`), on its own core's cluster."""
+    if NAME not in registered_backends():
+        register_backend(NAME, FakeGpuBackend)
+    SLOW_OF[name] = seconds
+    return ProcessingElement(name, "cpu", (core,), cluster=f"fake-{name}", backend=NAME)
+
+
 def reset(slow: float = 0.0, a: float = 0.0) -> None:
     """`slow`: seconds a frame's firing sleeps at batch 1; `a`: the share of it a batch pays
     once (0: a batch of b takes b times as long; 1: as long as one frame)."""
@@ -121,5 +135,6 @@ def reset(slow: float = 0.0, a: float = 0.0) -> None:
     if not 0.0 <= a <= 1.0:
         raise ValueError(f"fake_gpu: a={a} is outside [0, 1]")
     SLOW, A = slow, a
+    SLOW_OF.clear()
     IN_FLIGHT.update(now=0, max=0)
     ASKED.update(finished=0)

@@ -2,6 +2,8 @@
 package imports only the packages below it (no cycle between packages); a function defers an
 import only for an optional dependency or to break a cycle inside its package."""
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import hetflow
@@ -179,3 +181,23 @@ def test_imports_inside_functions_are_for_optional_dependencies_or_break_a_cycle
                         continue  # at the top it would close a cycle
                     bad.append(f"{py.relative_to(ROOT)}:{node.lineno} imports {t}")
     assert not bad
+
+
+def test_the_cli_loads_with_no_optional_dependency_installed():
+    """`hetflow --help` (every command module imported) in a process where importing any
+    optional dependency fails, as on a machine with the plain install."""
+    guard = ("import builtins, sys\n"
+             "real = builtins.__import__\n"
+             f"optional = {sorted(OPTIONAL)!r}\n"
+             "def guard(name, *a, **k):\n"
+             "    if name.split('.')[0] in optional:\n"
+             "        raise ModuleNotFoundError(f'No module named {name!r}')\n"
+             "    return real(name, *a, **k)\n"
+             "builtins.__import__ = guard\n"
+             "sys.argv = ['hetflow', '--help']\n"
+             "from hetflow.cli.main import main\n"
+             "main()\n")
+    r = subprocess.run([sys.executable, "-c", guard], capture_output=True, text=True,
+                       cwd=ROOT.parent, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "bench" in r.stdout

@@ -14,6 +14,7 @@ from hetflow.bench.rows import run_row
 from hetflow.bench.budget import over
 from hetflow.bench.profiles import baseline_elements
 from hetflow.runtime.baselines import measure_parallel, measure_single
+from hetflow.runtime.energy import with_energy
 
 
 @dataclass
@@ -105,7 +106,8 @@ def run_baselines(ctx, problem, prof, source) -> Baselines:
         best = solo_lanes.get(e.name, 1)
         for k in sorted({1, best}) if references else [best]:
             log(f"baseline: whole model on {e.name}" + (f", {k} lanes" if k > 1 else ""))
-            r = measure_single(graph, e, source, warmup=5, seconds=seconds, lanes=k)
+            r = with_energy({e.name: e}, lambda: measure_single(
+                graph, e, source, warmup=5, seconds=seconds, lanes=k))
             (single_reports if k == best else reference).append(r)
             if k == best and k > 1 and r.throughput > 0:
                 lanes_alone.setdefault(e.name, {})[k] = r.throughput
@@ -114,13 +116,15 @@ def run_baselines(ctx, problem, prof, source) -> Baselines:
                     best_single)]
     rows += [run_row(f"reference: single {r.name.split(':', 1)[1]}, 1 lane", "reference", r)
              for r in reference]
+    elements = {e.name: e for e in parallel}
     log(f"baseline: parallel copies on {', '.join(e.name for e in parallel)}"
         + design_text(par_lanes, par_batch))
     # the better of two passes: every prediction rests on this run's contention (a pass read
     # the copies 1.9x and the GPU 2.1x slower than the same copies a minute later), and a
     # baseline read low flatters every plan against it
-    passes = [measure_parallel(graph, parallel, source, warmup=5, seconds=seconds,
-                               lanes=par_lanes, batch=par_batch) for _ in range(2)]
+    passes = [with_energy(elements, lambda: measure_parallel(
+        graph, parallel, source, warmup=5, seconds=seconds, lanes=par_lanes, batch=par_batch))
+        for _ in range(2)]
     par = max(passes, key=lambda r: r.throughput)
     par.notes["passes_fps"] = [r.throughput for r in passes]
     log("parallel copies: " + ", ".join(f"{r.throughput:.1f}" for r in passes)
@@ -129,20 +133,21 @@ def run_baselines(ctx, problem, prof, source) -> Baselines:
     batch1 = None
     if par_batch:  # the copies a user runs today, at batch 1: the balanced plan's cap's p99
         log("reference: parallel copies, batch 1")
-        batch1 = measure_parallel(graph, parallel, source, warmup=5, seconds=seconds,
-                                  lanes=lanes1, name="parallel, batch 1")
+        batch1 = with_energy(elements, lambda: measure_parallel(
+            graph, parallel, source, warmup=5, seconds=seconds, lanes=lanes1,
+            name="parallel, batch 1"))
         rows.append(run_row("reference: parallel copies, batch 1", "reference", batch1))
         par.notes["batch1_p99"] = batch1.latency["p99"]
         batch1.notes["batched_p99"] = par.latency["p99"]
     if references and any(k > 1 for k in par_lanes.values()):
         log("reference: parallel copies with one lane per GPU")
-        par1 = measure_parallel(graph, parallel, source, warmup=5, seconds=seconds,
-                                name="parallel, 1 lane")
+        par1 = with_energy(elements, lambda: measure_parallel(
+            graph, parallel, source, warmup=5, seconds=seconds, name="parallel, 1 lane"))
         rows.append(run_row("reference: parallel copies, 1 lane per GPU", "reference", par1))
     calibration: dict[str, Any] = {"lanes_alone": lanes_alone} if lanes_alone else {}
     if ctx.settings.contention:
         calibration["contention"] = {
             "busy_fps": dict(par.notes.get("per_element_fps", {})), "busy_lanes": par_lanes,
-            "source": "the bench's parallel baseline"}
+            "busy_batch": par_batch, "source": "the bench's parallel baseline"}
     return Baselines(rows, best_single, par, par_lanes, parallel_batch=par_batch, batch1=batch1,
                      calibration=calibration)

@@ -24,6 +24,7 @@ from hetflow.bench.precisions import against_same_precision, precision_baselines
 from hetflow.errors import InfeasibleError
 from hetflow.mapping import pilot
 from hetflow.mapping.calibration import calibrate
+from hetflow.mapping.energy import energy_method
 from hetflow.mapping.from_profile import problem_from_profile
 from hetflow.mapping.planning import record_precision, search_kind
 from hetflow.model import resolve_model
@@ -287,6 +288,7 @@ def bench_kinds(ctx: Context, prof, problem, steps: list[dict], calibration: dic
             kind.rate_floor, shared.pilots, log)
         plan.search["calibration"] = steps
         record_precision(plan, settings.precision, settings.tolerance)
+        plan.predicted["energy_method"] = energy_method(problem, plan.mapping.elements)
         a_priori = dict(plan.predicted)  # from the profile, before this plan's stages ran
         used = problem
         if k["refine"]:
@@ -304,14 +306,15 @@ def bench_kinds(ctx: Context, prof, problem, steps: list[dict], calibration: dic
             ctx.overruns.append(time.perf_counter() - t_kind - k["expected"])
         rows.append(plans.plan_row(kind.label, plan, r, a_priori, run_of, tried, k["refine"]))
         if ctx.report_dir is not None:
-            save_plan(ctx, kind.label, plan, result)
+            save_plan(ctx, kind.label, plan, result, problem)
     return rows, shared.plans
 
 
-def save_plan(ctx: Context, label: str, plan, result) -> None:
+def save_plan(ctx: Context, label: str, plan, result, problem) -> None:
     """The plan, and its search's front where it has several designs, into the report."""
     plan.save(Path(ctx.report_dir) / f"{ctx.graph.name}.{label}.plan.json")
     if result is not None and len(result.front) > 1:
         from hetflow.mapping.pareto import write_front
 
-        write_front(result, Path(ctx.report_dir) / f"{ctx.graph.name}.{label}.pareto.csv")
+        write_front(result, Path(ctx.report_dir) / f"{ctx.graph.name}.{label}.pareto.csv",
+                    problem)

@@ -374,6 +374,49 @@ def pareto_figure(points: list[dict[str, float]], plan, row: dict | None, title:
     return fig
 
 
+def energy_figure(rows: list[dict]):
+    """Throughput against energy per frame: each run as measured (baselines grey, plans
+    blue; hollow where a part's energy was modelled, not read from a counter), and each
+    plan's prediction (a cross joined to its run). None where no run has an energy figure."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    ran = [r for r in rows if _num(r.get("joules_per_frame")) and _num(r.get("throughput"))]
+    if not ran:
+        return None
+    fig = Figure(figsize=(6.4, 4.4))
+    ax = fig.add_subplot()
+    names: dict[tuple[float, float], list[str]] = {}  # plans that share a run share a point
+    for r in ran:
+        color = "#9a9a9a" if r["kind"] != "plan" else "#3b75af"
+        x, y = r["joules_per_frame"], r["throughput"]
+        ax.scatter([x], [y], s=36, zorder=3, edgecolors=color, linewidths=1.2,
+                   facecolors=color if r.get("energy_measured") else "white")
+        names.setdefault((x, y), []).append(r["name"])
+        pred = _num(r.get("predicted_joules_per_frame"))
+        rate = _num(r.get("predicted_throughput"))
+        if pred and rate:
+            ax.scatter([pred], [rate], marker="x", s=36, color=color, zorder=3)
+            ax.plot([pred, x], [rate, y], color=color, lw=0.6, ls=":", zorder=2)
+    for (x, y), same in names.items():
+        ax.annotate(", ".join(same), (x, y), xytext=(4, 3), textcoords="offset points",
+                    fontsize=7)
+    ax.set_xlabel("energy J/frame (lower is better)", fontsize=8)
+    ax.set_ylabel("frames/s (higher is better)", fontsize=8)
+    ax.tick_params(labelsize=8)
+    ax.grid(color="#eeeeee")
+    ax.set_axisbelow(True)
+    ax.legend(handles=[
+        Line2D([], [], ls="", marker="o", color="#9a9a9a", label="baseline (measured)"),
+        Line2D([], [], ls="", marker="o", color="#3b75af", label="hetflow plan (measured)"),
+        Line2D([], [], ls="", marker="o", mfc="white", color="#3b75af",
+               label="a part modelled, not metered"),
+        Line2D([], [], ls="", marker="x", color="#3b75af", label="predicted")],
+        fontsize=7, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
 # ---------------------------------------------------------------- HTML
 
 
@@ -398,7 +441,9 @@ TABLE_COLUMNS = [  # header, row key, format, scale
     ("frames/s", "throughput", ".1f", 1), ("predicted", "predicted_throughput", ".1f", 1),
     ("p50 ms", "latency_p50", ".2f", 1e3), ("p99 ms", "latency_p99", ".2f", 1e3),
     ("× parallel", "vs_parallel", ".2f", 1), ("× single", "vs_single", ".2f", 1),
-    ("p99 / parallel", "p99_vs_parallel", ".2f", 1), ("search s", "search_seconds", ".2f", 1),
+    ("p99 / parallel", "p99_vs_parallel", ".2f", 1), ("J/frame", "joules_per_frame", ".3g", 1),
+    ("predicted J/frame", "predicted_joules_per_frame", ".3g", 1), ("W", "watts", ".1f", 1),
+    ("search s", "search_seconds", ".2f", 1),
 ]
 
 
@@ -481,6 +526,13 @@ def model_section(report_dir: Path, mb: dict, strategies: list[str]) -> str:
                            "Measured runs (solid) and the plans' predictions (hatched) for the "
                            "same plan. Latency: p50 solid, p99 light; predicted for frames fed "
                            "as fast as the plan takes them, as the run fed them."))
+    energy = energy_figure(measured) if measured else None
+    if energy is not None:
+        methods = "; ".join(dict.fromkeys(r["energy_method"] for r in measured
+                                          if r.get("energy_method")))
+        out.append(_figure(energy, f"{name}: throughput against energy per frame",
+                           "Each run's energy per frame over its steady window, against its "
+                           f"rate; crosses: the plans' predictions. Read as: {methods}."))
     for run in runs:
         out.append(f"<h3>plan <code>{html.escape(run.strategy)}</code></h3>")
         if run.row is not None and run.row.get("pilots"):

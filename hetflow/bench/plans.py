@@ -201,6 +201,8 @@ def plan_row(label: str, plan, r: RunReport, a_priori: dict, run_of: str | None,
     row["predicted_latency"] = a_priori["latency"]
     # the bench feeds frames as fast as a plan takes them: the latency its run should show
     row["predicted_latency_saturated"] = a_priori.get("latency_saturated")
+    row["predicted_joules_per_frame"] = a_priori.get("energy_per_frame")
+    row["predicted_energy_method"] = a_priori.get("energy_method")
     if refine:  # after timing this plan's own stages: not a prediction
         row["refined_throughput"] = plan.predicted["throughput"]
         row["refined_latency"] = plan.predicted["latency"]

@@ -10,6 +10,7 @@ from hetflow.model.accuracy import Tolerance, report_failures
 from hetflow.platform.precision import DEFAULT_PRECISION, PRECISIONS_OF_KIND, with_precisions
 from hetflow.profile.deviation import META_KEY
 from hetflow.runtime.baselines import measure_parallel, measure_single
+from hetflow.runtime.energy import with_energy
 
 from hetflow.bench.profiles import baseline_elements
 from hetflow.bench.rows import run_row
@@ -64,9 +65,9 @@ def precision_baselines(ctx, problem, prof, source, seconds: float) -> list[dict
         reports = []
         for e in singles:
             ctx.log(f"baseline: whole model on {e.name}")
-            reports.append(measure_single(ctx.graph, e, source, warmup=5, seconds=seconds,
-                                          lanes=problem.best_lanes(e.name, busy=False)
-                                          if e.name in problem.lane_slowdown else 1))
+            k = problem.best_lanes(e.name, busy=False) if e.name in problem.lane_slowdown else 1
+            reports.append(with_energy({e.name: e}, lambda: measure_single(
+                ctx.graph, e, source, warmup=5, seconds=seconds, lanes=k)))
         if reports:
             best = max(reports, key=lambda r: r.throughput)
             element = best.name.split(":", 1)[1]
@@ -75,8 +76,8 @@ def precision_baselines(ctx, problem, prof, source, seconds: float) -> list[dict
                          "deviation": recorded_deviation(prof, [element], tolerance)})
         if parallel and any(e.precision == p for e in parallel):
             ctx.log(f"baseline: parallel copies @{p} on {', '.join(e.name for e in parallel)}")
-            r = measure_parallel(ctx.graph, parallel, source, warmup=5, seconds=seconds,
-                                 lanes=lanes)
+            r = with_energy({e.name: e for e in parallel}, lambda: measure_parallel(
+                ctx.graph, parallel, source, warmup=5, seconds=seconds, lanes=lanes))
             rows.append({**run_row(f"parallel copies @{p}", "baseline", r),
                          "precisions": sorted({e.precision for e in parallel}),
                          "precision_of": p,

@@ -86,7 +86,9 @@ def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
     """Measure the profile of this model on this platform and cache it: (profile, seconds).
     With `time_limit_s`, the baselines' element shapes come first and the others only while
     the limit holds (profile_model). `precision`: also the elements at the precisions it
-    allows, each checked against the fp32 reference (`record_deviations`)."""
+    allows, each checked against the fp32 reference (`record_deviations`); a GPU at each of
+    them is required like the baselines' shapes (its layers take a second or two, and
+    without them the search cannot offer that precision at all)."""
 
     path = _profile_path(graph, platform, precision)
     needed = profiled_elements(platform, precision)
@@ -98,7 +100,10 @@ def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
     prof = profile_model(graph, platform, elements=needed, repeats=repeats, progress=False,
                          contention=False,
                          lane_seconds=lane_seconds, time_limit_s=time_limit_s,
-                         required=[e.name for e in (*singles, *parallel)])
+                         required=[e.name for e in (*singles, *parallel)]
+                         + [e.name for e in needed if e.kind == "gpu"],
+                         # under a budget, the shortest power windows NVML resolves
+                         power_seconds=None if time_limit_s is None else 1.0)
     record_deviations(prof, graph, needed)
     if precision not in (None, DEFAULT_PRECISION):
         prof.meta["precision"] = precision

@@ -24,7 +24,17 @@ def run_row(name: str, kind: str, r: RunReport, predicted: float | None = None,
                       else r.notes.get("lanes", {})),
             **({"interleave": plan.mapping.interleave}
                if plan is not None and plan.mapping.interleave else {}),
-            **precision_fields(r, plan)}
+            **precision_fields(r, plan), **energy_fields(r)}
+
+
+def energy_fields(r: RunReport) -> dict[str, Any]:
+    """A run's energy over its steady window (`runtime.energy.run_energy`): joules per frame,
+    mean watts, how each part was read ("gpu0: nvml; cpu: modelled (...)"), and whether every
+    part was measured by a counter over a window long enough for it."""
+    e = r.energy or {}
+    return {"joules_per_frame": e.get("joules_per_frame"), "watts": e.get("watts"),
+            "energy_method": "; ".join(f"{p}: {m}" for p, m in e.get("method", {}).items())
+            or None, "energy_measured": bool(e.get("measured"))}
 
 
 def precision_fields(r: RunReport, plan=None) -> dict[str, Any]:

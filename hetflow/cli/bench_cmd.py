@@ -24,25 +24,36 @@ from hetflow.platform import resolve_platform
 from hetflow.platform.precision import DEFAULT_PRECISION, precision_variants
 
 
+def energy_cell(measured: float | None, predicted: float | None) -> str:
+    """J/frame measured, and predicted in brackets where the plan had a prediction."""
+    cell = f"{measured:.3g}" if measured is not None else "-"
+    return cell + (f" ({predicted:.3g})" if predicted is not None else "")
+
+
 def print_bench(mb) -> None:
     t = Table(title=f"{mb.model} on {mb.platform}")
     # predicted: a priori, from the profile before the plan ran; refined: after timing the plan's
     # own stages (not a prediction)
     for c in ("run", "frames/s", "p50 ms", "p99 ms", "x parallel", "x single", "p99/parallel",
-              "predicted", "refined", "search s", "checked"):
+              "predicted", "refined", "J/frame", "W", "search s", "checked"):
         t.add_column(c, justify="left" if c == "run" else "right")
     for r in mb.rows:
         if r.get("infeasible"):
-            t.add_row(r["name"], "no plan meets the latency cap", *[""] * 9)
+            t.add_row(r["name"], "no plan meets the latency cap", *[""] * 11)
             continue
         t.add_row(r["name"], f"{r['throughput']:.1f}", f"{r['latency_p50'] * 1e3:.2f}",
                   f"{r['latency_p99'] * 1e3:.2f}", f"{r['vs_parallel']:.2f}", f"{r['vs_single']:.2f}",
                   f"{r['p99_vs_parallel']:.2f}",
                   f"{r['predicted_throughput']:.1f}" if r["predicted_throughput"] else "-",
                   f"{r['refined_throughput']:.1f}" if r.get("refined_throughput") else "-",
+                  energy_cell(r.get("joules_per_frame"), r.get("predicted_joules_per_frame")),
+                  f"{r['watts']:.1f}" if r.get("watts") is not None else "-",
                   f"{r['search_seconds']:.2f}" if r["search_seconds"] is not None else "-",
                   f"{r['checked_frames']} ok" if r["checked_frames"] else "-")
     console.print(t)
+    methods = dict.fromkeys(r["energy_method"] for r in mb.rows if r.get("energy_method"))
+    for m in methods:
+        console.print(f"energy read as: {m}", highlight=False)
     for line in precision_lines(mb.rows):
         console.print(line, highlight=False)
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import typer
 from rich.table import Table
@@ -11,19 +11,23 @@ from hetflow import interrupt
 
 from hetflow.cli.common import PRECISION_HELP, check_writable, console, print_json, progress, strategy_name, strategy_names
 import json
-from hetflow.errors import InputError
+from hetflow.errors import InfeasibleError, InputError
+from hetflow.mapping.energy import energy_method, require_power
 from hetflow.io import claimed
 from hetflow.mapping.calibration import load_calibration
 from hetflow.mapping.from_profile import calibrated_problem
-from hetflow.mapping.pareto import write_front
+from hetflow.mapping.pareto import least_energy, write_front
 from hetflow.mapping.pilot import choose_plan, pilot_summary
-from hetflow.mapping.planner import describe_stages
+from hetflow.mapping.planner import describe_stages, make_plan
 from hetflow.plan.mapping import describe_element
 from hetflow.mapping.planning import record_precision, search_kind
 from hetflow.model import parse_input_shapes, resolve_model
 from hetflow.model.accuracy import Tolerance
 from hetflow.platform import resolve_platform
 from hetflow.profile.profile import Profile
+
+
+PREFER = ("throughput", "energy")
 
 
 def load_inputs(model: str, profile_path: Path, platform_arg: Optional[str],
@@ -42,26 +46,68 @@ def load_inputs(model: str, profile_path: Path, platform_arg: Optional[str],
 def map_model(graph, platform, prof, strategy: str, calibration: dict | None = None,
               capacity: int = 2, seed: int = 0, options: dict | None = None, pilots: int = 1,
               interleave: bool = True, log=lambda msg: None, precision: str | None = None,
-              tolerance: Tolerance | None = None):
+              tolerance: Tolerance | None = None, prefer: str = "throughput",
+              min_rate: float | None = None):
     """`hetflow map`: the cost model from the profile and its calibration (the profile's own
     busy-copies run where no calibration is given; `calibration.calibrate`), the search
     `hetflow bench` does (`planning.search_kind`), and with `pilots` above 1 the pilots'
     choice. `precision`, `tolerance`: the element precisions searched
-    (`from_profile.precision_configurations`). Returns (plan, its search result, the pilots
-    tried)."""
+    (`from_profile.precision_configurations`). `prefer` "energy": `least_energy_plan`; with
+    any `prefer`, a plan predicted below `min_rate` is an InfeasibleError. Returns (plan, its
+    search result, the pilots tried, the cost model searched)."""
 
+    check_preference(prefer, pilots)
     options = dict(options or {})
     problem, steps = calibrated_problem(graph, prof, platform, capacity, calibration,
                                         precision, tolerance)
+    if prefer == "energy":
+        require_power(problem)
     fuse = bool(prof.meta.get("fused", False))
     candidates = search_kind(problem, [strategy], platform.name, pilots, seed, fuse, options,
                              log, interleave=interleave, calibration=steps)
-    plan, result, tried = choose_plan(problem, candidates, graph,
-                                      latency_cap=options.get("latency_cap"), log=log)
+    if prefer == "energy":
+        plan, result = least_energy_plan(problem, candidates[0], platform.name, fuse,
+                                         options.get("latency_cap"), interleave, min_rate)
+        tried: list = []
+    else:
+        plan, result, tried = choose_plan(problem, candidates, graph,
+                                          latency_cap=options.get("latency_cap"), log=log)
+    rate = plan.predicted.get("throughput") or 0.0
+    if min_rate is not None and not rate >= min_rate:
+        raise InfeasibleError(f"--min-rate {min_rate:g}: the plan found is predicted at "
+                              f"{rate:.1f} frames/s; no design found reaches the floor")
     if tried:
         plan.search["pilots"] = tried
+    plan.search.update(prefer=prefer, **({"min_rate": min_rate} if min_rate is not None
+                                         else {}))
+    plan.predicted["energy_method"] = energy_method(problem, plan.mapping.elements)
     record_precision(plan, precision, tolerance)
-    return plan, result, tried
+    return plan, result, tried, problem
+
+
+def least_energy_plan(problem, found: tuple, platform_name: str, fuse: bool,
+                      cap: float | None, interleave: bool, min_rate: float | None) -> tuple:
+    """(plan, search result) of the design with the least predicted energy per frame at
+    `min_rate` frames/s or more (within the latency `cap`) on the front of the search that
+    gave `found` (its best plan and result), its GPUs at the fewest lanes that keep the rate."""
+    first, result = found
+    mapping, metrics = least_energy(
+        [(mp, m) for mp, m in [*result.front, (result.best, result.metrics)]
+         if cap is None or m.latency <= cap], min_rate)
+    plan = make_plan(result.problem or problem, mapping, metrics, first.strategy,
+                     platform_name, dict(first.search), fuse, cap,
+                     interleave=interleave and not result.scored_as_run, rate_floor=min_rate)
+    return plan, result
+
+
+def check_preference(prefer: str, pilots: int) -> None:
+    """InputError for a `--prefer` map cannot honour: an unknown one, or energy chosen by
+    pilots (they measure throughput, not energy)."""
+    if prefer not in PREFER:
+        raise InputError(f"--prefer {prefer!r}: use {' or '.join(PREFER)}")
+    if prefer == "energy" and pilots > 1:
+        raise InputError("--prefer energy chooses by prediction: pilots measure throughput, "
+                         "not energy (leave out --pilots)")
 
 
 def parse_options(items: Optional[list[str]]) -> dict:
@@ -105,7 +151,8 @@ def print_plan(plan, title: str = "plan") -> None:
                   + (f", fed as fast as it goes {sat * 1e3:.2f} ms" if sat is not None and sat == sat
                      else "")
                   + ")"
-                  + (f", {p['energy_per_frame']:.3f} J/frame" if p.get("energy_per_frame") else "")
+                  + (f", {p['energy_per_frame']:.4g} J/frame ({p.get('energy_method')})"
+                     if p.get("energy_per_frame") else "")
                   + f"; search {plan.search.get('seconds', 0):.2f} s")
 
 
@@ -125,6 +172,15 @@ def register(app: typer.Typer) -> None:
         capacity: int = typer.Option(2, "--capacity", min=1, help="FIFO capacity in frames"),
         json_out: bool = typer.Option(False, "--json", help="print the plan as JSON"),
         pareto: Optional[Path] = typer.Option(None, "--pareto", help="write the front as CSV (+PNG)"),
+        prefer: Literal["throughput", "energy"] = typer.Option(
+            "throughput", "--prefer",
+            help="which design of the search's front to plan: throughput (the fastest) or "
+                 "energy (the least predicted energy per frame at --min-rate or more; nsga2 "
+                 "and spea2 give fronts of many designs)"),
+        min_rate: Optional[float] = typer.Option(
+            None, "--min-rate", min=0.0,
+            help="frames/s the plan must be predicted at (with --prefer energy, the floor "
+                 "the least-energy design is chosen above)"),
         input_shape: Optional[list[str]] = typer.Option(None, "--input-shape",
                                                         help="NAME=1x3x224x224 for dynamic inputs"),
         option: Optional[list[str]] = typer.Option(None, "--option", "-O",
@@ -158,6 +214,7 @@ def register(app: typer.Typer) -> None:
         """Search a mapping of the model's layers onto the platform's elements; write a plan."""
         tol = Tolerance.parse(tolerance) if tolerance is not None else None
         check_writable(output, pareto)
+        check_preference(prefer, pilots)
         opts = parse_options(option)
         if latency_cap_ms is not None:
             opts["latency_cap"] = latency_cap_ms / 1e3
@@ -167,9 +224,9 @@ def register(app: typer.Typer) -> None:
         # held from the search on: two maps writing one plan would both say they wrote it
         with claimed(output), claimed(pareto):
             with progress(title, quiet=json_out or pilots == 1) as log:
-                plan, result, tried = map_model(graph, plat, prof, strategy, calib, capacity,
+                plan, result, tried, problem = map_model(graph, plat, prof, strategy, calib, capacity,
                                                 seed, opts, pilots, interleave, log, precision,
-                                                tol)
+                                                tol, prefer, min_rate)
             if tried and not json_out:
                 console.print(pilot_summary(tried), highlight=False)
 
@@ -179,7 +236,7 @@ def register(app: typer.Typer) -> None:
             if output:
                 plan.save(output)
             if pareto:
-                write_front(result, pareto)
+                write_front(result, pareto, problem)
         if json_out:
             print_json(plan.to_dict())
             return

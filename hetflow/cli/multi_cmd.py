@@ -1,5 +1,6 @@
 """`hetflow map-multi A.onnx:period=20ms:priority=1 B.onnx:period=33ms ... -o MULTI.json` and
-`hetflow run-multi MULTI.json`: several CNNs sharing the machine, each at its own period."""
+`hetflow run-multi MULTI.json`: several CNNs sharing the machine, each at its own period (and
+`resnet18:period=33ms:deadline=100ms:streams=120`: many camera streams of one CNN)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,6 +10,7 @@ import typer
 from rich.table import Table
 
 from hetflow import interrupt
+from hetflow.errors import InfeasibleError, InputError
 from hetflow.io import claimed, write_json
 
 from hetflow.cli.common import check_writable, console, positive, print_json, progress
@@ -17,6 +19,8 @@ from hetflow.multi.multiplan import MultiPlan, make_multiplan
 from hetflow.multi.problem import load_multi_problem
 from hetflow.multi.run import run_multiplan
 from hetflow.multi.spec import parse_app_specs
+from hetflow.multi.streams import largest_admitted, with_streams
+from hetflow.plan.mapping import describe_design
 from hetflow.platform import resolve_platform
 
 
@@ -27,20 +31,23 @@ def _ms(x) -> str:
 def print_multiplan(mplan) -> None:
     p = mplan.predicted
     t = Table(title=f"multi-plan on {mplan.platform_name} (predicted, ms)")
-    for c in ("app", "prio", "period", "elements", "alone", "worst", "slack", "ok", "naive"):
+    for c in ("app", "prio", "streams", "period", "deadline", "elements", "alone", "worst",
+              "slack", "ok", "naive"):
         t.add_column(c, justify="left" if c in ("app", "elements") else "right")
     for a in mplan.apps:
         pr = a.predicted
         naive = p.get("naive", {}).get(a.name, {})
-        t.add_row(a.name, str(a.priority), _ms(a.period), ",".join(a.plan.mapping.actors),
+        t.add_row(a.name, str(a.priority), str(a.streams), _ms(a.period),
+                  _ms(a.relative_deadline),
+                  describe_design(a.plan.mapping.actors, a.plan.mapping.lanes),
                   _ms(pr.get("response_isolated")), _ms(pr.get("response_worst")),
                   _ms(pr.get("eq11_min_slack")), "yes" if pr.get("schedulable") else "NO",
                   _ms(naive.get("response_worst"))
                   + ("" if naive.get("schedulable", True) else " miss"))
     console.print(t)
     console.print("alone: one frame with the machine to itself; worst: the bound with the other "
-                  "applications; slack: the smallest Eq. 11 slack; naive: each application on "
-                  "its fastest element")
+                  "applications and streams; slack: the smallest Eq. 11 slack; naive: each "
+                  "application on its fastest element; gpu0 x8: 8 lanes")
     shared = mplan.shared_elements
     if shared:
         console.print("shared elements: " + "; ".join(f"{e}: {', '.join(n)}"
@@ -96,8 +103,11 @@ def register(app: typer.Typer) -> None:
     def map_multi(
         apps: list[str] = typer.Argument(..., metavar="MODEL:period=20ms[:priority=1]...",
                                          help="one per application; keys period (required), "
-                                              "priority (lower = higher; default: order given), "
-                                              "profile=FILE, name=NAME"),
+                                              "deadline (default the period), streams=N (N "
+                                              "streams of the model at one priority, named "
+                                              "NAME/0..NAME/N-1), priority (lower = higher; "
+                                              "default: order given), profile=FILE, name=NAME; "
+                                              "a model may be given many times by name"),
         profile_dir: Optional[Path] = typer.Option(None, "--profile-dir",
                                                    help="folder of <model>.*.profile.json"),
         platform: Optional[str] = typer.Option(None, "--platform", "-p",
@@ -122,22 +132,45 @@ def register(app: typer.Typer) -> None:
         naive: bool = typer.Option(False, "--naive",
                                    help="no search: write the naive plan (each application on "
                                         "its fastest element), to run it for comparison"),
+        max_streams: Optional[str] = typer.Option(None, "--max-streams", metavar="APP",
+                                   help="find the most streams of application APP admitted "
+                                        "beside the others (its streams= is ignored); writes "
+                                        "the plan at that many"),
         json_out: bool = typer.Option(False, "--json", help="print the multi-plan as JSON"),
     ) -> None:
-        """Map several CNNs with periods and priorities onto one machine (Kang et al. VI)."""
+        """Map several CNNs with periods, deadlines, streams and priorities onto one machine
+        (Kang et al. VI); says whether every deadline is met."""
         from hetflow.multi.search import naive_result, search_multi
 
         check_writable(output, pareto)
         specs = parse_app_specs(apps)
+        if max_streams is not None and naive:
+            raise InputError("--max-streams searches mappings; drop --naive")
         plat = resolve_platform(platform or "auto")
         mp = load_multi_problem(specs, plat, profile_dir, calibrate, time_stat)
+        answer = None
         if naive:
             result = naive_result(mp)
         else:
             with progress("searching ...", quiet=json_out) as log:
-                result = search_multi(mp, algorithm, pop_size, generations, seed, prefer,
-                                      progress=log)
+                def search(m):
+                    return search_multi(m, algorithm, pop_size, generations, seed, prefer,
+                                        progress=log)
+
+                if max_streams is None:
+                    result = search(mp)
+                else:
+                    answer = largest_admitted(mp, max_streams, search, log)
+                    if answer.result is None:
+                        raise InfeasibleError(f"application {max_streams}: not even one stream "
+                                              f"is admitted: {answer.refused}")
+                    result = answer.result
+                    mp = with_streams(mp, max_streams, answer.streams)
         mplan = make_multiplan(mp, result, "multi-naive" if naive else f"multi-{algorithm}")
+        if answer is not None:
+            mplan.search["max_streams"] = {"app": answer.name, "streams": answer.streams,
+                                           "refused_one_more": answer.refused,
+                                           "searches": answer.searches}
         if output:
             mplan.save(output)
         if pareto:
@@ -146,6 +179,13 @@ def register(app: typer.Typer) -> None:
             print_json(mplan.to_dict())
             return
         print_multiplan(mplan)
+        if answer is not None:
+            console.print(f"most streams of {answer.name} admitted: {answer.streams} "
+                          f"({answer.searches} searches); at {answer.streams + 1}: "
+                          f"{answer.refused}")
+        else:
+            console.print("every deadline is met (predicted)" if mplan.predicted["schedulable"]
+                          else "deadlines are MISSED (predicted)")
         for f in ([output] if output else []) + ([pareto] if pareto else []):
             console.print(f"wrote {f}")
 

@@ -22,6 +22,7 @@ from hetflow.platform.precision import DEFAULT_PRECISION, precision_variants
 from hetflow.platform.spec import ProcessingElement
 from hetflow.profile import estimate_profile, profile_model
 from hetflow.profile.deviation import record_deviations
+from hetflow.profile.power import POWER_WINDOW_S
 from hetflow.profile.table_import import import_table
 
 
@@ -47,7 +48,37 @@ def profile_summary(prof, graph) -> dict:
                      **({"slowdown": slow[e]} if e in slow else {})}
                  for e, fps in busy_fps.items()},
         "cpu_freq_mhz": prof.cpu_freq_mhz, "source": prof.source,
+        "power": power_summary(prof.power),
     }
+
+
+def power_summary(power: dict) -> dict:
+    """Each part's idle watts and each element's busy watts on its own part (at each batch and
+    lane count read), with the method; the parts without a counter and why."""
+    return {"idle": {p: {"watts": f["watts"], "method": f["method"], "reliable": f["reliable"]}
+                     for p, f in power.get("idle", {}).items()},
+            "busy": {e: {key: {p: f["watts"] for p, f in entry["parts"].items()}
+                         for key, entry in per.items()}
+                     for e, per in power.get("busy", {}).items()},
+            "missing": dict(power.get("missing", {}))}
+
+
+def power_lines(power: dict) -> list[str]:
+    """What the profile says of power: idle watts per part, busy watts per element, and the
+    parts without a counter (their elements' power is then the platform's, modelled)."""
+    lines = []
+    if power["idle"]:
+        lines.append("idle power: " + ", ".join(
+            f"{p} {v['watts']:.1f} W ({v['method']}{'' if v['reliable'] else ', unreliable'})"
+            for p, v in power["idle"].items() if v["watts"] is not None))
+    for e, per in power["busy"].items():
+        lines.append(f"busy power of {e}: " + "; ".join(
+            f"b,k={key} " + ", ".join(f"{p} {w:.1f} W" for p, w in parts.items()
+                                      if w is not None)
+            for key, parts in per.items()))
+    for p, why in power["missing"].items():
+        lines.append(f"power of {p}: {why}; the platform's power_w is used (modelled)")
+    return lines
 
 
 def precision_elements(platform, setting: str, names: list[str] | None, searched: bool
@@ -159,6 +190,10 @@ def register(app: typer.Typer) -> None:
                                         help="measure each element's slowdown while every "
                                              "single core and GPU runs the model (hetflow map "
                                              "predicts with it)"),
+        power_seconds: float = typer.Option(
+            POWER_WINDOW_S, "--power-seconds", min=0.0,
+            help="read each part's idle power and each element's busy power from this "
+                 "machine's energy counters (NVML, RAPL) over windows this long (0: not read)"),
         dvfs: bool = typer.Option(False, "--dvfs-calibration",
                                   help="scale times to the all-cores-busy frequency (Kang et al.)"),
         input_shape: Optional[list[str]] = typer.Option(None, "--input-shape",
@@ -192,6 +227,7 @@ def register(app: typer.Typer) -> None:
                                      warmup=warmup, method=method, comm=comm,
                                      contention=contention, dvfs_calibration=dvfs,
                                      skip_unavailable=searched, keep_partial=True,
+                                     power_seconds=power_seconds,
                                      progress=not json_out and err_console.is_terminal)
                 if not prof.meta.get("interrupted"):
                     record_deviations(prof, graph, elements or plat.all_elements())
@@ -241,6 +277,8 @@ def register(app: typer.Typer) -> None:
                   f"{len(slow)})"] if slow else [])
                 + [f"{e} x{v['lanes']} lanes {v['fps']:.1f} frames/s" for e, v in busy.items()
                    if v["lanes"] > 1]))
+        for line in power_lines(summary["power"]):
+            console.print(line, highlight=False)
         for e, why in summary["skipped"].items():
             console.print(f"skipped {e}: {why}")
         console.print(f"wrote {out}")

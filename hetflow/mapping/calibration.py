@@ -8,7 +8,8 @@ same profile, giving the same cost model:
 
     {"lanes_alone": {element: {lanes: frames/s}},        # a GPU alone at k lanes, a longer run
      "contention":  {"busy_fps": {element: frames/s},    # every element busy with a copy
-                     "busy_lanes": {element: lanes}, "source": "..."},
+                     "busy_lanes": {element: lanes},     # a GPU's lanes and batch there
+                     "busy_batch": {element: b}, "source": "..."},
      "stage_lanes": {element: {subnet key: lane table}}} # GPU stages timed at their lanes
 
 `calibrate` applies the steps in that order (the order `hetflow bench` measures them in) and
@@ -76,31 +77,38 @@ def contended(problem: Problem, factors: dict[str, float]) -> Problem:
                                      for e, t in base.element_overhead.items()})
 
 
-def busy_lane_scales(problem: Problem, busy_fps: dict[str, float],
-                     lanes: dict[str, int]) -> dict[str, float]:
-    """Per GPU element with a busy lane curve that ran at k lanes beside busy copies at
-    `busy_fps` {element: frames/s}: its firing time there (k / its rate) over the curve's. The
+def busy_lane_scales(problem: Problem, busy_fps: dict[str, float], lanes: dict[str, int],
+                     batch: dict[str, int] | None = None) -> dict[str, float]:
+    """Per GPU element with a busy lane curve that ran at k lanes and batch b (`batch`, default
+    1) beside busy copies at `busy_fps` {element: frames/s}: its firing time there (k * b / its
+    rate) over the model's (the lane curve at k times the batch table's factor at (b, k)). The
     lane table takes the better of two short passes beside the busy copies; a longer run of the
-    same load read the GPU at 0.72-1.16x the curve, lowest where the copies fire often."""
+    same load read the GPU at 0.72-1.16x the curve, lowest where the copies fire often. A batch
+    the problem has no factor for gives no scale: read against one frame's firing, a batched
+    run looked like a GPU 3.5x faster than it is (alexnet at b16 beside 15 copies: x0.28)."""
     out = {}
     for el, fps in busy_fps.items():
-        k = int(lanes.get(el, 1))
+        k, b = int(lanes.get(el, 1)), int((batch or {}).get(el, 1))
         if el not in problem.lane_slowdown_busy or fps <= 0:
             continue
+        if b > 1 and (el not in problem.batch_slowdown or b not in problem.batch_sizes(el)):
+            continue
         curve_s = (problem.actor_time(_whole(problem), el) * problem.slowdown(el, k, busy=True)
-                   / problem.lane_busy_scale.get(el, 1.0))
-        out[el] = (k / fps) / curve_s
+                   / problem.lane_busy_scale.get(el, 1.0)
+                   * problem.batch_factor(el, b, k, busy=True))
+        out[el] = (k * b / fps) / curve_s
     return out
 
 
 def with_contention(problem: Problem, profile, busy_fps: dict[str, float],
-                    busy_lanes: dict[str, int]) -> tuple[Problem, dict]:
+                    busy_lanes: dict[str, int], busy_batch: dict[str, int] | None = None
+                    ) -> tuple[Problem, dict]:
     """Step "contention": the elements' times, and the GPUs' busy lane curves, as measured with
-    a whole-model copy on every element at once (`busy_fps`, the GPUs at `busy_lanes`). Returns
-    the new problem and the step's summary (its factors)."""
+    a whole-model copy on every element at once (`busy_fps`, the GPUs at `busy_lanes` and
+    `busy_batch`). Returns the new problem and the step's summary (its factors)."""
     factors = contention_factors(profile, problem, busy_fps)
     out = contended(problem, factors)
-    scales = busy_lane_scales(out, busy_fps, busy_lanes)
+    scales = busy_lane_scales(out, busy_fps, busy_lanes, busy_batch)
     out = replace(out, lane_busy_scale={**out.lane_busy_scale, **scales})
     return out, {"factors": {e: round(f, 4) for e, f in factors.items()},
                  "busy_lane_scale": {e: round(v, 4) for e, v in scales.items()}}
@@ -181,7 +189,7 @@ def apply_step(problem: Problem, profile, name: str, data: dict) -> tuple[Proble
         out, summary = with_lanes_alone(problem, data)
     elif name == "contention":
         out, summary = with_contention(problem, profile, data.get("busy_fps", {}),
-                                       data.get("busy_lanes", {}))
+                                       data.get("busy_lanes", {}), data.get("busy_batch", {}))
         summary["source"] = data.get("source", "")
     elif name == "stage_lanes":
         out, summary = with_stage_lanes(problem, data)

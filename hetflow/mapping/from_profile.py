@@ -11,6 +11,7 @@ from hetflow.errors import InputError
 from hetflow.model.graph import CnnGraph
 from hetflow.platform.configs import build_config, count_configurations
 
+from hetflow.mapping.energy import element_powers
 from hetflow.mapping.problem import Problem
 from hetflow.mapping.calibration import calibrate, profile_calibration
 from hetflow.model.subnet import subnet_key
@@ -127,8 +128,9 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
     times = np.array([[profile.layer_time(l.name, e.name) for e in elements] for l in graph.layers])
     # the engine's own cost per phase firing, as the profile measured it
     overhead = profile.engine_firing() if call_overhead is None else call_overhead
+    power, unmeasured = element_powers(getattr(profile, "power", {}), elements)
     problem = Problem(graph, elements, times, profile.transfer_time, overhead, capacity_frames,
-                      configurations=usable,
+                      configurations=usable, power=power, power_unmeasured=unmeasured,
                       subnet_times=measured_subnets(graph, profile, elements),
                       element_overhead={e.name: profile.call_overhead(e.name) for e in elements},
                       border_cost={e.name: profile.border_cost(e.name) for e in elements

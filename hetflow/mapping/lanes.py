@@ -28,17 +28,12 @@ def check_lanes(problem: Problem, mapping: Mapping) -> None:
 
 
 def batchable(problem: Problem, mapping: Mapping, element: str) -> bool:
-    """Whether `fit_lanes` may give `element` a batch: its profile measured batches, its actor
-    fires frame by frame (an interleaved actor runs one frame's phases at a time), and no actor
-    of it groups it with elements of another kind. A group hands its frames out one at a time
-    in its pattern, so a batched GPU among CPU copies waits for its share of the pattern to
-    fill each batch, which the group's rate model does not see (alexnet, a GPU at batch 16
-    beside 15 CPU copies on an H100: 0.23x its prediction)."""
-    kind = problem.element(element).kind
-    mixed = any(len(ms) > 1 and any(problem.element(m).kind != kind for m in ms)
-                for ms in (group_members(a) for a in set(mapping.assignment.values()))
-                if element in ms)
-    return (element in problem.batch_slowdown and mapping.round_frames <= 1 and not mixed
+    """Whether `fit_lanes` may give `element` a batch: its profile measured batches and its
+    actor fires frame by frame (an interleaved actor runs one frame's phases at a time). A
+    member of a group with CPU copies may be batched: its lanes take blocks of consecutive
+    frames from the group's dispatch (`plan.schedule.Dispatch`), and the group's rate counts
+    it at k * b / t(b, k) frames/s (`problem.timed_graph`)."""
+    return (element in problem.batch_slowdown and mapping.round_frames <= 1
             and not any(element in group_members(a) for a in mapping.interleave))
 
 

@@ -33,8 +33,7 @@ def make_plan(problem: Problem, mapping: Mapping, metrics: Metrics, strategy: st
     (`choose_interleave`; a mapping a search already interleaved keeps its orders, and the
     GPUs of its interleaved actors their one lane)."""
 
-    mapping = replace(mapping, lanes={**interleaved_lanes(problem, mapping), **mapping.lanes})
-    mapping, fitted = fit_lanes(problem, mapping, latency_cap, rate_floor=rate_floor)
+    mapping, fitted = as_fitted(problem, mapping, latency_cap, rate_floor)
     metrics = fitted or metrics
     if interleave and not any(b > 1 for b in mapping.batch.values()):  # batches: frame order
         mapping, chosen = choose_interleave(problem, mapping, latency_cap, plain=metrics)
@@ -49,6 +48,15 @@ def make_plan(problem: Problem, mapping: Mapping, metrics: Metrics, strategy: st
     return Plan(g.name, g.model_hash, g.source, platform_name, mapping, app, elements,
                 problem.capacity_frames, predicted, strategy, search or {}, fuse,
                 splits=list(splits or []))
+
+
+def as_fitted(problem: Problem, mapping: Mapping, latency_cap: float | None = None,
+              rate_floor: float | None = None) -> tuple[Mapping, Metrics | None]:
+    """`mapping` with the lanes and batches its plan runs: one lane on the GPUs of its
+    interleaved actors, the others fitted (`fit_lanes`); with its metrics (None where nothing
+    was fitted)."""
+    mapping = replace(mapping, lanes={**interleaved_lanes(problem, mapping), **mapping.lanes})
+    return fit_lanes(problem, mapping, latency_cap, rate_floor=rate_floor)
 
 
 def interleaved_lanes(problem: Problem, mapping: Mapping) -> dict[str, int]:
@@ -98,15 +106,16 @@ def measured_whole_models(problem: Problem, latency_cap: float | None = None
 def copies_design(problem: Problem, latency_cap: float | None = None
                   ) -> tuple[Mapping, Metrics] | None:
     """The parallel copies' design: the whole model on a weighted group of every element of
-    the configuration with the most elements (one copy per element, a GPU at its best lane
-    count), with its analysis; None where that configuration has one element, a member cannot
-    run the whole model, or the design is predicted beyond the latency cap."""
+    the configuration with the most elements (one copy per element, a GPU at the lanes and
+    batch `fit_lanes` chooses beside the others), with its analysis; None where that
+    configuration has one element, a member cannot run the whole model, or the design is
+    predicted beyond the latency cap."""
 
     config = _finest_configuration(problem)
     if len(config) < 2:
         return None
-    m = weighted_group(problem, config)
-    metrics = evaluate(problem, m)
+    m, metrics = as_fitted(problem, weighted_group(problem, config), latency_cap)
+    metrics = metrics or evaluate(problem, m)
     if not np.isfinite(metrics.throughput) or metrics.throughput <= 0:
         return None
     if latency_cap is not None and not metrics.latency <= latency_cap:
@@ -148,12 +157,19 @@ def against_whole_model(problem: Problem, result: SearchResult,
     latency cap): no strategy may return a design worse than the obvious one (an ILP result
     was once analysed below the GPU alone). `result` comes as its plan runs it (`as_run`): a
     design with round trips is compared by its rate interleaved, not in frame order, which
-    pays every round trip."""
+    pays every round trip; and with the lanes and batches its plan will run (`as_fitted`), as
+    the whole model is (a group of CPU copies and a GPU, scored at batch 1, gave way to the
+    GPU alone batched where the group with the GPU batched was faster): where only the fitted
+    design beats the whole model, it is returned fitted, with its metrics."""
     if result.notes.get("keep_design"):  # the user asked for this design (e.g. gp apply=always)
         return result
     best = best_whole_model(problem, latency_cap)
     if best is None or best[1].throughput <= result.metrics.throughput * (1 + 1e-9):
         return result
+    fitted, own = as_fitted(result.problem or problem, result.best, latency_cap)
+    if (own is not None and (latency_cap is None or own.latency <= latency_cap)
+            and best[1].throughput <= own.throughput * (1 + 1e-9)):
+        return replace(result, best=fitted, metrics=own)  # (its plan need not fit it again)
     return replace(result, best=best[0], metrics=best[1], problem=None, splits=[],
                    notes={**result.notes, "whole_model_won": (
                        f"the strategy's design was analysed at {result.metrics.throughput:.1f} "

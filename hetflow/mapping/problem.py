@@ -18,6 +18,7 @@ import numpy as np
 from hetflow.dataflow.csdf import CsdfApp, cnn_to_csdf
 from hetflow.dataflow.graphs import CsdfGraph
 from hetflow.errors import InputError
+from hetflow.mapping.energy import ElementPower, frame_energy, modelled_power
 from hetflow.model.graph import CnnGraph
 from hetflow.platform.spec import ProcessingElement
 
@@ -68,6 +69,10 @@ class Problem:
     call_overhead: float = 30e-6  # runtime cost of one phase firing (dispatch, queue hand-off)
     capacity_frames: int = 2  # FIFO capacity in frames (double buffering)
     idle_power_fraction: float = 0.0  # energy model: idle elements draw this share of power_w
+    # element -> its measured idle and busy power (mapping/energy.py, from the profile); an
+    # element without is modelled from its power_w, labelled with why (`power_unmeasured`)
+    power: dict[str, ElementPower] = field(default_factory=dict)
+    power_unmeasured: dict[str, str] = field(default_factory=dict)
     # element sets a mapping may use together (each one configuration of the platform);
     # empty = every element alone, and all pairwise non-conflicting elements together
     configurations: list[list[str]] = field(default_factory=list)
@@ -273,6 +278,13 @@ class Problem:
                        element_overhead={e: t / self.contention.get(e, 1.0)
                                          for e, t in self.element_overhead.items()})
 
+    def element_power(self, name: str) -> ElementPower | None:
+        """`name`'s power figure: measured, else modelled from its power_w; None if neither."""
+        if name in self.power:
+            return self.power[name]
+        return modelled_power(self.element(name), self.idle_power_fraction,
+                              self.power_unmeasured.get(name, "no power measured"))
+
     def element(self, name: str) -> ProcessingElement:
         try:
             return self.elements[self.element_index[name]]
@@ -415,7 +427,8 @@ def saturated_latency(problem: Problem, mapping: Mapping, app: CsdfApp | None = 
 
 def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
                 capacity_frames: int | None = None, for_latency: bool = False,
-                capacities: dict[str, int] | None = None, batched_rates: bool = True):
+                capacities: dict[str, int] | None = None, batched_rates: bool = True,
+                fills: dict[str, float] | None = None):
     """The timed CSDF graph of `app`.
 
     A group of identical round-robin members is an actor with concurrency k (exact). A group
@@ -438,13 +451,16 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
     times the profile's batch factor at its lanes (a padded partial batch costs as much), and
     an element or uniform group of it is an actor of rate b (`actor_batches`; an iteration then
     carries `frames_per_iteration` frames), whose FIFOs hold their frame count in batches. In
-    an unlike group a batched member's rate is k * b / its firing time. `batched_rates` False:
-    every actor at rate one, a batched firing serving one frame (a stream so slow that each
-    frame fires alone, padded).
+    an unlike group a batched member's rate is k * b / its firing time; `fills` ({element: s},
+    `member_fills`) adds to its first phase `for_latency` the wait of its frames for their
+    batch, the slowest member's fill and firing being the worst frame's (a frame behind it
+    leaves only after it). `batched_rates` False: every actor at rate one, a batched firing
+    serving one frame (a stream so slow that each frame fires alone, padded).
     """
 
 
     mapping = mapping or Mapping(app.assignment)
+    fills = fills or {}
     uniform = {a: _is_uniform(problem, mapping, a) for a in app.phases}
     busy = len(set(mapping.elements)) > 1
     lanes = {e: problem.lanes_in(mapping, e) for e in mapping.elements}
@@ -485,8 +501,9 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
             return firing(p.layers, p.actor, nbytes)
         times = [firing(p.layers, e, nbytes) for e in members]
         pat = mapping.pattern(p.actor)
-        if for_latency:
-            return max(t for m, t in enumerate(times) if m in pat)
+        if for_latency:  # the slowest member's frame, its batch filled before its first phase
+            return max(t + (fills.get(e, 0.0) if p.index == 0 else 0.0)
+                       for m, (e, t) in enumerate(zip(members, times)) if m in pat)
         frames = [lanes.get(e, 1) * mapping.batch_of(e) for e in members]  # a member's firing
         if mapping.dispatch_mode == "dynamic":
             return 1.0 / sum(f / t for f, t in zip(frames, times))
@@ -564,11 +581,9 @@ def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> M
             shares = [(1 / b) / sum(1 / x for x in busy) for b in busy]  # as fast as it goes
         for e, b, share in zip(members, busy, shares):
             util[e] = min(1.0, b * share * thr) if np.isfinite(thr) else 0.0
-    powers = [problem.element(e).power_w for e in util]
-    energy = None
-    if all(p is not None for p in powers) and np.isfinite(thr) and thr > 0:
-        energy = sum(problem.element(e).power_w * (u + problem.idle_power_fraction * (1 - u))
-                     for e, u in util.items()) / thr
+    energy = frame_energy({e: f for e in util if (f := problem.element_power(e)) is not None},
+                          util, thr, {e: problem.lanes_in(mapping, e) for e in util},
+                          {e: mapping.batch_of(e) for e in util})
     mem = {}
     for a, ps in app.phases.items():
         w = sum(problem.graph.layer(l).param_bytes for p in ps for l in p.layers)
@@ -578,6 +593,7 @@ def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> M
             mem[e] = w + buf
     lat = lat_iso = float("nan")
     if with_latency:
+        rates = arrival_rates(mapping, thr)
         lg = timed_graph(problem, app, mapping, for_latency=True)
         # with rounds of k frames, the steady latency is a round's (its first frame's first
         # firing to its last frame's last): an upper bound on each frame's
@@ -587,26 +603,35 @@ def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> M
         else:
             lr = latency(unfolded(lg, k), orders=orders or None)
             lat, lat_iso = lr.steady, (lr.isolated if k == 1 else isolated_latency(lg))
-        lat += source_fill(mapping, app, arrival_rates(mapping, thr))
+        lat += left_out_fill(problem, mapping, app, rates)
     return Metrics(thr, lat, lat_iso, util, energy, mem, stage, list(res.critical), lanes,
                    {e: b for e, b in mapping.batch.items() if b > 1})
 
 
 def arrival_rates(mapping: Mapping, throughput: float) -> dict[str, float]:
-    """{batched element: frames/s it receives at `throughput`}: a group's members share its
-    frames by their dispatch pattern (dynamic dispatch gives a faster member more; the
-    pattern's share is then what a member of a weighted group is planned to take)."""
+    """{batched element: frames/s its batches fill at, at `throughput`}: a dynamic dispatch
+    hands a batched lane a block of consecutive frames (`plan.schedule.Dispatch`), which come
+    at the stream's rate; a static pattern gives a member its share of them."""
     out = {}
     for a in mapping.actors:
         members = group_members(a)
-        batched = [e for e in members if mapping.batch_of(e) > 1]
-        if not batched:
-            continue
         pat = mapping.pattern(a)
         for m, e in enumerate(members):
-            if e in batched:
-                out[e] = throughput * pat.count(m) / len(pat)
+            if mapping.batch_of(e) > 1:
+                out[e] = throughput * (1.0 if mapping.dispatch_mode == "dynamic"
+                                       else pat.count(m) / len(pat))
     return out
+
+
+def member_fills(problem: Problem, mapping: Mapping, app: CsdfApp, rates: dict[str, float],
+                 full: bool) -> dict[str, float]:
+    """{batched member of an unlike group: seconds a frame waits for its batch} at `rates`
+    (`batch_fill`): such a member enters its group's rate, not the graph as an actor of rate
+    b, so the graph does not wait for its batch."""
+    rated = actor_batches(problem, mapping, app)
+    return {e: batch_fill(mapping, e, rates.get(e, 0.0), full)
+            for a in app.phases if a not in rated
+            for e in group_members(a) if mapping.batch_of(e) > 1}
 
 
 def batch_fill(mapping: Mapping, element: str, rate: float, full: bool = False) -> float:
@@ -620,14 +645,24 @@ def batch_fill(mapping: Mapping, element: str, rate: float, full: bool = False) 
     return fill if full else min(mapping.batch_wait.get(element, 0.0), fill)
 
 
-def source_fill(mapping: Mapping, app: CsdfApp, rates: dict[str, float]) -> float:
+def left_out_fill(problem: Problem, mapping: Mapping, app: CsdfApp,
+                  rates: dict[str, float]) -> float:
     """The batch fill the timed graph leaves out, at the plan's own rate (lanes busy, batches
-    full): a batched actor fed by the model's inputs has all of its iteration's frames at
-    once, where they arrive one by one; a batched actor after another waits in the graph for
-    its producers' firings. The slowest member of a group is the worst frame's."""
-    fed = {a for actors in app.model_inputs.values() for a in actors}
-    return max((batch_fill(mapping, e, rates.get(e, 0.0), full=True)
-                for a in fed for e in group_members(a)), default=0.0)
+    full): a batched actor (`actor_batches`) fed by the model's inputs has all of its
+    iteration's frames at once, where they arrive one by one (a batched actor after another
+    waits in the graph for its producers' firings); and a batched member of an unlike group,
+    anywhere, enters its group's rate, not the graph. At the plan's rate such a member's lanes
+    never idle, so each finds its next block already come: the b - 1 frames that came after a
+    block's first wait in the group ahead of any later frame, whichever member takes it (a
+    simulation of the dispatch paced at 0.9 of the rate read the worst frame at 0.8-1.15 of
+    this, where the slowest member's fill and firing alone was up to 1.5x low)."""
+    rated = actor_batches(problem, mapping, app)
+    fed = {a for actors in app.model_inputs.values() for a in actors if a in rated}
+    unlike = member_fills(problem, mapping, app, rates, full=True)
+    return (max((batch_fill(mapping, e, rates.get(e, 0.0), full=True)
+                 for a in fed for e in group_members(a)), default=0.0)
+            + sum(max((unlike[e] for e in group_members(a) if e in unlike), default=0.0)
+                  for a in app.phases))
 
 
 def latency_at_rate(problem: Problem, mapping: Mapping, rate: float) -> float:
@@ -639,11 +674,12 @@ def latency_at_rate(problem: Problem, mapping: Mapping, rate: float) -> float:
     if problem.contention and len(set(mapping.elements)) == 1 and not problem.loaded_times:
         problem = problem.alone
     app = build_app(problem, mapping)
-    lg = timed_graph(problem, app, mapping, for_latency=True, batched_rates=False)
+    rates = arrival_rates(mapping, rate)
+    fills = member_fills(problem, mapping, app, rates, full=False)
+    lg = timed_graph(problem, app, mapping, for_latency=True, batched_rates=False, fills=fills)
     res = latency(lg, period=1.0 / rate)
     if not math.isfinite(res.steady):
         return math.inf
-    rates = arrival_rates(mapping, rate)
-    fill = sum(max((batch_fill(mapping, e, rates[e]) for e in group_members(a) if e in rates),
-                   default=0.0) for a in app.phases)
+    fill = sum(max((batch_fill(mapping, e, rates[e]) for e in group_members(a)
+                    if e in rates and e not in fills), default=0.0) for a in app.phases)
     return res.steady + fill

@@ -7,6 +7,7 @@ import itertools
 from pathlib import Path
 
 from hetflow.io import save_png, write_csv
+from hetflow.plan.mapping import describe_design
 
 
 def front_rows(mp, result) -> list[dict]:
@@ -18,10 +19,12 @@ def front_rows(mp, result) -> list[dict]:
             row[f"{a.name}_worst_ms"] = round(x.response_worst * 1e3, 4)
             row[f"{a.name}_alone_ms"] = round(x.response_isolated * 1e3, 4)
             row[f"{a.name}_period_ms"] = round(x.period * 1e3, 4)
+            row[f"{a.name}_deadline_ms"] = round(x.relative_deadline * 1e3, 4)
+            row[f"{a.name}_streams"] = x.streams
         row["energy_j_per_s"] = None if c.energy is None else round(c.energy, 6)
-        row["max_response_over_period"] = round(c.margin, 4)
+        row["max_response_over_deadline"] = round(c.margin, 4)
         row["max_utilisation"] = round(max(c.utilisation.values(), default=0.0), 4)
-        row["elements"] = "; ".join(f"{a.name}: {'+'.join(m.actors)}"
+        row["elements"] = "; ".join(f"{a.name}: {describe_design(m.actors, c.lanes)}"
                                     for a, m in zip(mp.apps, c.mappings))
         rows.append(row)
     return rows

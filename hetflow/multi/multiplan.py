@@ -1,10 +1,11 @@
-"""The multi-plan file: one single-application `Plan` per application, with its period and
-priority, which elements the applications share, and the predicted response times. What
-`hetflow run-multi` executes."""
+"""The multi-plan file: one single-application `Plan` per application, with its period,
+deadline, priority and streams (N streams of the model at that period, named NAME/0 ..
+NAME/N-1, one plan for all), which elements the applications share, and the predicted response
+times. What `hetflow run-multi` executes."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ class AppEntry:
     plan: Plan
     predicted: dict[str, Any] = field(default_factory=dict)  # response_isolated/worst, slack, ...
     deadline: float | None = None  # s from a frame's release; None: the period
+    streams: int = 1  # streams of the model released every period, first come first served
 
     @property
     def relative_deadline(self) -> float:
@@ -38,6 +40,7 @@ class AppEntry:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "period_s": self.period, "priority": self.priority,
                 **({"deadline_s": self.deadline} if self.deadline is not None else {}),
+                **({"streams": self.streams} if self.streams != 1 else {}),
                 "predicted": self.predicted, "plan": self.plan.to_dict()}
 
 
@@ -100,8 +103,12 @@ class MultiPlan:
         f = validate(MultiPlanFile, d, source, "hetflow multi-plan")
         apps = [AppEntry(a.name, a.period_s, a.priority,
                          Plan.from_file(a.plan, f"{source} (application {a.name})"), a.predicted,
-                         a.deadline_s)
+                         a.deadline_s, a.streams)
                 for a in f.apps]
+        for a in apps:
+            if a.streams != 1:
+                raise InputError(f"{source} (application {a.name}): {a.streams} streams; the "
+                                 "multi-CNN engines run one stream per application (limit 1)")
         mp = MultiPlan(f.platform_name, sorted(apps, key=lambda a: a.priority), f.predicted,
                        f.search)
         mp.validate(source)
@@ -134,17 +141,23 @@ def app_prediction(cand, name: str) -> dict[str, Any]:
                       for i, t in enumerate(sched.tasks)]}
 
 
-def app_metrics(sched, analysis, powers: dict) -> "Metrics":
-    """Single-plan metrics of one application in the multi setting: it runs one frame per
-    period, so throughput is 1/period and latency the predicted worst response time."""
+def app_metrics(sched, analysis, powers: dict, lanes: dict[str, int] | None = None
+                ) -> "Metrics":
+    """Single-plan metrics of one application in the multi setting: each of its streams runs
+    one frame per period, so throughput is streams/period and latency the predicted worst
+    response time; a firing on k lanes holds a k-th of the element, one of b frames a b-th."""
 
-    util = {e: sched.busy(e) / sched.period for e in sched.elements}
+    share = {e: sched.busy(e) / (lanes or {}).get(e, 1) / sched.batch_of(e)
+             for e in sched.elements}
+    util = {e: sched.streams * t / sched.period for e, t in share.items()}
     watts = [powers.get(e) for e in sched.elements]
-    energy = (sum(sched.busy(e) * powers[e] for e in sched.elements)
+    energy = (sum(t * powers[e] for e, t in share.items())
               if all(w is not None for w in watts) else None)
-    return Metrics(1.0 / sched.period, analysis.response_worst, analysis.response_isolated,
-                   util, energy, {}, {e: sched.busy(e) for e in sched.elements},
-                   [analysis.bottleneck])
+    return Metrics(sched.streams / sched.period, analysis.response_worst,
+                   analysis.response_isolated, util, energy, {},
+                   {e: sched.busy(e) for e in sched.elements}, [analysis.bottleneck],
+                   lanes={e: k for e, k in (lanes or {}).items() if e in share},
+                   batch={e: b for e, b in sched.batch.items() if b > 1})
 
 
 def make_multiplan(mp, result, strategy: str = "multi") -> MultiPlan:
@@ -154,18 +167,24 @@ def make_multiplan(mp, result, strategy: str = "multi") -> MultiPlan:
     cand = result.chosen
     apps = []
     for a, mapping, sched in zip(mp.apps, cand.mappings, cand.schedules):
-        metrics = app_metrics(sched, cand.analysis[a.name], mp.powers())
+        # the lanes and batch analysed, written out (else make_plan would fit its own)
+        used = set(mapping.elements)
+        mapping = replace(mapping, lanes={e: cand.lanes.get(e, 1) for e in used
+                                          if e in a.problem.lane_slowdown},
+                          batch={e: cand.batch.get(e, 1) for e in used})
+        metrics = app_metrics(sched, cand.analysis[a.name], mp.powers(), cand.lanes)
         plan = make_plan(a.problem, mapping, metrics, strategy, mp.platform_name,
                          {"profile": a.profile_source, "calibration": a.calibration,
                           "time_stat": mp.time_stat}, a.fuse,
                          interleave=False)  # the schedulability analysis fires frame by frame
         plan.model_source = a.spec.model  # as given (a zoo name, or a path from here)
         apps.append(AppEntry(a.name, a.spec.period, a.spec.priority, plan,
-                             app_prediction(cand, a.name)))
+                             app_prediction(cand, a.name), a.spec.deadline, a.spec.streams))
     naive = {n: {"response_worst": x.response_worst, "schedulable": x.schedulable}
              for n, x in result.naive.analysis.items()}
     predicted = {"schedulable": cand.feasible, "energy_j_per_s": cand.energy,
-                 "margin": cand.margin, "utilisation": cand.utilisation,
+                 "margin": cand.margin, "utilisation": cand.utilisation, "lanes": cand.lanes,
+                 "batch": cand.batch,
                  "naive": naive, "naive_schedulable": result.naive.feasible}
     search = {**result.notes, "evaluations": result.evaluations,
               "seconds": round(result.seconds, 3), "front_size": len(result.front),

@@ -18,6 +18,7 @@ class AppEntryFile(FileModel):
     period_s: float = Field(ge=0)
     deadline_s: float | None = Field(default=None, gt=0)  # absent: the period
     priority: int  # lower number = higher priority
+    streams: int = Field(default=1, ge=1)  # streams of the model at this period
     predicted: dict[str, Any] = {}
     plan: PlanFile
 

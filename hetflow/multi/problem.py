@@ -7,10 +7,18 @@ the whole model costs what was measured (`calibrate_to_whole`; the runtime's dis
 `call_overhead`, comes on top of each phase): layer-by-layer timing misses
 fusion, cache and threading effects, and the schedulability analysis needs stage times that
 add up to what the runtime will see. Measured sub-network times are used where present.
+
+Applications of one model (streams given by name, or one `streams=N` application) share one
+profile load and one cost model. A GPU element on k lanes fires each task in its one-lane time
+times `lane_factor`: the largest of the profile's lane slowdowns at up to k lanes (the whole
+model's curve, alone or beside busy CPU copies, the larger), so that a firing beside fewer busy
+lanes is not predicted faster than it may run. A firing of b frames (an element's batch, where
+every profile on it measured that batch) takes `batch_time_factor` times one frame's at as many
+lanes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -51,14 +59,6 @@ class MultiProblem:
     time_stat: str = "median"  # which measured whole-model time the stage times are scaled to
 
     def __post_init__(self) -> None:
-        hashes: dict[str, str] = {}
-        for a in self.apps:
-            h = a.graph.model_hash
-            if h and h in hashes:
-                raise InputError(f"model {a.spec.model} is given twice (applications "
-                                 f"{hashes[h]} and {a.name} have the same model)")
-            hashes[h] = a.name
-
         check_specs([a.spec for a in self.apps])
 
     @property
@@ -90,10 +90,66 @@ class MultiProblem:
     def powers(self) -> dict[str, float | None]:
         return {n: e.power_w for n, e in self.elements.items()}
 
+    def lane_options(self, element: str) -> list[int]:
+        """Lane counts to choose from on `element`: those some application's profile measured
+        there, within every profile's device-memory limit ([1]: not a laned element)."""
+        counts = sorted({k for a in self.apps if element in a.problem.lane_slowdown
+                         for k in a.problem.lane_counts(element)})
+        top = min((a.problem.lane_limit[element] for a in self.apps
+                   if element in a.problem.lane_limit), default=1 << 30)
+        return [k for k in counts if k <= top] or [1]
+
+    def best_lanes(self, element: str) -> int:
+        """Among `lane_options`, the count of the highest throughput by the first profile with
+        a lane curve there (1 on an element without lanes)."""
+        options = self.lane_options(element)
+        problem = next((a.problem for a in self.apps if element in a.problem.lane_slowdown),
+                       None)
+        if problem is None:
+            return 1
+        return max(options, key=lambda k: (k / problem.slowdown(element, k, busy=True), -k))
+
+    def batch_options(self, element: str) -> list[int]:
+        """Batches to choose from on `element`: those every profile with the element measured
+        there ([1]: one that did not)."""
+        tables = [a.problem.batch_sizes(element) if element in a.problem.batch_slowdown else [1]
+                  for a in self.apps if element in a.problem.element_index]
+        return sorted(set.intersection(*map(set, tables))) if tables else [1]
+
+    def server_options(self, element: str) -> list[tuple[int, int]]:
+        """(lanes, batch) pairs to choose from on `element`."""
+        return [(k, b) for k in self.lane_options(element) for b in self.batch_options(element)]
+
+
+def lane_factor(problem: Problem, element: str, lanes: int) -> float:
+    """A firing's time on `lanes` lanes over its time on one (see the module docstring); an
+    element without a measured curve gains nothing from lanes: factor `lanes`."""
+    if lanes == 1:
+        return 1.0
+    if element not in problem.lane_slowdown:
+        return float(lanes)
+    ks = [k for k in problem.lane_counts(element) if 1 < k <= lanes] + [lanes]
+    return max(max(problem.slowdown(element, k, busy=False),
+                   problem.slowdown(element, k, busy=True) / problem.slowdown(element, 1, True))
+               for k in ks)
+
+
+def batch_time_factor(problem: Problem, element: str, batch: int, lanes: int) -> float:
+    """A firing of `batch` frames over one of one frame, at `lanes` lanes: the profile's batch
+    table (alone or beside busy CPU copies, the larger); without one, no gain: `batch`."""
+    if batch == 1:
+        return 1.0
+    if element not in problem.batch_slowdown:
+        return float(batch)
+    return max(problem.batch_factor(element, batch, lanes, busy=False),
+               problem.batch_factor(element, batch, lanes, busy=True))
+
 
 def schedule_of(app: AppProblem, mapping: Mapping) -> AppSchedule:
-    """The task DAG of one frame: a task per phase of the mapped CSDF app (time = stage time +
-    call overhead), phase order within an actor, channels with their transfer times."""
+    """The task DAG of one frame: a task per phase of the mapped CSDF app (time = (stage time +
+    call overhead) x `lane_factor` at the mapping's lanes x `batch_time_factor` at its batch),
+    phase order within an actor, channels with their transfer times; with the application's
+    streams and deadline, and the batches it fires in."""
     p = app.problem
     for actor in mapping.actors:
         if len(group_members(actor)) > 1:
@@ -106,13 +162,18 @@ def schedule_of(app: AppProblem, mapping: Mapping) -> AppSchedule:
     for actor, phases in csdf.phases.items():
         for ph in phases:
             index[(actor, ph.index)] = len(tasks)
-            tasks.append(Task(ph.key, actor, p.actor_time(ph.layers, actor) + p.call_overhead))
+            k, b = mapping.lanes_of(actor), mapping.batch_of(actor)
+            factor = lane_factor(p, actor, k) * batch_time_factor(p, actor, b, k)
+            tasks.append(Task(ph.key, actor,
+                              (p.actor_time(ph.layers, actor) + p.call_overhead) * factor))
             if ph.index:
                 edges.append((index[(actor, ph.index - 1)], index[(actor, ph.index)], 0.0))
     for c in csdf.channels:
         edges.append((index[(c.src, c.src_phase)], index[(c.dst, c.dst_phase)],
                       p.transfer(c.nbytes, c.src, c.dst)))
-    return AppSchedule(app.name, app.spec.period, app.spec.priority, tasks, edges)
+    return AppSchedule(app.name, app.spec.period, app.spec.priority, tasks, edges,
+                       app.spec.streams, app.spec.deadline,
+                       {e: b for e, b in mapping.batch.items() if b > 1})
 
 
 def fastest_frame(app: AppProblem) -> tuple[float, str]:
@@ -140,12 +201,15 @@ def fastest_frame(app: AppProblem) -> tuple[float, str]:
 
 
 def check_periods(mp: MultiProblem) -> None:
-    """InfeasibleError when an application's period is shorter than any mapping can achieve."""
+    """InfeasibleError when an application's deadline (its period by default) is shorter than
+    one frame takes on any mapping."""
     for a in mp.apps:
         low, element = fastest_frame(a)
-        if low > a.spec.period:
+        due = a.spec.relative_deadline
+        if low > due:
+            what = "period" if a.spec.deadline is None else "deadline"
             raise InfeasibleError(
-                f"application {a.name}: no mapping meets its period of {a.spec.period * 1e3:.3g} "
+                f"application {a.name}: no mapping meets its {what} of {due * 1e3:.3g} "
                 f"ms; one frame takes at least {low * 1e3:.3g} ms even with every layer on its "
                 f"fastest element (bottleneck element {element})")
 
@@ -219,7 +283,7 @@ def load_app(spec: AppSpec, platform, profile_dir: Path | None = None,
     prof = Profile.load_whole(path)
     fuse = bool(prof.meta.get("fused", False))
     graph = resolve_model(spec.model, None, fuse)
-    problem = problem_from_profile(graph, prof, platform, lanes=False)  # one frame at a time
+    problem = problem_from_profile(graph, prof, platform)  # with the GPUs' lane curves
     factors = calibrate_to_whole(problem, prof, time_stat) if calibrate else {}
     return AppProblem(spec, graph, problem, fuse, str(path), factors)
 
@@ -230,7 +294,13 @@ def load_multi_problem(specs: list[AppSpec], platform, profile_dir: Path | None 
     check_specs(specs)
     if time_stat != "median" and not calibrate:
         raise InputError(f"--time-stat {time_stat} needs --calibrate (layer times are medians)")
-    mp = MultiProblem([load_app(s, platform, profile_dir, calibrate, time_stat) for s in specs],
-                      platform.name)
+    loaded: dict[tuple[str, Path], AppProblem] = {}  # one load per model and profile
+    apps = []
+    for s in specs:
+        key = (s.model, find_profile(s, profile_dir, platform).resolve())
+        if key not in loaded:
+            loaded[key] = load_app(s, platform, profile_dir, calibrate, time_stat)
+        apps.append(replace(loaded[key], spec=s))
+    mp = MultiProblem(apps, platform.name)
     mp.time_stat = time_stat
     return mp

@@ -2,11 +2,11 @@
 (Kang et al. 2020, Section VI), and a response-time bound used as the search objective.
 
 Each application is one frame's task DAG (the phases of its CSDF app, Algorithm 2) released every
-`period`, with deadline = period. Its *schedule* is the ASAP schedule of one frame alone: tasks of
+`period`, with a deadline (the period unless given). Its *schedule* is the ASAP schedule of one frame alone: tasks of
 one actor are in sequence, tasks on different elements overlap, a channel adds its transfer delay.
 
 The paper's terms:
-- MAI (maximum allowable interference) of a task: its mobility, ALAP start (deadline = period)
+- MAI (maximum allowable interference) of a task: its mobility, ALAP start (from the deadline)
   minus ASAP start.
 - dbf_pe(A, t) (maximum resource demand): the most time application A, following its schedule
   every period, keeps element pe busy within any window of length t (any offset: A's phase
@@ -15,6 +15,8 @@ The paper's terms:
 - Eq. 11 (non-preemptive):  MAI_i - sum_{hp in H(i)} dbf_{M(i)}(hp, P_i) - max_{lp} C_lp >= 0
   where lp ranges over tasks of lower-priority applications on the same element (the one that
   may be running when task i becomes ready: GPUs and our element workers do not preempt).
+  With streams and lanes: each of hp's N_h streams demands its dbf, in a window of the
+  deadline D_i, and the element's k lanes share the demand (sum / k).
 
 Eq. 10/11 test each task against its own slack and, as the paper's footnote 5 says, do not carry
 one task's delay over to its successors. For the *response time* objective (and the runtime's
@@ -26,7 +28,38 @@ element; the frame's worst response is the longest path with every task costing 
 A higher-priority application's firings may become ready later than in its schedule by up to
 their own worst ready time minus ASAP (release jitter J, from its analysis), which widens its
 window to w + L + J. A mapping is
-schedulable when Eq. 11 holds for every task *and* the bound is within the period.
+schedulable when Eq. 11 holds for every task *and* the bound is within the deadline.
+
+Streams, deadlines and lanes. The scheduling model:
+- an application is N >= 1 streams of one frame DAG, each released every period from its own
+  unknown offset; a frame must be done `deadline` after its release (default the period; a
+  longer deadline lets several frames of a stream be in flight, and frames of one stream do not
+  wait for each other);
+- an element has k >= 1 identical lanes (k > 1: a GPU running k firings at once, each taking
+  its one-lane time times the profile's lane slowdown at k); whenever a lane is free it starts
+  the waiting firing of the highest priority, among equal priority (the streams of one
+  application) the one ready first; a started firing is never preempted;
+- an element with a batch b > 1 (`AppSchedule.batch`) fires up to b waiting frames of one task
+  at once, the first as above and the oldest others of that task, in the task's time
+  whatever their count (a partial batch is padded).
+Where k = 1 and the application has one stream with deadline <= period, the bound is the one
+above. Elsewhere it is the carry-in bound: while task i (ready at r) waits, all k lanes are busy
+(a free lane would take it), with lower-priority firings started before r (at most one per
+lane, B each at most), higher-priority firings ready in (r - R_h, r + w] (R_h: the most a
+firing of h on the element takes from ready to done, from h's analysis; one ready earlier is
+done by r) and same-application firings ready in (r - R_own, r] (served first come first
+served; R_own from this application's own analysis, iterated to a fixed point from below), so
+    w = B + (sum_hp N_h rbf_h(w + R_h) + N_own rbf_own(R_own) - C_i) / k,
+where the own term counts this task itself once (C_i removed) and, with deadline <= period,
+only the other N - 1 streams (a stream's previous frame is done by the next release: the bound
+holds where it is within the period, as it is wherever the deadline is met). Several streams
+of one model are thus one application whose N phase-unknown streams queue first come first
+served; each stream's rbf takes its worst offset on its own, so no offsets are assumed.
+With a batch b > 1 the own term is `batched_ahead`: the M frames of task i ahead of it fill
+whole batches, floor(M / b) firings (one begun while it waits that had room would have taken
+it), each other own task there fires once a frame ahead, and a batch of its own begun before r
+joins the blocking term. Higher-priority batches count a firing per frame (each has a distinct
+first frame in the window). tests/multi/lane_simulate.py simulates this model.
 """
 from __future__ import annotations
 
@@ -51,13 +84,30 @@ class Task:
 
 @dataclass
 class AppSchedule:
-    """One frame of one application as a task DAG, released every `period` seconds."""
+    """One frame of one application as a task DAG, released every `period` seconds by each of
+    its `streams` (their offsets unknown); a frame is due `deadline` after its release."""
 
     name: str
     period: float
     priority: int  # lower number = higher priority
     tasks: list[Task]
     edges: list[tuple[int, int, float]] = field(default_factory=list)  # (from, to, delay s)
+    streams: int = 1
+    deadline: float | None = None  # None: the period
+    batch: dict[str, int] = field(default_factory=dict)  # element -> frames a firing (1)
+
+    @property
+    def relative_deadline(self) -> float:
+        return self.period if self.deadline is None else self.deadline
+
+    def batch_of(self, element: str) -> int:
+        return self.batch.get(element, 1)
+
+    @property
+    def overlaps(self) -> bool:
+        """Whether firings of this application's own frames can wait for each other: several
+        streams, or several frames of a stream in flight (a deadline past the period)."""
+        return self.streams > 1 or self.relative_deadline > self.period
 
     def __post_init__(self) -> None:
         n = len(self.tasks)
@@ -119,7 +169,7 @@ class AppSchedule:
 
     def alap(self, deadline: float | None = None) -> np.ndarray:
         """Latest start of every task such that the frame still ends by `deadline`."""
-        deadline = self.period if deadline is None else deadline
+        deadline = self.relative_deadline if deadline is None else deadline
         return deadline - self.times - self.tails
 
     def mobility(self, deadline: float | None = None) -> np.ndarray:
@@ -127,7 +177,11 @@ class AppSchedule:
         return self.alap(deadline) - self.asap
 
     def busy(self, element: str) -> float:
+        """Time on `element` per frame of one stream."""
         return float(sum(self.times[i] for i in self.on(element)))
+
+    def longest(self, element: str) -> float:
+        return float(max((self.times[i] for i in self.on(element)), default=0.0))
 
 
 def dbf(app: AppSchedule, element: str, t: float, jitter: float = 0.0) -> float:
@@ -168,23 +222,32 @@ def lower(app: AppSchedule, apps: list[AppSchedule]) -> list[AppSchedule]:
 
 
 def blocking(app: AppSchedule, element: str, apps: list[AppSchedule]) -> float:
-    """Non-preemptive blocking on `element`: the longest firing of a lower-priority app there."""
-    return max((float(lp.times[i]) for lp in lower(app, apps) for i in lp.on(element)),
-               default=0.0)
+    """Non-preemptive blocking on `element`: the longest firing of a lower-priority app there
+    (on k lanes, one such firing per lane, shared by the k lanes: the same per lane)."""
+    return max((lp.longest(element) for lp in lower(app, apps)), default=0.0)
 
 
-def eq10_slack(app: AppSchedule, apps: list[AppSchedule]) -> np.ndarray:
-    """Eq. 10 per task: MAI - sum over higher-priority apps of dbf on its element in P_i."""
+def lanes_of(lanes: dict[str, int] | None, element: str) -> int:
+    return (lanes or {}).get(element, 1)
+
+
+def eq10_slack(app: AppSchedule, apps: list[AppSchedule],
+               lanes: dict[str, int] | None = None) -> np.ndarray:
+    """Eq. 10 per task: MAI - sum over higher-priority apps (each stream) of dbf on its
+    element in the deadline D_i (P_i by default), shared by the element's lanes."""
     mai = app.mobility()
     hp = higher(app, apps)
-    demand = {e: sum(dbf(h, e, app.period) for h in hp) for e in app.elements}
+    window = app.relative_deadline
+    demand = {e: sum(h.streams * dbf(h, e, window) for h in hp) / lanes_of(lanes, e)
+              for e in app.elements}
     return np.array([mai[i] - demand[app.element_of[i]] for i in range(len(app.tasks))])
 
 
-def eq11_slack(app: AppSchedule, apps: list[AppSchedule]) -> np.ndarray:
+def eq11_slack(app: AppSchedule, apps: list[AppSchedule],
+               lanes: dict[str, int] | None = None) -> np.ndarray:
     """Eq. 11 per task: Eq. 10 minus the non-preemptive blocking term."""
     block = {e: blocking(app, e, apps) for e in app.elements}
-    return eq10_slack(app, apps) - np.array([block[e] for e in app.element_of])
+    return eq10_slack(app, apps, lanes) - np.array([block[e] for e in app.element_of])
 
 
 def rbf(app: AppSchedule, element: str, t: float, jitter: float = 0.0) -> float:
@@ -218,23 +281,81 @@ def release_jitter(app: AppSchedule, ready: np.ndarray | None = None) -> dict[st
     return {e: float(max(0.0, max(late[i] for i in app.on(e)))) for e in app.elements}
 
 
+def local_response(app: AppSchedule, ready: np.ndarray | None = None,
+                   finish: np.ndarray | None = None) -> dict[str, float]:
+    """Per element, the longest a firing of `app` there takes from ready to done (its wait and
+    its time); none given: no wait, its longest firing."""
+    if ready is None or finish is None:
+        return {e: app.longest(e) for e in app.elements}
+    return {e: float(max(finish[i] - ready[i] for i in app.on(e))) for e in app.elements}
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What an application's analysis found of its firings on each element: how much later
+    than its schedule one may become ready (`jitter`) and the longest one takes from ready to
+    done (`local`)."""
+
+    jitter: dict[str, float]
+    local: dict[str, float]
+
+    @staticmethod
+    def of(app: AppSchedule, ready: np.ndarray | None = None,
+           finish: np.ndarray | None = None) -> "Reach":
+        return Reach(release_jitter(app, ready), local_response(app, ready, finish))
+
+    def covers(self, other: "Reach") -> bool:
+        return all(self.jitter[e] + EPS >= other.jitter[e] and
+                   self.local[e] + EPS >= other.local[e] for e in other.jitter)
+
+    def join(self, other: "Reach") -> "Reach":
+        return Reach({e: max(v, other.jitter[e]) for e, v in self.jitter.items()},
+                     {e: max(v, other.local[e]) for e, v in self.local.items()})
+
+
 def task_wait(app: AppSchedule, i: int, apps: list[AppSchedule],
-              jitter: dict[str, dict[str, float]], limit: float) -> float:
-    """Longest time task i can wait, once ready, before its element starts it: the classic
-    non-preemptive bound w = B + sum_hp rbf(w + L), B the longest lower-priority firing there, L
-    the task's own previous phase on the element in this frame (higher-priority firings that
-    became ready while it ran are still pending when task i becomes ready; a phase 0's
-    predecessor ran in the previous frame, at least period - response earlier, and is not
-    counted). `jitter[app name][element]`: how late higher-priority firings may become ready."""
+              jitter: dict[str, dict[str, float]], limit: float,
+              lanes: dict[str, int] | None = None,
+              local: dict[str, dict[str, float]] | None = None,
+              own: Reach | None = None) -> float:
+    """Longest time task i can wait, once ready, before a lane of its element starts it.
+
+    One lane and no frames of its own application in the way (one stream, deadline <= period):
+    the classic non-preemptive bound w = B + sum_hp rbf(w + L), B the longest lower-priority
+    firing there, L the task's own previous phase on the element in this frame (higher-priority
+    firings that became ready while it ran are still pending when task i becomes ready; a phase
+    0's predecessor ran in the previous frame, at least period - response earlier, and is not
+    counted). Elsewhere the carry-in bound of the module docstring, with
+    `local[app name][element]` the higher-priority applications' ready-to-done bounds and `own`
+    this application's (missing: they follow their schedule, no wait).
+    `jitter[app name][element]`: how late higher-priority firings may become ready."""
     e = app.element_of[i]
+    k = lanes_of(lanes, e)
     hp = higher(app, apps)
     block = blocking(app, e, apps)
-    look_back = max((app.times[p] for p, _ in app.preds[i] if app.element_of[p] == e),
-                    default=0.0)
+    if k > 1 or app.overlaps or app.batch_of(e) > 1:
+        reach = {h.name: (local or {}).get(h.name, {}).get(e, h.longest(e)) for h in hp}
+        own = own or Reach.of(app)
+        if app.batch_of(e) > 1:
+            same = batched_ahead(app, i, own)
+            block = max(block, app.longest(e))  # a batch of its own begun before, not full
+        else:
+            frames_in_way = (app.streams if app.relative_deadline > app.period
+                             else app.streams - 1)
+            same = frames_in_way * rbf(app, e, own.local[e], own.jitter[e])
+            if app.relative_deadline > app.period:  # the window holds task i itself once
+                same -= app.times[i]
+        same = max(0.0, float(same))
+    else:
+        look_back = max((app.times[p] for p, _ in app.preds[i] if app.element_of[p] == e),
+                        default=0.0)
+        reach = {h.name: look_back for h in hp}
+        same = 0.0
 
     def demand(w: float) -> float:
-        return block + sum(rbf(h, e, w + look_back, jitter.get(h.name, {}).get(e, 0.0))
-                           for h in hp)
+        return block + (same + sum(
+            h.streams * rbf(h, e, w + reach[h.name], jitter.get(h.name, {}).get(e, 0.0))
+            for h in hp)) / k
 
     w = demand(0.0)
     for _ in range(MAX_ITER):
@@ -245,29 +366,84 @@ def task_wait(app: AppSchedule, i: int, apps: list[AppSchedule],
     return w
 
 
+def batched_ahead(app: AppSchedule, i: int, own: Reach) -> float:
+    """Firing time of `app`'s own frames that start on task i's element while it waits there,
+    the element firing b frames of one task at a time: frames of task i ahead of it (ready in
+    the own reach before it, first come first served) fill whole batches (a batch begun while
+    it waits that had room would have taken it), so floor(M / b) of them; each other task of
+    the application there fires at most once a frame ahead (each batch has a distinct first
+    frame ahead of task i)."""
+    e = app.element_of[i]
+    b = app.batch_of(e)
+    past = app.relative_deadline > app.period  # the stream's own frames may be ahead too
+    in_way = app.streams if past else app.streams - 1
+    window = own.local[e] + own.jitter[e]
+
+    def frames(t: float) -> int:  # of one task of one stream, ready in a closed window t
+        return int(np.floor((t + 1e-12 * max(1.0, app.period)) / app.period)) + 1
+
+    ahead = in_way * frames(window) - (1 if past else 0)
+    total = (ahead // b) * app.times[i]
+    for j in app.on(e):
+        if j != i:
+            total += in_way * frames(window) * app.times[j]
+    return float(total)
+
+
+def default_limit(app: AppSchedule) -> float:
+    """Where waits stop growing: 4 deadlines (or periods, the longer): a miss either way."""
+    return 4 * max(app.period, app.relative_deadline)
+
+
 def worst_times(app: AppSchedule, apps: list[AppSchedule],
                 hp_ready: dict[str, np.ndarray] | None = None,
-                limit: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+                limit: float | None = None, lanes: dict[str, int] | None = None,
+                hp_local: dict[str, dict[str, float]] | None = None,
+                own: Reach | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Worst ready and finish time of every task of one frame (released at 0): along the DAG,
     a task is ready when its last predecessor's data arrives and finishes after its wait bound
     (`task_wait`) and its time. `hp_ready[name]`: the worst ready times found for each
-    higher-priority app (their firings' release jitter); missing: they follow their schedule.
-    Waits stop growing past `limit` (default 4 periods): a miss either way."""
-    limit = 4 * app.period if limit is None else limit
+    higher-priority app (their firings' release jitter); `hp_local[name]`: their ready-to-done
+    bounds per element (`local_response`); missing: they follow their schedule. `own`: this
+    app's own reach (for its other streams and frames). Waits stop growing past `limit`
+    (default `default_limit`): a miss either way."""
+    limit = default_limit(app) if limit is None else limit
     jit = {h.name: release_jitter(h, (hp_ready or {}).get(h.name)) for h in higher(app, apps)}
     ready = np.zeros(len(app.tasks))
     finish = np.zeros(len(app.tasks))
     for i in app.order:
         ready[i] = max((finish[p] + d for p, d in app.preds[i]), default=0.0)
-        finish[i] = ready[i] + task_wait(app, i, apps, jit, limit) + app.times[i]
+        finish[i] = ready[i] + task_wait(app, i, apps, jit, limit, lanes, hp_local, own) \
+            + app.times[i]
+    return ready, finish
+
+
+def frame_bounds(app: AppSchedule, apps: list[AppSchedule],
+                 hp_ready: dict[str, np.ndarray] | None = None,
+                 hp_local: dict[str, dict[str, float]] | None = None,
+                 lanes: dict[str, int] | None = None,
+                 limit: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`worst_times` with the application's own reach (its other streams' and frames' firings
+    in the way) iterated to its least fixed point, from its schedule upwards."""
+    limit = default_limit(app) if limit is None else limit
+    own = Reach.of(app)
+    for _ in range(MAX_ITER):
+        ready, finish = worst_times(app, apps, hp_ready, limit, lanes, hp_local, own)
+        if not app.overlaps:
+            break
+        found = Reach.of(app, ready, finish)
+        if own.covers(found) or (len(finish) and finish.max() > limit):
+            break
+        own = own.join(found)
     return ready, finish
 
 
 def response_bound(app: AppSchedule, apps: list[AppSchedule],
                    hp_ready: dict[str, np.ndarray] | None = None,
-                   limit: float | None = None) -> float:
-    """Worst response time of one frame: its last task's worst finish (`worst_times`)."""
-    _, finish = worst_times(app, apps, hp_ready, limit)
+                   limit: float | None = None, lanes: dict[str, int] | None = None,
+                   hp_local: dict[str, dict[str, float]] | None = None) -> float:
+    """Worst response time of one frame: its last task's worst finish (`frame_bounds`)."""
+    _, finish = frame_bounds(app, apps, hp_ready, hp_local, lanes, limit)
     return float(finish.max()) if len(finish) else 0.0
 
 
@@ -280,48 +456,68 @@ class AppAnalysis:
     response_worst: float  # s, the bound with interference and blocking
     eq11_min_slack: float  # s, the smallest Eq. 11 slack over the app's tasks
     eq11_ok: bool
-    schedulable: bool  # Eq. 11 holds for every task and response_worst <= period
-    bottleneck: str  # element of the task with the least Eq. 11 slack (the busiest among ties)
+    schedulable: bool  # Eq. 11 holds for every task and response_worst <= deadline
+    # where Eq. 11 fails or holds: the element of the task with the least Eq. 11 slack (the
+    # busiest among ties); where only the bound misses the deadline: the element its frame
+    # waits on longest (Eq. 11 does not see an application's own streams)
+    bottleneck: str
     task_slack: dict[str, float] = field(default_factory=dict)  # task -> Eq. 11 slack
+    deadline: float | None = None  # s; None: the period
+    streams: int = 1
+
+    @property
+    def relative_deadline(self) -> float:
+        return self.period if self.deadline is None else self.deadline
 
     @property
     def missed_by(self) -> float:
-        return max(0.0, self.response_worst - self.period, -self.eq11_min_slack)
+        return max(0.0, self.response_worst - self.relative_deadline, -self.eq11_min_slack)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 
 
-def utilisation(apps: list[AppSchedule]) -> dict[str, float]:
-    """Busy share of every element: sum over apps of (time per frame on it) / period."""
+def utilisation(apps: list[AppSchedule], lanes: dict[str, int] | None = None
+                ) -> dict[str, float]:
+    """Busy share of every element: sum over apps of streams x (time per frame on it) /
+    period, over its lanes (a batch of b frames: a b-th of its firing a frame, as if full)."""
     u: dict[str, float] = {}
     for a in apps:
         for e in a.elements:
-            u[e] = u.get(e, 0.0) + a.busy(e) / a.period
+            u[e] = u.get(e, 0.0) + (a.streams * a.busy(e) / a.batch_of(e) / a.period
+                                    / lanes_of(lanes, e))
     return u
 
 
-def analyse(apps: list[AppSchedule]) -> dict[str, AppAnalysis]:
-    """Eq. 11 and the response bound for every application, highest priority first."""
+def analyse(apps: list[AppSchedule], lanes: dict[str, int] | None = None
+            ) -> dict[str, AppAnalysis]:
+    """Eq. 11 and the response bound for every application, highest priority first; `lanes`:
+    element -> lanes (absent: 1)."""
     prios = [a.priority for a in apps]
     if len(set(prios)) != len(prios):
         raise InputError("priority clash: two applications share a priority")
-    util = utilisation(apps)
+    util = utilisation(apps, lanes)
     out: dict[str, AppAnalysis] = {}
     ready: dict[str, np.ndarray] = {}
+    local: dict[str, dict[str, float]] = {}
     for app in sorted(apps, key=lambda a: a.priority):
-        slack = eq11_slack(app, apps)
-        ready[app.name], finish = worst_times(app, apps, ready)
+        slack = eq11_slack(app, apps, lanes)
+        ready[app.name], finish = frame_bounds(app, apps, ready, local, lanes)
+        local[app.name] = local_response(app, ready[app.name], finish)
         r = float(finish.max()) if len(finish) else 0.0
         min_slack = float(slack.min()) if len(slack) else 0.0
         tied = [i for i in range(len(slack)) if slack[i] <= min_slack + 1e-9]
         neck = max((app.element_of[i] for i in tied), key=lambda e: util.get(e, 0.0),
                    default="")
         ok = min_slack >= -EPS
+        if ok and r > app.relative_deadline + EPS:
+            waited = finish - ready[app.name] - app.times
+            neck = max(app.elements, key=lambda e: (sum(waited[i] for i in app.on(e)),
+                                                    util.get(e, 0.0)))
         out[app.name] = AppAnalysis(
             app.name, app.period, app.priority, app.response_isolated, r, min_slack, ok,
-            ok and r <= app.period + EPS, neck,
-            {t.name: float(s) for t, s in zip(app.tasks, slack)})
+            ok and r <= app.relative_deadline + EPS, neck,
+            {t.name: float(s) for t, s in zip(app.tasks, slack)}, app.deadline, app.streams)
     return out
 
 
@@ -331,14 +527,17 @@ def penalty(analysis: AppAnalysis) -> float:
     return 0.0 if analysis.schedulable else PENALTY
 
 
-def energy_rate(apps: list[AppSchedule], power: dict[str, float | None]) -> float | None:
-    """Joules per second of running every app at its period: sum of C x power / period.
-    None when an element used has no known power."""
+def energy_rate(apps: list[AppSchedule], power: dict[str, float | None],
+                lanes: dict[str, int] | None = None) -> float | None:
+    """Joules per second of running every app at its period: sum of streams x C x power /
+    period, a firing on k lanes drawing a k-th of the element's power, one of b frames a b-th
+    of it (full batches). None when an element used has no known power."""
     total = 0.0
     for a in apps:
         for i, e in enumerate(a.element_of):
             w = power.get(e)
             if w is None:
                 return None
-            total += a.times[i] * w / a.period
+            total += (a.streams * a.times[i] * w / a.batch_of(e) / a.period
+                      / lanes_of(lanes, e))
     return total

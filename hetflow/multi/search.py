@@ -2,10 +2,14 @@
 
 Chromosome: for one configuration of the platform, one gene per layer of every application (the
 applications' blocks one after the other), the index of the element the layer runs on among the
-configuration's elements that application's profile covers. Objectives (minimised): the
+configuration's elements that application's profile covers; then one gene per element of the
+configuration with lanes or batches to choose (a GPU whose profiles measured lane counts or
+batches), the index of its (lanes, batch) pair among `MultiProblem.server_options` (lanes and
+batch are the element's, shared by every application on it; fewer lanes fire faster, more lanes
+and batches take more streams). Objectives (minimised): the
 predicted worst response time of each application (`schedulability.response_bound`) and the
 total energy per second (when every element has a power). A mapping that misses a deadline
-(Eq. 11 fails for a task, or the bound exceeds the period) gets `PENALTY` added to that
+(Eq. 11 fails for a task, or the bound exceeds the deadline) gets `PENALTY` added to that
 application's term, as in the paper, and is dropped from the reported front.
 
 NSGA-II or SPEA2 from pymoo with operators that suit the encoding: crossover swaps whole
@@ -52,6 +56,8 @@ class JointEncoding:
     allowed: list[list[str]] = field(init=False)  # per app: elements its genes index
     layers: list[list[str]] = field(init=False)
     blocks: list[tuple[int, int]] = field(init=False)  # per app: [lo, hi) gene range
+    servers: list[str] = field(init=False)  # elements with a (lanes, batch) gene, at the end
+    server_options: list[list[tuple[int, int]]] = field(init=False)  # per such element
 
     def __post_init__(self) -> None:
         self.allowed, self.layers, self.blocks = [], [], []
@@ -62,22 +68,50 @@ class JointEncoding:
             self.layers.append([l.name for l in a.graph.layers])
             self.blocks.append((lo, lo + len(self.layers[-1])))
             lo += len(self.layers[-1])
+        options = {e: self.mp.server_options(e) for e in self.config}
+        self.servers = [e for e in self.config if len(options[e]) > 1]
+        self.server_options = [options[e] for e in self.servers]
+
+    @property
+    def apps_end(self) -> int:
+        return self.blocks[-1][1]
 
     @property
     def n_var(self) -> int:
-        return self.blocks[-1][1]
+        return self.apps_end + len(self.servers)
+
+    @property
+    def server_blocks(self) -> list[tuple[int, int]]:
+        return [(self.apps_end + j, self.apps_end + j + 1) for j in range(len(self.servers))]
 
     @property
     def upper(self) -> np.ndarray:
         return np.concatenate([np.full(hi - lo, len(al) - 1)
-                               for (lo, hi), al in zip(self.blocks, self.allowed)])
+                               for (lo, hi), al in zip(self.blocks, self.allowed)]
+                              + [np.array([len(o) - 1 for o in self.server_options], dtype=int)])
 
-    def decode_app(self, i: int, genes) -> Mapping:
+    def decode_servers(self, server_genes: np.ndarray) -> dict[str, tuple[int, int]]:
+        """Element -> (lanes, batch) of a chromosome's server genes (`x[apps_end:]`)."""
+        return {e: opts[int(g)] for e, opts, g in zip(self.servers, self.server_options,
+                                                      server_genes)}
+
+    def decode_app(self, i: int, genes, servers: dict[str, tuple[int, int]] | None = None
+                   ) -> Mapping:
         al = self.allowed[i]
-        return Mapping({l: al[int(g)] for l, g in zip(self.layers[i], genes)})
+        assignment = {l: al[int(g)] for l, g in zip(self.layers[i], genes)}
+        used = set(assignment.values())
+        servers = servers or {}
+        return Mapping(assignment, lanes={e: servers[e][0] for e in used if e in servers},
+                       batch={e: servers[e][1] if e in servers else 1 for e in used})
 
     def decode(self, x: np.ndarray) -> list[Mapping]:
-        return [self.decode_app(i, x[lo:hi]) for i, (lo, hi) in enumerate(self.blocks)]
+        servers = self.decode_servers(x[self.apps_end:])
+        return [self.decode_app(i, x[lo:hi], servers) for i, (lo, hi) in enumerate(self.blocks)]
+
+    def server_genes(self, choose: Callable[[str, list[tuple[int, int]]], int]) -> np.ndarray:
+        """Server genes with `choose(element, options)` picking each element's option index."""
+        return np.array([choose(e, o) for e, o in zip(self.servers, self.server_options)],
+                        dtype=np.int64)
 
     def encode_app(self, i: int, mapping: Mapping) -> np.ndarray | None:
         pos = {e: k for k, e in enumerate(self.allowed[i])}
@@ -98,6 +132,8 @@ class Candidate:
     analysis: dict[str, AppAnalysis]
     energy: float | None  # J/s
     objectives: np.ndarray  # penalised, as the search saw them
+    lanes: dict[str, int] = field(default_factory=dict)  # element -> lanes (absent: 1)
+    batch: dict[str, int] = field(default_factory=dict)  # element -> batch (absent: 1)
 
     @property
     def feasible(self) -> bool:
@@ -105,26 +141,41 @@ class Candidate:
 
     @property
     def margin(self) -> float:
-        """Largest predicted worst response as a share of its period (lower = more room)."""
-        return max(a.response_worst / a.period for a in self.analysis.values())
+        """Largest predicted worst response as a share of its deadline (lower = more room)."""
+        return max(a.response_worst / a.relative_deadline for a in self.analysis.values())
 
     @property
     def utilisation(self) -> dict[str, float]:
-        return utilisation(self.schedules)
+        return utilisation(self.schedules, self.lanes)
+
+
+def joint_servers(mappings: list[Mapping]) -> tuple[dict[str, int], dict[str, int]]:
+    """The lanes and batch of each element the mappings use: one of each per element, shared
+    by every application on it."""
+    out: tuple[dict[str, int], dict[str, int]] = ({}, {})
+    for m in mappings:
+        for what, given, into in (("lanes", m.lanes, out[0]), ("batch", m.batch, out[1])):
+            for e, k in given.items():
+                if into.setdefault(e, k) != k:
+                    raise InputError(f"element {e} is given {what} {into[e]} by one "
+                                     f"application and {k} by another; it is the element's")
+    return out
 
 
 def evaluate_joint(mp: MultiProblem, mappings: list[Mapping], config: list[str] | None = None,
                    with_energy: bool = True, schedules: list[AppSchedule] | None = None
                    ) -> Candidate:
     """Analyse one joint mapping: schedules, Eq. 11, response bounds, energy, objectives."""
+    lanes, batch = joint_servers(mappings)
     schedules = schedules or [schedule_of(a, m) for a, m in zip(mp.apps, mappings)]
-    analysis = analyse(schedules)
-    energy = energy_rate(schedules, mp.powers())
+    analysis = analyse(schedules, lanes)
+    energy = energy_rate(schedules, mp.powers(), lanes)
     f = [analysis[a.name].response_worst + penalty(analysis[a.name]) for a in mp.apps]
     if with_energy:
         f.append(energy if energy is not None else 0.0)
     used = config or sorted({e for s in schedules for e in s.elements})
-    return Candidate(list(used), mappings, schedules, analysis, energy, np.array(f))
+    return Candidate(list(used), mappings, schedules, analysis, energy, np.array(f), lanes,
+                     {e: b for e, b in batch.items() if b > 1})
 
 
 class _Evaluator:
@@ -136,18 +187,21 @@ class _Evaluator:
         self.cache: list[dict[bytes, AppSchedule]] = [{} for _ in mp.apps]
         self.count = 0
 
-    def schedule(self, i: int, genes: np.ndarray) -> AppSchedule:
-        key = genes.tobytes()
+    def schedule(self, i: int, genes: np.ndarray, server_genes: np.ndarray) -> AppSchedule:
+        key = genes.tobytes() + server_genes.tobytes()
         c = self.cache[i]
         if key not in c:
             if len(c) > 20000:  # bounded memory on long runs
                 c.clear()
-            c[key] = schedule_of(self.mp.apps[i], self.enc.decode_app(i, genes))
+            servers = self.enc.decode_servers(server_genes)
+            c[key] = schedule_of(self.mp.apps[i], self.enc.decode_app(i, genes, servers))
         return c[key]
 
     def __call__(self, x: np.ndarray) -> Candidate:
         self.count += 1
-        scheds = [self.schedule(i, x[lo:hi]) for i, (lo, hi) in enumerate(self.enc.blocks)]
+        server_genes = x[self.enc.apps_end:]
+        scheds = [self.schedule(i, x[lo:hi], server_genes)
+                  for i, (lo, hi) in enumerate(self.enc.blocks)]
         return evaluate_joint(self.mp, self.enc.decode(x), self.enc.config, self.with_energy,
                               scheds)
 
@@ -231,11 +285,13 @@ def best_single_element(app, elements: list[str]) -> str:
 
 
 def naive_mappings(mp: MultiProblem) -> list[Mapping]:
-    """Each application whole on its own fastest element (the baseline the issue names)."""
+    """Each application whole on its own fastest element (the baseline the issue names), a
+    laned element at the lane count of its best throughput (`MultiProblem.best_lanes`)."""
     out = []
     for a in mp.apps:
         e = best_single_element(a, [x.name for x in a.problem.elements])
-        out.append(Mapping({l.name: e for l in a.graph.layers}))
+        lanes = {e: mp.best_lanes(e)} if len(mp.lane_options(e)) > 1 else {}
+        out.append(Mapping({l.name: e for l in a.graph.layers}, lanes=lanes, batch={e: 1}))
     return out
 
 
@@ -264,13 +320,16 @@ def initial_population(enc: JointEncoding, pop_size: int, rs: np.random.Generato
     best = [enc.encode_app(i, Mapping({l: best_single_element(a, enc.allowed[i])
                                        for l in enc.layers[i]}))
             for i, a in enumerate(enc.mp.apps)]
-    rows = [np.concatenate(best), np.concatenate([s[-1] for s in seeds])]
+    top = enc.server_genes(lambda e, o: o.index((enc.mp.best_lanes(e), 1)))
+    rows = [np.concatenate([*best, top]), np.concatenate([*(s[-1] for s in seeds), top])]
     while len(rows) < pop_size:
+        lanes = top if not enc.servers or rs.random() < 0.5 else \
+            enc.server_genes(lambda e, o: rs.integers(len(o)))
         if len(rows) < pop_size // 2:
-            rows.append(np.concatenate([s[int(rs.integers(len(s)))] for s in seeds]))
+            rows.append(np.concatenate([*(s[int(rs.integers(len(s)))] for s in seeds), lanes]))
         else:
-            rows.append(np.concatenate([_random_pipeline(len(enc.layers[i]), len(al), rs)
-                                        for i, al in enumerate(enc.allowed)]))
+            rows.append(np.concatenate([*(_random_pipeline(len(enc.layers[i]), len(al), rs)
+                                          for i, al in enumerate(enc.allowed)), lanes]))
     return np.array(rows[:pop_size], dtype=np.int64)
 
 
@@ -323,21 +382,24 @@ def choose(front: list[Candidate], prefer: str = "margin") -> Candidate:
     if prefer == "energy":
         return min(front, key=lambda c: (energy(c), c.margin))
     def ratios(c):  # largest first: compared as a whole, the leximax order
-        return tuple(sorted((round(a.response_worst / a.period, 6)
+        return tuple(sorted((round(a.response_worst / a.relative_deadline, 6)
                              for a in c.analysis.values()), reverse=True))
 
     return min(front, key=lambda c: (ratios(c), energy(c)))
 
 
 def _miss_message(mp: MultiProblem, c: Candidate, searched: int) -> str:
-    worst = max(c.analysis.values(), key=lambda a: a.missed_by / a.period)
+    worst = max(c.analysis.values(), key=lambda a: a.missed_by / a.relative_deadline)
     el = worst.bottleneck
-    share = ", ".join(f"{s.name} {s.busy(el) / s.period:.0%}" for s in c.schedules if el in s.elements)
-    return (f"no mapping found that meets every period ({searched} joint mappings searched); at "
-            f"best application {worst.name} misses its {worst.period * 1e3:.3g} ms period: "
-            f"predicted worst response {worst.response_worst * 1e3:.3g} ms, Eq. 11 slack "
-            f"{worst.eq11_min_slack * 1e3:.3g} ms; bottleneck element {el} "
-            f"(busy {c.utilisation.get(el, 0.0):.0%}: {share})")
+    k = c.lanes.get(el, 1)
+    share = ", ".join(f"{s.name} {s.streams * s.busy(el) / s.batch_of(el) / s.period / k:.0%}"
+                      for s in c.schedules if el in s.elements)
+    what = "period" if worst.deadline is None else "deadline"
+    return (f"no mapping found that meets every deadline ({searched} joint mappings searched); "
+            f"at best application {worst.name} misses its {worst.relative_deadline * 1e3:.3g} ms "
+            f"{what}: predicted worst response {worst.response_worst * 1e3:.3g} ms, Eq. 11 slack "
+            f"{worst.eq11_min_slack * 1e3:.3g} ms; bottleneck element {el}"
+            f"{f' x{k}' if k > 1 else ''} (busy {c.utilisation.get(el, 0.0):.0%}: {share})")
 
 
 def search_multi(mp: MultiProblem, algorithm: str = "nsga2", pop_size: int = 48,
@@ -385,8 +447,9 @@ def search_multi(mp: MultiProblem, algorithm: str = "nsga2", pop_size: int = 48,
         n_obj = len(mp.apps) + (1 if with_energy else 0)
         X0 = initial_population(enc, pop_size, rs)
         ops = dict(pop_size=pop_size, sampling=X0,
-                   crossover=AppBlockCrossover(enc.blocks, crossover),
-                   mutation=SegmentMutation(enc.blocks, enc.upper, mutation),
+                   crossover=AppBlockCrossover(enc.blocks + enc.server_blocks, crossover),
+                   mutation=SegmentMutation(enc.blocks + enc.server_blocks, enc.upper,
+                                            mutation),
                    eliminate_duplicates=RowDuplicates())
         algo = NSGA2(**ops) if algorithm == "nsga2" else SPEA2(**ops)
         minimize(_PymooProblem(enc, n_obj, on_eval), algo, ("n_gen", generations),

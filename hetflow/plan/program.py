@@ -180,35 +180,44 @@ def compile_programs(plan: Plan) -> list[Program]:
 
 def rounds(program: Program, frames: Iterable[int]) -> Iterator[tuple[int, list[int]]]:
     """(base, got) for each round: round i acts on frame got[base + slot] of each action whose
-    base + slot falls in got (`got`: the worker's frames so far, in the order taken). Frames
+    base + slot falls in got (`got`: the worker's recent frames, in the order taken). Frames
     are taken from `frames` only when a round needs them (a dynamic dispatcher hands a frame
-    to a worker ready to start it)."""
+    to a worker ready to start it). `got` keeps only the frames a round can still reach: a run
+    of millions of frames holds a few, and base + slot stays congruent, modulo the program's
+    span, to the frame's index among the worker's frames."""
     it = iter(frames)
-    got: list[int] = []
     k, ahead = program.round_frames, program.ahead
     if k == 1 and not ahead:  # frame by frame: a round is the next frame (the common case)
-        for n, f in enumerate(it):
-            got.append(f)
-            yield n, got
+        got = [0]
+        for f in it:
+            got[0] = f
+            yield 0, got
         return
+    got: list[int] = []
+    span, dropped = program.span, 0  # dropped: frames taken before got[0], a multiple of span
     i = -ahead
     while True:
-        need = (i + ahead + 1) * k
+        need = (i + ahead + 1) * k - dropped
         while len(got) < need and (f := next(it, None)) is not None:
             got.append(f)
-        if i * k >= len(got):
+        base = i * k - dropped
+        if base >= len(got):
             return
-        yield i * k, got
+        yield base, got
         i += 1
+        if base >= 64 * span:  # the next round acts on got[base + k:]: drop what is done
+            drop = base - base % span
+            del got[:drop]
+            dropped += drop
 
 
 def worker_actions(program: Program, frames: Iterable[int]) -> Iterator[tuple[Action, int, int]]:
     """(action, frame, n) in the order the worker runs them, n its index among its frames."""
-    for base, got in rounds(program, frames):
+    k, ahead = program.round_frames, program.ahead
+    for i, (base, got) in enumerate(rounds(program, frames)):
         for a in program.actions:
-            n = base + a.slot
-            if 0 <= n < len(got):
-                yield a, got[n], n
+            if 0 <= base + a.slot < len(got):
+                yield a, got[base + a.slot], (i - ahead) * k + a.slot
 
 
 def frames_text(frames: list[str]) -> str:

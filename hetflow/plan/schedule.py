@@ -5,9 +5,9 @@
   depends on in its frame. An actor's phases come in their cyclic order (Algorithm 2's order,
   so the application cannot deadlock); phase 0 of frame f+1 follows the actor's last phase of
   frame f.
-- `phase_sequence`: the (frame, phase) order of one worker, frame by frame or interleaved;
-  `submission_order`: all workers' firings merged, for a driver that hands them out (Ray).
-- `Dispatch`: which member of a replica group (or which lane of a GPU) takes frame f.
+- `phase_sequence`: the (frame, phase) order of one worker, frame by frame or interleaved.
+- `Dispatch`: which member of a replica group (or which lane of a GPU) takes frame f, a batched
+  lane a block of frames at once.
 - `InOrder`: frames released in input order, each at the latest completion so far.
 - `channel_windows` / `frames_in_flight`: how many frames the engines let run ahead.
 
@@ -124,50 +124,19 @@ def phase_sequence(frames: Iterable[int], offsets: Sequence[int], round_frames: 
         i += 1
 
 
-def submission_order(schedule: list[Firing], sequences: dict[str, Iterator[tuple[int, int]]]
-                     ) -> Iterator[tuple[int, int]]:
-    """(frame, index into `schedule`) for a driver that hands every firing to its element in
-    turn (the Ray engine): each actor's firings in the order of its `sequences[actor]`
-    (`phase_sequence`), each after the firings of its frame it depends on, and of the firings
-    that may go next the one of the oldest frame (so the driver never runs ahead of a frame it
-    must collect). InputError if the sequences wait on each other."""
-    index = {(fi.actor, fi.phase): i for i, fi in enumerate(schedule)}
-    heads: dict[str, tuple[int, int]] = {}
-    for a, seq in sequences.items():
-        if (h := next(seq, None)) is not None:
-            heads[a] = h
-    issued: dict[int, set[int]] = {}  # frame -> its firings handed out so far
-    while heads:
-        ready = []
-        for a, (f, p) in heads.items():
-            i = index[(a, p)]
-            if all(d in issued.get(f, ()) for d in schedule[i].deps):
-                ready.append((f, i, a))
-        if not ready:
-            raise InputError("the elements' firing orders wait on each other ("
-                             + ", ".join(f"{a} at frame {f} phase {p}"
-                                         for a, (f, p) in heads.items()) + ")")
-        f, i, a = min(ready)
-        done = issued.setdefault(f, set())
-        done.add(i)
-        if len(done) == len(schedule):
-            del issued[f]  # (no later firing of f depends on anything)
-        yield f, i
-        if (h := next(sequences[a], None)) is None:
-            del heads[a]
-        else:
-            heads[a] = h
-
-
 # ---- replica groups and lanes ------------------------------------------------------------------
 class Dispatch:
     """Which frames a member of an actor takes: by the actor's static pattern (member
     pattern[f % len(pattern)] takes frame f), or dynamically (the next frame goes to whichever
     member asks first: idle members never wait on busy ones, so members of different or varying
-    speed all stay busy). The lanes of one member share its frames."""
+    speed all stay busy). The lanes of one member share its frames. A batched lane takes up to
+    b frames at once (`take_block`): consecutive frames from the dynamic dispatch (`blocks`:
+    every take then holds the lock, so no single take splits a block), the member's next ones
+    in a static pattern. A block of consecutive frames fills at the stream's rate, not at the
+    member's share of it, and leaves the group together, in order."""
 
-    def __init__(self, pattern: list[int] | None, frames: int):
-        self.pattern, self.frames = pattern, frames
+    def __init__(self, pattern: list[int] | None, frames: int, blocks: bool = False):
+        self.pattern, self.frames, self.blocks = pattern, frames, blocks
         self._next = itertools.count()  # its __next__ is one C call: atomic under the GIL
         self._lock = threading.Lock()
         self._static: dict[int, Any] = {}  # member -> iterator over its frames
@@ -181,11 +150,18 @@ class Dispatch:
 
     def take(self, j: int) -> int | None:
         """Member j's next frame, or None when it has none left."""
-        if self.pattern:
-            with self._lock:  # a generator shared by a member's lanes
-                return next(self._static.setdefault(j, self._frames_of(j)), None)
+        if self.pattern or self.blocks:
+            block = self.take_block(j, 1)
+            return block[0] if block else None
         f = next(self._next)
         return f if f < self.frames else None
+
+    def take_block(self, j: int, n: int) -> list[int]:
+        """Member j's next `n` frames, fewer at the stream's end ([] when it has none left)."""
+        with self._lock:  # (a static member's generator is shared by its lanes)
+            if self.pattern:
+                return list(itertools.islice(self._static.setdefault(j, self._frames_of(j)), n))
+            return [f for f in itertools.islice(self._next, n) if f < self.frames]
 
     def frames_of(self, j: int):
         while (f := self.take(j)) is not None:

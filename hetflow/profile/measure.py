@@ -370,7 +370,7 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
                   lane_seconds: float = 1.0, time_limit_s: float | None = None,
                   required: Iterable[str] = (), contention: bool = True,
                   keep_partial: bool = False, batch_budget_s: float | None = -1,
-                  cpu_batches: bool = False) -> Profile:
+                  cpu_batches: bool = False, power_seconds: float | None = None) -> Profile:
     """Measure every layer of `graph` on `elements` (default: every element of every
     configuration of `platform`), the whole model on each, and the communication links.
     `lanes`: time the whole model on each GPU element at several lane counts (profile/lanes.py),
@@ -379,6 +379,10 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
     half `lane_seconds`, within `batch_budget_s` seconds per GPU (-1: 40 x `lane_seconds`;
     None: no bound; 0: no batch table). `cpu_batches`: time the whole model at batches on each
     single-core CPU element shape, kept where a frame runs faster (lanes.measure_cpu_batches).
+    `power_seconds`: each part's idle power and each element shape's busy power are read from
+    this machine's energy counters over windows this long (`profile.power`,
+    hetflow.profile.power; None: its POWER_WINDOW_S, 0: not read); parts without a counter are
+    listed there with why.
 
     `time_limit_s`: the elements of `required` (names; all when empty) and the lanes and links
     are measured first; each other element shape after them only if it is expected to end
@@ -457,6 +461,18 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
                                 if contention else ({}, {}))
         if busy_fps:
             phase_s["contention"] = round(time.perf_counter() - t2, 2)
+        from hetflow.profile.power import POWER_WINDOW_S, measure_power  # power imports lanes
+
+        power_seconds = POWER_WINDOW_S if power_seconds is None else power_seconds
+        if power_seconds > 0:
+            t2 = time.perf_counter()
+            task = bar.task("power: idle, then each element busy")
+            # the shapes measured so far (under a time limit, the others may not be at all)
+            prof.power = measure_power(graph, [e for ms in first.values() for e in ms], prof,
+                                       power_seconds)
+            task.advance()
+            if prof.power.get("idle"):
+                phase_s["power"] = round(time.perf_counter() - t2, 2)
         for rep, members in later.items():  # only with a time limit
             took = [phase_s[f"layers@{r.name}"] for r in first if r.kind == rep.kind
                     and len(r.cores) > 1] or [phase_s[f"layers@{r.name}"] for r in first]

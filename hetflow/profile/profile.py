@@ -55,6 +55,9 @@ class Profile:
     comm: dict[str, dict[str, float]] = field(default_factory=dict)  # "cpu->gpu": {"a", "b"}
     comm_raw: dict[str, list[list[float]]] = field(default_factory=dict)  # link: [[bytes, s], ...]
     cpu_freq_mhz: dict[str, float | None] = field(default_factory=dict)  # [element] observed
+    # idle power of each part of the machine and busy power of each element, from its energy
+    # counters (hetflow.profile.power; empty where not measured)
+    power: dict[str, Any] = field(default_factory=dict)
     calibration: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)  # how it was made: repeats, method, ...
     version: int = PROFILE_VERSION

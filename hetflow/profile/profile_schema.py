@@ -63,6 +63,7 @@ class ProfileFile(FileModel):
     comm: dict[str, LinkFile] = {}
     comm_raw: dict[str, list[list[float]]] = {}
     cpu_freq_mhz: dict[str, float | None] = {}
+    power: dict[str, Any] = {}  # absent from profiles made before power was measured
     calibration: dict[str, Any] = {}
     meta: dict[str, Any] = {}
 

@@ -160,4 +160,5 @@ def measure_parallel(graph: CnnGraph, elements: list[ProcessingElement],
     return RunReport(name, done, warmup, sum(fps.values()), latency_stats(lat), util,
                      notes={"elements": [e.name for e in elements], "per_element_fps": fps,
                             "lanes": {e: k for e, k in lanes.items() if k > 1},
-                            **({"batch": batch} if batch else {})})
+                            "window_s": wall, **({"batch": batch} if batch else {})},
+                     window_at=(window.start, t_end) if wall > 0 else None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from hetflow.backends.energy import (POWERCAP, EnergyMeter, EnergySampler, WindowEnergy,
                                      finite_or_none, nvml_meters, rapl_meters)
@@ -86,6 +86,16 @@ def start_energy(elements: Mapping[str, ProcessingElement], local: bool = True,
     flat = [m for ms in meters.values() for m in ms]
     part_of_meter = {m.name: p for p, ms in meters.items() for m in ms}
     return EnergyRecorder(elements, EnergySampler(flat).start(), part_of_meter, missing)
+
+
+def with_energy(elements: Mapping[str, ProcessingElement], run: Callable[[], RunReport],
+                powercap: Path | None = None) -> RunReport:
+    """`run()`'s report (a baseline's, which has a steady window) with the energy of that
+    window, read as `hetflow run` reads a plan's (`start_energy`)."""
+    with start_energy(elements, powercap=powercap) as recorder:
+        report = run()
+    report.energy = recorder.finish(report)
+    return report
 
 
 def run_energy(report: RunReport, elements: Mapping[str, ProcessingElement],

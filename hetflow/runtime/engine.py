@@ -172,8 +172,10 @@ def bind(pp: PreparedPlan, programs: list[Program], frames: int, delivering: lis
         steps.setdefault(fi.actor, {})[fi.phase] = fi
     chans = channels if channels is not None else {
         name: FrameChannel(name, w) for name, w in batch_windows(plan).items()}
-    dispatch = {p.actor: Dispatch(list(p.pattern) if p.pattern else None, frames)
-                for p in programs}  # one per actor: its members share it
+    # one per actor: its members share it; a batched member takes blocks of frames
+    batched = {p.actor for p in programs if p.batch > 1}
+    dispatch = {p.actor: Dispatch(list(p.pattern) if p.pattern else None, frames,
+                                  blocks=p.actor in batched) for p in programs}
     workers = []
     for prog in programs:
         el, phases = prog.element, steps[prog.actor]
@@ -190,7 +192,7 @@ def bind(pp: PreparedPlan, programs: list[Program], frames: int, delivering: lis
             chans[name].listen(wake)
         workers.append(Worker(prog, caller_cores_of(every, plan.elements[el]), phases, runners,
                               chans, dispatch[prog.actor].take, delivering.index(el),
-                              on_device, wake, turns))
+                              on_device, wake, dispatch[prog.actor].take_block, turns))
     return workers
 
 

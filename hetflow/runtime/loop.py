@@ -72,6 +72,9 @@ class Worker:
     index: int  # among the elements that deliver (the report's per-element split)
     on_device: bool  # its runners launch (submit / finished / collect) rather than run
     wake: threading.Event | None = None  # set by its channels (a laned worker's)
+    # the group's dispatch handing a batched lane up to n frames at once: (member, n) -> frames
+    # (None: `take`, a frame at a time)
+    take_block: Callable[[int, int], list[int]] | None = None
     turns: bool = False  # its lanes yield a turn before each firing (a shared element's)
 
     def bound(self, lane: int) -> list[tuple]:
@@ -92,6 +95,14 @@ class Worker:
     def frames(self) -> Iterator[int]:
         """Its frames, as the group's dispatch hands them out (a C-level iterator)."""
         return iter(functools.partial(self.take, self.program.member), None)
+
+    def block(self, n: int) -> list[int]:
+        """Up to `n` of its next frames, taken at once where the dispatch hands out blocks;
+        [] when it has none left."""
+        if self.take_block is not None:
+            return self.take_block(self.program.member, n)
+        f = self.take(self.program.member)
+        return [] if f is None else [f]
 
 
 def lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]:
@@ -167,12 +178,14 @@ def lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]:
 
 
 def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]:
-    """Lane `lane` of batched worker `w` (`program.batch` b > 1): it takes frames and gathers
+    """Lane `lane` of batched worker `w` (`program.batch` b > 1): it takes the frames its batch
+    lacks in one block (`Worker.block`: consecutive frames of a dynamic dispatch) and gathers
     their first phase's inputs until b frames are there, the oldest has waited `batch_wait`
-    seconds since its arrival at the element, or its frames end; then, phase by phase, it
-    receives each frame's inputs, fires once on them all (`run_frames`, or `submit_frames` and
-    `collect_frames` on a laned device), sends each frame's tensors, and delivers each frame.
-    It yields where it must wait, as `lane_loop` does."""
+    seconds since its arrival at the element, or its frames end (frames of the block not there
+    in time open the lane's next batch); then, phase by phase, it receives each frame's inputs,
+    fires once on them all (`run_frames`, or `submit_frames` and `collect_frames` on a laned
+    device), sends each frame's tensors, and delivers each frame. It yields where it must wait,
+    as `lane_loop` does."""
     prog, control, stop, deliver = w.program, s.control, s.control.stop, s.deliver
     inputs, first_start, arrive_at, events = s.inputs, s.first_start, s.arrive_at, s.events
     clock, on_device, index, b, patience = (time.perf_counter, w.on_device, w.index,
@@ -180,9 +193,9 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
     phases = [(pre, fire, post, w.firings[fire.phase], w.runners[lane][fire.phase])
               for pre, fire, post in batch_phases(prog)]
     first_recv, loads = phases[0][0], phases[0][1].tensors
-    frames = w.frames()
     spent, firing = 0.0, None
-    carry: tuple[int, dict] | None = None  # a frame taken but not gathered in time for a batch
+    # frames taken, oldest first, with what was gathered of them, not yet in a batch
+    taken: collections.deque[tuple[int, dict]] = collections.deque()
 
     def gather(f: int, local: dict, due: float | None) -> Iterator[tuple]:
         """Frame f's first-phase inputs into `local`; stops early (leaving `local` short) once
@@ -221,10 +234,11 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
             batch: list[tuple[int, dict]] = []  # (frame, its tensors) in the order taken
             due = None  # when the oldest frame of the batch has waited long enough
             while len(batch) < b:
-                f, local = carry if carry is not None else (next(frames, None), {})
-                carry = None
-                if f is None:
-                    break
+                if not taken:
+                    taken.extend((f, {}) for f in w.block(b - len(batch)))
+                    if not taken:  # the stream's end
+                        break
+                f, local = taken[0]
                 try:
                     yield from gather(f, local, due)
                 except (GeneratorExit, Stopped):
@@ -233,8 +247,8 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
                     control.fail(f"frame source, frame {f}: {type(e).__name__}: {e}")
                     return
                 if not ready(local):  # the batch waited long enough: it fires without f
-                    carry = (f, local)
                     break
+                taken.popleft()
                 if due is None:  # its arrival at the element
                     due = (arrive_at[f] if arrive_at is not None and loads else clock()) \
                         + patience

@@ -243,3 +243,38 @@ def test_a_sampler_without_meters_starts_no_thread():
     s = EnergySampler([]).start()
     assert s._thread is None and s.window(0.0, 1.0) == []
     s.stop()
+
+
+# ---- NVML's counter moves in steps ----------------------------------------------------------
+
+STEP_S = 0.1  # an H100's NVML energy counter advances every 100 ms, idle and under load
+
+
+def stepped_nvml(watts: float, reads: list[float]) -> CounterTrace:
+    """NVML read at `reads` (s) while the GPU draws `watts`: each reading is the energy up to
+    the counter's last step (mJ)."""
+    raw = [watts * 1e3 * STEP_S * int(t / STEP_S) for t in reads]
+    return CounterTrace("gpu0", "nvml", 1e-3, None, 1.0, list(reads), raw)
+
+
+@given(st.lists(st.floats(0.0, 0.099), min_size=60, max_size=60),
+       st.floats(0.3, 3.0), st.floats(0.0, 1.5))
+def test_a_stepped_counter_is_off_by_at_most_a_step_at_each_end(jitter, seconds, start):
+    # read about every 100 ms at jittered instants, as the sampler does
+    reads = sorted(i * STEP_S + j for i, j in enumerate(jitter))
+    trace = stepped_nvml(700.0, reads)
+    t0 = reads[0] + start
+    w = trace.window(t0, t0 + seconds)
+    assert w.joules is not None
+    # a reading lags the true energy by up to one step (70 J), so does the interpolation
+    # between readings: the two ends differ by less than a step
+    assert abs(w.joules - 700.0 * seconds) <= 700.0 * STEP_S + 1e-6
+    assert w.reliable == (seconds >= 1.0)
+    if not w.reliable:
+        assert "shorter than the 1 s that nvml resolves" in w.note
+
+
+def test_a_window_across_a_wrap_is_interpolated_at_both_ends():
+    # the RAPL recording above wraps between the readings at 0.5 s and 1.0 s: 100 W throughout
+    w = rapl_trace().window(0.75, 1.25)
+    assert w.joules == pytest.approx(50.0) and w.watts == pytest.approx(100.0) and w.reliable

@@ -56,11 +56,14 @@ def hetflow(work, *args):
 BENCH = ("bench", "tiny.onnx", "--quick", "--strategies", "pipeline", "--pilots", "1")
 
 
-@pytest.mark.parametrize("step, sig", [("profiling tiny", INT), ("baseline: whole model", TERM),
-                                       ("running plan pipeline", INT)])
-def test_bench_stops_at_each_step_and_keeps_what_it_measured(work, tmp_path, step, sig):
+@pytest.mark.parametrize("step, sig, extra", [
+    ("profiling tiny", INT, ()), ("baseline: whole model", TERM, ()),
+    ("baseline: parallel copies", INT, ()), ("pilot:", TERM, ("--pilots", "3")),
+    ("running plan pipeline", INT, ()), ("head to head 1/", TERM, ("--head-to-head", "2"))])
+def test_bench_stops_at_each_step_and_keeps_what_it_measured(work, tmp_path, step, sig, extra):
     report = tmp_path / "r"
-    h = hetflow(work, *BENCH, "--report", report, "--json")  # (--json: its steps still said)
+    # (--json: its steps still said; a later --pilots overrides BENCH's)
+    h = hetflow(work, *BENCH, *extra, "--report", report, "--json")
     h.wait_for(step)
     time.sleep(0.3)  # inside the step
     assert_stopped(h, sig)
@@ -189,3 +192,14 @@ def test_map_multi_stops_its_search(work, tmp_path):
     time.sleep(1.0)
     assert_stopped(h, INT)
     assert not out.exists()
+
+
+def test_run_on_ray_stops_and_leaves_no_ray_process(work):
+    pytest.importorskip("ray", reason="the Ray engine needs ray (pip install 'hetflow[ray]')")
+    h = hetflow(work, "run", "plan.json", "--engine", "ray", "--frames", "10000000")
+    h.wait_for("starting cpu1 on node", timeout=120)
+    time.sleep(4.0)  # the workers started (seconds on 2 busy cores), frames flowing
+    children = h.children()
+    assert children  # Ray's own processes (its store, scheduler, workers)
+    assert_stopped(h, TERM, children)
+    assert "plan: interrupted after" in h.out, (h.out, h.stderr())

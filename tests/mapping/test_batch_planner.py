@@ -7,7 +7,7 @@ import pytest
 
 from hetflow.mapping.from_profile import with_batches
 from hetflow.mapping.lanes import fit_lanes
-from hetflow.mapping.planner import search_plan
+from hetflow.mapping.planner import copies_design, search_plan
 from hetflow.mapping.problem import evaluate
 from hetflow.mapping.strategies.base import whole_model_on
 from hetflow.plan.mapping import describe_design
@@ -62,15 +62,35 @@ def test_a_batch_pays_the_engine_cost_of_a_firing_once():
     assert fitted.batch_of("gpu0") > 1
 
 
-def test_a_gpu_among_cpu_copies_is_not_batched():
-    """A group hands out its frames one at a time: a batched GPU among CPU copies would wait
-    for its share to fill each batch, which the group's rate does not model."""
+def test_a_gpu_among_cpu_copies_is_batched_as_it_is_alone():
+    """A batched GPU's lanes take blocks of consecutive frames from its group, so beside the
+    cores it is batched as alone, and the group runs the cores' rate more."""
     p = server(affine=4 / 7)
-    group = whole_model_on(p, "gpu0")  # the GPU alone is batched ...
+    group = whole_model_on(p, "gpu0")
     assert fit_lanes(p, group)[0].batch_of("gpu0") == 8
-    mixed = dataclasses.replace(group, assignment={l: "cpu0|cpu1|gpu0" for l in group.assignment},
-                                batch={}, lanes={})
-    assert fit_lanes(p, mixed)[0].batch_of("gpu0") == 1  # ... and not beside the cores
+    mixed, both = fit_lanes(p, dataclasses.replace(
+        group, assignment={l: "cpu0|cpu1|gpu0" for l in group.assignment}, batch={}, lanes={}))
+    assert mixed.batch_of("gpu0") == 8
+    solo = evaluate(p, dataclasses.replace(group, lanes=mixed.lanes, batch=mixed.batch))
+    whole = [l.name for l in p.graph.layers]
+    cores = sum(1 / (p.actor_time(whole, c) + p.call_overhead) for c in ("cpu0", "cpu1"))
+    assert both.throughput == pytest.approx(solo.throughput + cores, rel=1e-6)
+
+
+def test_the_plan_is_the_gpu_batched_beside_the_cores_where_that_is_fastest():
+    """The single strategy scores its designs at batch 1; the group of the cores and the GPU
+    is not given up for the GPU alone batched, since the group with its GPU batched is faster
+    still, and the plan runs it so."""
+    p = server(affine=4 / 7)
+    plan, result = search_plan(p, "single", "synthetic")
+    assert plan.mapping.actors == ["cpu0|cpu1|gpu0"] and plan.mapping.batch_of("gpu0") == 8
+    assert "whole_model_won" not in result.notes
+    alone, solo = fit_lanes(p, whole_model_on(p, "gpu0"))
+    assert plan.predicted["throughput"] > solo.throughput
+    # the parallel copies' design, every search's candidate, is the practitioner's: batched
+    copies, metrics = copies_design(p)
+    assert copies.batch_of("gpu0") == 8 and copies.key() == plan.mapping.key()
+    assert metrics.throughput == pytest.approx(plan.predicted["throughput"])
 
 
 def test_a_latency_cap_pays_for_the_fill():

@@ -121,3 +121,24 @@ def test_the_lanes_alone_step_puts_a_baselines_rate_into_a_new_problem():
     assert summary == {"frames_per_s": {"gpu0": {8: pytest.approx(2.0 / t1, rel=1e-3)}}}
     r, _ = with_lanes_alone(p, {"gpu0": {1: 9.0, 4: 0.0}})
     assert r.lane_alone_runs == {}
+
+
+def test_copies_measured_batched_rescale_the_curve_at_their_batch():
+    """The bench's copies ran the GPU at 4 lanes of 8 frames a firing: the rate the batch table
+    promises there gives a scale of 1 (read as lanes of one frame it would say the GPU is
+    several times faster than its curve), and a slower measured rate scales it by as much."""
+    from hetflow.mapping.from_profile import with_batches
+    from tests.mapping.test_batch_cost_model import batch_table
+
+    p = laned_problem()
+    layers = [l.name for l in p.graph.layers]
+    t1 = p.actor_time(layers, "gpu0")
+    p = with_batches(p, {"gpu0": batch_table(t1, CURVE, 0.7, busy=1.1)})
+    promised = 4 * 8 / (t1 * p.slowdown("gpu0", 4, busy=True)
+                        * p.batch_factor("gpu0", 8, 4, busy=True))
+    rates = {"gpu0": promised, "cpu0": 50.0}
+    assert busy_lane_scales(p, rates, {"gpu0": 4}, {"gpu0": 8})["gpu0"] == pytest.approx(1.0)
+    assert busy_lane_scales(p, rates, {"gpu0": 4})["gpu0"] < 0.4  # the batch left out
+    slower = {"gpu0": 0.8 * promised}
+    assert busy_lane_scales(p, slower, {"gpu0": 4}, {"gpu0": 8})["gpu0"] == \
+        pytest.approx(1 / 0.8)

@@ -27,7 +27,8 @@ def transfer(nbytes: int, src: str, dst: str) -> float:
 
 
 def app_problem(n_layers: int, seed: int, period: float, priority: int, els=None,
-                name: str | None = None, layer_ms: float = 1.0) -> AppProblem:
+                name: str | None = None, layer_ms: float = 1.0, streams: int = 1,
+                deadline: float | None = None) -> AppProblem:
     """A random CNN whose layers take about `layer_ms` on a CPU core and a quarter on the GPU."""
     els = els or elements()
     rng = np.random.default_rng(seed)
@@ -36,7 +37,29 @@ def app_problem(n_layers: int, seed: int, period: float, priority: int, els=None
     cols = [work if e.kind == "cpu" else work / 4 for e in els]
     problem = Problem(graph, els, np.column_stack(cols), transfer, call_overhead=50e-6)
     name = name or f"app{seed}"
-    return AppProblem(AppSpec(f"{name}.onnx", period, priority, name), graph, problem)
+    spec = AppSpec(f"{name}.onnx", period, priority, name, None, deadline, streams)
+    return AppProblem(spec, graph, problem)
+
+
+# firing time on k lanes over one lane, like an H100's batch-1 curve: 8 lanes run 8 frames in
+# 2.4x one frame's time (3.3x the rate of one lane)
+LANE_CURVE = {1: 1.0, 2: 1.15, 4: 1.5, 8: 2.4}
+
+
+def with_lanes(app: AppProblem, curve: dict[int, float] | None = None) -> AppProblem:
+    """`app` with a measured lane curve on gpu0."""
+    app.problem.lane_slowdown["gpu0"] = dict(curve or LANE_CURVE)
+    return app
+
+
+# a firing of b frames over one of one frame, at each lane count: 8 frames in 3.2x the time
+BATCH_CURVE = {1: 1.0, 2: 1.3, 4: 1.9, 8: 3.2}
+
+
+def with_batches(app: AppProblem) -> AppProblem:
+    """`app` with a measured batch table on gpu0 (the same curve at every lane count)."""
+    app.problem.batch_slowdown["gpu0"] = {k: dict(BATCH_CURVE) for k in LANE_CURVE}
+    return app
 
 
 @pytest.fixture

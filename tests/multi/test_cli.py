@@ -76,7 +76,15 @@ def test_map_multi_json(models):
 
 @pytest.mark.parametrize("specs, error, match", [
     (["{d}/a.onnx:period=0ms", "{d}/b.onnx:period=30ms"], InputError, "must be positive"),
-    (["{d}/a.onnx:period=20ms", "{d}/a.onnx:period=30ms:name=again"], InputError, "given twice"),
+    (["{d}/a.onnx:period=20ms:name=cam", "{d}/b.onnx:period=30ms:name=cam"], InputError,
+     "two applications are named 'cam'"),
+    (["{d}/a.onnx:period=20ms:deadline=0ms"], InputError,
+     "application a: deadline=0ms: a deadline must be positive"),
+    (["{d}/a.onnx:period=20ms:deadline=-3ms"], InputError,
+     "application a: deadline=-3ms: a deadline must be positive"),
+    (["{d}/a.onnx:period=20ms:streams=0"], InputError, "application a: streams=0: give at least"),
+    (["{d}/a.onnx:period=20ms:deadline=20us"], InfeasibleError,
+     "application a: no mapping meets its deadline of 0.02 ms"),
     (["{d}/a.onnx:period=20ms:priority=1", "{d}/b.onnx:period=30ms:priority=1"], InputError,
      "priority clash"),
     (["{d}/a.onnx:period=20us", "{d}/b.onnx:period=30ms"], InfeasibleError,
@@ -87,6 +95,39 @@ def test_map_multi_bad_input(models, specs, error, match):
     r = map_multi(models, *[s.format(d=models) for s in specs])
     assert isinstance(r.exception, error), r.output
     assert re.search(match, str(r.exception))
+    assert r.exception.exit_code == 2 and "\n" not in str(r.exception)
+
+
+def test_map_multi_streams_of_one_model_given_by_name_and_as_streams(models, tmp_path):
+    out = tmp_path / "m.json"
+    r = map_multi(models, f"{models}/a.onnx:period=40ms:name=cam1",
+                  f"{models}/a.onnx:period=40ms:name=cam2",
+                  f"{models}/b.onnx:period=60ms:deadline=120ms:streams=3",
+                  extra=["-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "every deadline is met (predicted)" in r.output
+    d = json.loads(out.read_text())
+    apps = {a["name"]: a for a in d["apps"]}
+    assert set(apps) == {"cam1", "cam2", "b"}
+    assert apps["b"]["streams"] == 3 and apps["b"]["deadline_s"] == pytest.approx(0.12)
+    assert "streams" not in apps["cam1"] and "deadline_s" not in apps["cam1"]
+
+
+def test_map_multi_max_streams_names_the_most_admitted_and_the_bottleneck(models, tmp_path):
+    out = tmp_path / "m.json"
+    r = map_multi(models, f"{models}/a.onnx:period=5ms", f"{models}/b.onnx:period=500us",
+                  extra=["--max-streams", "b", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    m = re.search(r"most streams of b admitted: (\d+) \(\d+ searches\); at (\d+): (.*)",
+                  " ".join(r.output.split()))
+    assert m, r.output
+    n = int(m.group(1))
+    assert n >= 1 and int(m.group(2)) == n + 1 and "bottleneck element" in m.group(3)
+    d = json.loads(out.read_text())
+    assert d["search"]["max_streams"]["streams"] == n
+    assert next(a for a in d["apps"] if a["name"] == "b").get("streams", 1) == n
+    bad = map_multi(models, f"{models}/a.onnx:period=5ms", extra=["--max-streams", "zz"])
+    assert isinstance(bad.exception, InputError) and "--max-streams zz" in str(bad.exception)
 
 
 def test_run_multi_on_this_machine(tmp_path):
@@ -131,3 +172,18 @@ def test_profile_dir_finds_model_dot_profile_json(tmp_path):
     (tmp_path / "squeezenet1_0.profile.json").write_text("{}")
     spec = parse_app_spec("squeezenet1_0:period=40ms")
     assert find_profile(spec, tmp_path, None) == tmp_path / "squeezenet1_0.profile.json"
+
+
+def test_streams_of_one_model_share_one_profile_load_and_cost_model(models):
+    from hetflow.multi.problem import load_multi_problem
+    from hetflow.multi.spec import parse_app_specs
+    from hetflow.platform import resolve_platform
+
+    specs = parse_app_specs([f"{models}/a.onnx:period=40ms:name=cam1",
+                             f"{models}/a.onnx:period=50ms:name=cam2",
+                             f"{models}/b.onnx:period=60ms:streams=4"])
+    mp = load_multi_problem(specs, resolve_platform("hikey970"), models / "profiles")
+    cam1, cam2, b = mp.apps
+    assert cam1.problem is cam2.problem and cam1.graph is cam2.graph
+    assert b.problem is not cam1.problem
+    assert (cam1.spec.period, cam2.spec.period, b.spec.streams) == (0.04, 0.05, 4)

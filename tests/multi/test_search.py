@@ -80,12 +80,15 @@ def test_periods_no_joint_mapping_meets_name_the_app_and_bottleneck():
         search_multi(mp, pop_size=6, generations=2)
 
 
-def test_a_model_twice_by_content_is_refused():
+def test_one_model_twice_is_two_streams_with_their_own_mappings():
     els = elements()
     a = app_problem(6, 1, 0.05, 1, els, "a")
     b = app_problem(6, 1, 0.05, 2, els, "b")  # same seed: the same model (same hash)
-    with pytest.raises(InputError, match="given twice"):
-        MultiProblem([a, b])
+    mp = MultiProblem([a, b])
+    res = search_multi(mp, pop_size=6, generations=2)
+    assert res.chosen.feasible and set(res.chosen.analysis) == {"a", "b"}
+    with pytest.raises(InputError, match="two applications are named 'a'"):
+        MultiProblem([a, app_problem(6, 1, 0.05, 2, els, "a")])
 
 
 def test_multiplan_round_trip_and_front_files(tmp_path):
@@ -149,7 +152,7 @@ def test_margin_ties_are_broken_by_the_next_largest_ratio():
 
     def cand(*ratios, energy=None):
         return NS(energy=energy, margin=max(ratios),
-                  analysis={f"a{i}": NS(response_worst=r, period=1.0) for i, r in enumerate(ratios)})
+                  analysis={f"a{i}": NS(response_worst=r, relative_deadline=1.0) for i, r in enumerate(ratios)})
 
     worse, better = cand(0.6, 0.5, 0.4), cand(0.6, 0.3, 0.4)
     assert choose([worse, better]) is better

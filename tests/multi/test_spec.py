@@ -45,13 +45,36 @@ def test_bad_specs_give_one_line_errors(text, match):
     assert "\n" not in str(e.value)
 
 
-def test_a_model_given_twice(tmp_path):
-    f = tmp_path / "A.onnx"
-    f.write_bytes(b"x")
-    with pytest.raises(InputError, match="given twice"):
-        parse_app_specs([f"{f}:period=20ms", f"{tmp_path}/../{tmp_path.name}/A.onnx:period=30ms:name=B"])
-    with pytest.raises(InputError, match="model mobilenet_v2 is given twice"):
-        parse_app_specs(["mobilenet_v2:period=20ms", "mobilenet_v2:period=40ms:name=other"])
+def test_a_model_given_many_times_under_distinct_names():
+    specs = parse_app_specs([f"resnet18:period=33ms:name=cam{i}" for i in range(1, 9)])
+    assert [s.name for s in specs] == [f"cam{i}" for i in range(1, 9)]
+    assert [s.priority for s in specs] == list(range(1, 9))
+    with pytest.raises(InputError, match="two applications are named 'cam1'"):
+        parse_app_specs(["resnet18:period=33ms:name=cam1", "resnet18:period=40ms:name=cam1"])
+
+
+def test_streams_and_deadline():
+    s = parse_app_spec("resnet18:period=33ms:deadline=100ms:streams=120", position=2)
+    assert (s.period, s.deadline, s.streams, s.priority) == (0.033, 0.1, 120, 2)
+    assert s.relative_deadline == 0.1
+    assert s.stream_names()[:2] == ["resnet18/0", "resnet18/1"] and len(s.stream_names()) == 120
+    one = parse_app_spec("resnet18:period=33ms")
+    assert (one.deadline, one.relative_deadline, one.streams) == (None, 0.033, 1)
+    assert one.stream_names() == ["resnet18"]
+
+
+@pytest.mark.parametrize("text, match", [
+    ("cam.onnx:period=20ms:deadline=0ms", "application cam: deadline=0ms: a deadline must be "
+                                          "positive"),
+    ("cam.onnx:period=20ms:deadline=-5ms", "application cam: deadline=-5ms: a deadline must"),
+    ("cam.onnx:period=20ms:streams=0", "application cam: streams=0: give at least 1"),
+    ("cam.onnx:period=20ms:streams=two", "streams='two' is not an integer"),
+    ("cam.onnx:period=20ms:name=a/b", "'/' is kept for stream names"),
+])
+def test_bad_stream_settings(text, match):
+    with pytest.raises(InputError, match=match) as e:
+        parse_app_spec(text)
+    assert "\n" not in str(e.value)
 
 
 def test_a_priority_clash_names_both_applications():

@@ -14,7 +14,7 @@ from hetflow.platform.spec import ProcessingElement
 from hetflow.model.synthetic import random_cnn_graph
 from hetflow.errors import InputError
 from hetflow.plan.program import (DELIVER, FIRE, RECV, SEND, batch_cycle, batch_phases,
-                                  compile_programs, describe, worker_actions)
+                                  compile_programs, describe, rounds, worker_actions)
 from hetflow.plan.schedule import phase_sequence
 
 @pytest.fixture
@@ -174,3 +174,23 @@ def test_a_batched_program_fires_each_phase_once_on_its_batch_between_receives_a
         first = f"0-{batch - 1}" if batch > 2 else "0, 1"
         assert any(f"fire phase {phases[0][1].phase} of frames {first} (batch {batch})" in x
                    for x in fires)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(sorted(GRAPHS)), data=st.data())
+def test_a_long_run_keeps_a_few_frames_and_the_same_order(plan_for, key, data):
+    """Over thousands of frames (past where `rounds` drops the frames it is done with) every
+    worker still fires in `phase_sequence`'s order, n is each frame's index among its frames,
+    and the frames held stay within a few spans."""
+    plan = random_plan(plan_for, data, key, "paper")
+    for prog in compile_programs(plan):
+        phases = len(plan.app.phases[prog.actor])
+        offsets = plan.mapping.interleave.get(prog.actor, [0] * phases)
+        k = plan.mapping.round_frames if prog.actor in plan.mapping.interleave else 1
+        mine = list(range(3, 3 + 300 * prog.span + data.draw(st.integers(0, 7)), 2))
+        run = list(worker_actions(prog, mine))
+        assert [(f, a.phase) for a, f, _ in run if a.kind == FIRE] == \
+            list(phase_sequence(mine, offsets, k))
+        assert all(mine[n] == f for _, f, n in run)
+        held = max(len(got) for _, got in rounds(prog, iter(mine)))
+        assert held <= 66 * prog.span

@@ -67,6 +67,43 @@ def test_dispatch_gives_every_frame_once(pattern, frames, seed, iterate):
     assert sorted(got) == list(range(frames))
 
 
+@settings(max_examples=80, deadline=None)
+@given(pattern=st.one_of(st.none(), st.lists(st.integers(0, 3), min_size=1, max_size=8)),
+       frames=st.integers(0, 40), seed=st.integers(0, 1000),
+       blocks=st.lists(st.integers(1, 6), min_size=4, max_size=4))
+def test_a_block_of_the_dynamic_dispatch_is_consecutive_frames(pattern, frames, seed, blocks):
+    """Members asking in any interleaving, some for blocks of frames (`take_block`, a batched
+    lane) and some frame by frame, get every frame once; a dynamic dispatch's block is
+    consecutive frames, a static pattern's the member's next frames in the pattern; a block
+    falls short only at the stream's end."""
+    members = 4 if pattern is None else max(pattern) + 1
+    d = Dispatch(pattern, frames, blocks=True)
+    rng = random.Random(seed)
+    got: dict[int, int] = {}
+    mine: dict[int, list[int]] = {j: [] for j in range(members)}
+    live = list(range(members))
+    while live:
+        j = rng.choice(live)
+        n = blocks[j]
+        block = d.take_block(j, n) if n > 1 else [f for f in [d.take(j)] if f is not None]
+        if not block:
+            live.remove(j)
+            continue
+        assert not set(block) & set(got) and len(block) <= n
+        if pattern is None:
+            assert block == list(range(block[0], block[0] + len(block)))
+            assert len(block) == n or block[-1] == frames - 1
+        else:
+            assert all(pattern[f % len(pattern)] == j for f in block)
+            assert block == sorted(block) and (not mine[j] or block[0] > mine[j][-1])
+        mine[j] += block
+        got.update((f, j) for f in block)
+    assert sorted(got) == list(range(frames))
+    if pattern:  # each member got all of its frames, in order
+        assert all(mine[j] == [f for f in range(frames) if pattern[f % len(pattern)] == j]
+                   for j in range(members))
+
+
 @settings(max_examples=60, deadline=None)
 @given(ends=st.lists(st.floats(0, 100), min_size=1, max_size=30), seed=st.integers(0, 1000))
 def test_in_order_release_is_in_order_at_the_latest_completion_so_far(ends, seed):

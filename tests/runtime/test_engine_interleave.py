@@ -8,11 +8,11 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from hetflow.dataflow.analysis import throughput_mcr
 from hetflow.dataflow.analysis.orders import unfolded
-from hetflow.errors import DeadlockError, InputError
+from hetflow.errors import DeadlockError
 from hetflow.plan.orders import firing_orders
 from hetflow.model.synthetic import random_cnn_graph
 from hetflow.runtime.api import run_plan
-from hetflow.plan.schedule import channel_windows, firings, phase_sequence, submission_order
+from hetflow.plan.schedule import channel_windows, phase_sequence
 
 GRAPHS = {(n, s): random_cnn_graph(n, s) for n in (8, 16) for s in range(4)}
 
@@ -124,32 +124,3 @@ def test_the_first_frame_of_an_interleaved_plan_may_take_its_predicted_latency(p
     assert first_frame_wait(plan) == 0.0
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(key=st.sampled_from(sorted(GRAPHS)), data=st.data())
-def test_the_submission_order_keeps_each_elements_order_and_what_each_firing_reads(
-        plan_for, key, data):
-    graph = GRAPHS[key]
-    assignment = {l.name: data.draw(st.sampled_from(["pe0", "pe1", "pe2"])) for l in graph.layers}
-    plan = plan_for(graph, assignment, 2, "maximal")
-    k = data.draw(st.sampled_from([1, 2, 3]))
-    offsets = {a: offsets_for(data.draw, len(ps)) for a, ps in plan.app.phases.items()}
-    schedule = firings(plan.app)
-    frames = 7
-    sequences = {a: phase_sequence(range(frames), offsets[a], k) for a in plan.app.phases}
-    try:
-        order = list(submission_order(schedule, sequences))
-    except InputError:
-        # only orders that wait on each other: the analysis, unbounded, calls them deadlocked
-        g = plan.app.to_graph(lambda p: 1.0)
-        plan.mapping.interleave, plan.mapping.round_frames = offsets, k
-        with pytest.raises(DeadlockError):
-            throughput_mcr(unfolded(g, k), firing_orders(plan.mapping, plan.app))
-        return
-    assert sorted(order) == [(f, i) for f in range(frames) for i in range(len(schedule))]
-    for a in plan.app.phases:
-        mine = [(f, schedule[i].phase) for f, i in order if schedule[i].actor == a]
-        assert mine == list(phase_sequence(range(frames), offsets[a], k))
-    seen = set()
-    for f, i in order:
-        assert all((f, d) in seen for d in schedule[i].deps)
-        seen.add((f, i))

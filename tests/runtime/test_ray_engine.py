@@ -1,8 +1,7 @@
 """The Ray engine on a local three-node Ray cluster (ray.cluster_utils.Cluster): plans across
-nodes give the reference outputs in order, workers land on their nodes, a killed worker stops the
-run naming its element and node; without Ray, `run_plan(engine="ray")` says how to get it. (The
-order the driver submits firings in is `plan.schedule.submission_order`, tested in
-test_engine_interleave.py.)"""
+nodes give the reference outputs in order, workers land on their nodes and fire in their
+programs' orders, a killed worker, a failing phase and a stalled one stop the run naming their
+element and node; without Ray, `run_plan(engine="ray")` says how to get it."""
 import sys
 
 import pytest
@@ -194,11 +193,36 @@ def test_a_failing_phase_stops_the_run_naming_element_node_stage_and_layers(clus
 
     pipe = RayPipeline(plan, graph)
     try:
-        with pytest.raises(RuntimeFault, match=r"element n1:pe0 \(node n1\), stage n1:pe0 phase 0 "
-                           rf"\(layers {names[0]}\.\.{names[7]}\), frame 5: BackendError"):
+        with pytest.raises(RuntimeFault, match=r"^element n1:pe0 \(node n1\), stage n1:pe0 phase 0 "
+                           rf"\(layers {names[0]}\.\.{names[7]}\): BackendError"):
             pipe.run(source, 12, stall_timeout=60)
     finally:
         pipe.close()
+
+
+def test_a_pipeline_runs_again_counting_afresh(cluster, plan_for):
+    import numpy as np
+
+    from hetflow.runtime.inputs import random_source
+    from hetflow.runtime.ray_engine import RayPipeline
+
+    graph = GRAPHS[0]
+    names = [l.name for l in graph.layers]
+    plan = plan_for(graph, {l: ("n1:pe0" if i < 8 else "n2:pe1") for i, l in enumerate(names)},
+                    policy="maximal")
+    pipe = RayPipeline(plan, graph)
+    try:
+        runs = [pipe.run(random_source(graph), 6, keep_outputs=lambda f: True, stall_timeout=60)
+                for _ in range(2)]
+    finally:
+        pipe.close()
+    (first, a), (second, b) = runs
+    assert first.frames == second.frames == 6 and sorted(a) == sorted(b) == list(range(6))
+    for f in range(6):
+        for t in a[f]:
+            np.testing.assert_array_equal(a[f][t], b[f][t])
+    assert not np.array_equal(a[0][graph.outputs[0]], a[1][graph.outputs[0]])  # frames differ
+    assert second.notes["workers"]["n1:pe0"]["frames"] == 6  # not 12: its counts start again
 
 
 def test_element_on_a_missing_node_is_refused_by_name(cluster, plan_for):
@@ -225,8 +249,6 @@ def test_detect_cluster_names_nodes_and_measures_links(cluster):
 
 
 def test_a_stalled_worker_is_named_after_the_stall_timeout(cluster, plan_for):
-    import time
-
     from hetflow.runtime.inputs import random_source
     from hetflow.runtime.ray_engine import RayPipeline
 
@@ -235,11 +257,28 @@ def test_a_stalled_worker_is_named_after_the_stall_timeout(cluster, plan_for):
     plan = plan_for(graph, {l: ("n1:pe0" if i < 8 else "n2:pe1") for i, l in enumerate(names)},
                     policy="maximal")
     pipe = RayPipeline(plan, graph)
+
+    def hang_first_phase(worker):  # runs in the actor: its phase 0 sleeps from the 3rd firing
+        import time
+
+        runner, calls = worker.runners[0], [0]
+
+        class Hanging:
+            def run(self, feeds):
+                calls[0] += 1
+                if calls[0] >= 3:
+                    time.sleep(5)
+                return runner.run(feeds)
+
+        worker.runners[0] = Hanging()
+
     try:
-        # the same caller's calls run in order: the first stage's worker hangs before frame 0
-        pipe.workers["n1:pe0"].handle.__ray_call__.remote(lambda self: time.sleep(5))
-        with pytest.raises(RuntimeFault, match=r"stall: no frame completed for 1 s at frame 0; "
-                           r"n1:pe0 \(node n1\) has not finished stage n1:pe0 phase 0$"):
+        import ray
+
+        ray.get(pipe.workers["n1:pe0"].handle.__ray_call__.remote(hang_first_phase))
+        with pytest.raises(RuntimeFault, match=r"^stall: no frame completed for 1 s at frame 2; "
+                           r"n1:pe0 \(node n1\) has not finished stage n1:pe0 phase 0; "
+                           r"n2:pe1 \(node n2\) waits on channel \S+ \(from n1:pe0\)$"):
             pipe.run(random_source(graph), 6, stall_timeout=1.0)
     finally:
         pipe.close()

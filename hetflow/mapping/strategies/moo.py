@@ -2,8 +2,8 @@
 al. 2020 use it), over the chromosomes of `ga.Encoding` (layer -> element, replica-group labels).
 
 Objectives, all from `evaluate()`: throughput (maximised), steady-state latency, energy per frame
-(from the elements' `power_w`; left out when some element has none) and peak memory (the largest
-per-element figure). `util_cap` bounds CPU utilisation as in Kang et al., either per CPU element
+(from each element's measured idle and busy power, else its `power_w`: mapping/energy.py; left
+out when some element has neither) and peak memory (the largest per-element figure). `util_cap` bounds CPU utilisation as in Kang et al., either per CPU element
 (`util_scope="element"`, default) or averaged over all CPU cores of the configuration
 (`util_scope="average"`, Kang et al.'s definition). Kang et al. add a penalty to the fitness of
 mappings over the cap; here it is a pymoo inequality constraint, which ranks any mapping under
@@ -99,9 +99,10 @@ def _search(problem: Problem, algorithm: str, seed: int = 0, pop_size: int = 40,
         raise InputError(f"{algorithm}: util_cap must be in (0, 1], got {util_cap}")
     notes: dict[str, Any] = {"algorithm": algorithm, "objectives": names, "util_cap": util_cap,
                              "util_scope": util_scope}
-    if "energy" in names and any(e.power_w is None for e in problem.elements):
+    unpowered = [e.name for e in problem.elements if problem.element_power(e.name) is None]
+    if "energy" in names and unpowered:
         names.remove("energy")
-        notes["skipped"] = "energy: some element has no power_w"
+        notes["skipped"] = f"energy: element {unpowered[0]} has no power figure"
     rng = np.random.default_rng(seed)
     # a chromosome's objectives are its design's as its plan runs it (interleaved where
     # faster); the front keeps the same design in frame order too (fewer frames in flight)
