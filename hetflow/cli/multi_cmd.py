@@ -73,6 +73,15 @@ def print_multi_report(report) -> None:
                   _ms(pred), f"{r.latency['max'] / pred:.2f}" if pred else "-",
                   str(r.notes["missed"]), f"{r.checked_frames} ok" if r.checked_frames else "-")
     console.print(t)
+    for r in report.apps:
+        streams = r.notes.get("streams")
+        if streams:  # the application's table row is all its streams together
+            worst = max(streams, key=lambda x: (x["missed"], x.get("max", 0.0)))
+            console.print(f"{r.name}: {len(streams)} streams; the worst, {worst['stream']}: "
+                          f"{worst['frames']} frames, p99 {_ms(worst.get('p99'))} ms, worst "
+                          f"{_ms(worst.get('max'))} ms, {worst['missed']} missed; streams "
+                          f"missing a deadline: {sum(x['missed'] > 0 for x in streams)}",
+                          highlight=False)
     split = [r for r in report.apps if "exec_s" in r.notes]
     if split:  # where the time of a long response went
         t = Table(title="each response split: firings running / waiting (ms)")

@@ -65,10 +65,11 @@ def frames_per_app(mp: MultiPlan, target: int) -> list[int]:
     `target`, and until then the others keep running beside it (each is sized to go on at
     its period until the slowest periodic one is done; a free-running one FREE_RUNNING times
     the target), never more than MORE_FRAMES beyond the target."""
-    horizon = max((target * a.period for a in mp.apps if a.period > 0), default=0.0)
+    horizon = max((target * a.release_every for a in mp.apps if a.period > 0), default=0.0)
     out = []
     for a in mp.apps:
-        more = math.ceil(horizon / a.period) if a.period > 0 else (FREE_RUNNING - 1) * target
+        more = (math.ceil(horizon / a.release_every) if a.period > 0
+                else (FREE_RUNNING - 1) * target)
         out.append(target + min(more, MORE_FRAMES))
     return out
 
@@ -236,7 +237,9 @@ def app_run(index: int, entry: AppEntry, pp: PreparedPlan, frames: int, control:
     order = InOrder(frames)
     n_out = len(set(plan.app.model_outputs.values()))
     sink = Delivery(order, frames, n_out, keep)
-    admission = Admission(entry.period, frames, limit, list(wakes.values()))
+    # its streams' releases spread over the period, each stream with `limit` frames in flight
+    admission = Admission(entry.release_every, frames, limit * entry.streams,
+                          list(wakes.values()))
 
     def done(now: float) -> None:
         admission.completed(now)

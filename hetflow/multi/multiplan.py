@@ -33,6 +33,12 @@ class AppEntry:
     streams: int = 1  # streams of the model released every period, first come first served
 
     @property
+    def release_every(self) -> float:
+        """Seconds between releases of its frames, its streams together: their releases
+        spread evenly over the period (0: free-running). Frame j is stream j % streams's."""
+        return self.period / self.streams
+
+    @property
     def relative_deadline(self) -> float:
         """How long after its release each frame must be done (0: none, free-running)."""
         return self.period if self.deadline is None else self.deadline
@@ -105,10 +111,6 @@ class MultiPlan:
                          Plan.from_file(a.plan, f"{source} (application {a.name})"), a.predicted,
                          a.deadline_s, a.streams)
                 for a in f.apps]
-        for a in apps:
-            if a.streams != 1:
-                raise InputError(f"{source} (application {a.name}): {a.streams} streams; the "
-                                 "multi-CNN engines run one stream per application (limit 1)")
         mp = MultiPlan(f.platform_name, sorted(apps, key=lambda a: a.priority), f.predicted,
                        f.search)
         mp.validate(source)

@@ -53,6 +53,8 @@ def app_report(entry: AppEntry, index: int, responses: list[float], done_at: lis
                   notes={"period_s": entry.period, "deadline_s": deadline,
                          "priority": entry.priority, "missed": missed,
                          "late_releases": late_releases, "peak_in_flight": peak_in_flight})
+    if entry.streams > 1:  # frame j is stream j % streams's
+        r.notes["streams"] = per_stream(entry, resp, warmup)
     r.predicted.pop("tasks", None)
     if execs is not None and len(execs) == len(responses):
         ex = np.asarray(execs[warmup:], dtype=float)
@@ -63,6 +65,22 @@ def app_report(entry: AppEntry, index: int, responses: list[float], done_at: lis
         r.max_abs_error = check_outputs(graph, entry.plan.app, kept, src)
         r.checked_frames = len(kept)
     return r
+
+
+def per_stream(entry: AppEntry, responses: list[float], first: int) -> list[dict]:
+    """Each stream's frames, response times and deadline misses, from an application's
+    responses of its frames `first`, `first` + 1, ... (frame j is stream j % streams's)."""
+    resp = np.asarray(responses, dtype=float)
+    owner = (np.arange(len(resp)) + first) % entry.streams
+    deadline = entry.relative_deadline
+    out = []
+    for s in range(entry.streams):
+        mine = resp[owner == s]
+        out.append({"stream": f"{entry.name}/{s}", "frames": int(len(mine)),
+                    **({k: latency_stats(mine)[k] for k in ("p50", "p99", "max")}
+                       if len(mine) else {}),
+                    "missed": int(np.sum(mine > deadline)) if deadline > 0 else 0})
+    return out
 
 
 def multi_report(mp: MultiPlan, graphs: dict, results: list[dict],

@@ -12,7 +12,8 @@ from hetflow.model.synthetic import random_cnn_model
 from hetflow.multi.procs import hosts, run_processes
 from hetflow.multi.run import run_multiplan
 
-from test_runtime import check_free_running, cpu_elements, graphs, plan_of, split, tiny_problem
+from test_runtime import (check_free_running, check_streams, cpu_elements, graphs, plan_of, split,
+                          streams_plan, tiny_problem)
 
 
 def on_files(plan, tmp_path):
@@ -224,3 +225,10 @@ def test_no_frame_for_the_stall_timeout_is_a_stall_naming_the_applications(tmp_p
         run_processes(plan, graphs(mp), frames=3, warmup=0, check_frames=0, max_in_flight=2,
                       stall_timeout=2.0, trace_path=None, progress=None, seed=0)
     assert time.perf_counter() - t0 < 30
+
+
+def test_streams_run_in_processes_as_in_threads(tmp_path):
+    mp = tiny_problem(0.15, 0.2)
+    plan = on_files(streams_plan(mp, 3), tmp_path)
+    check_streams(run_multiplan(plan, graphs(mp), frames=9, warmup=1, check="first",
+                                engine="processes"))

@@ -155,3 +155,37 @@ def test_misses_count_against_the_relative_deadline():
     a, b = report.apps
     assert a.notes["deadline_s"] == 1e-7 and a.notes["missed"] == a.frames >= 4
     assert b.notes["deadline_s"] == b.notes["period_s"] == 0.2  # none given: the period
+
+
+def streams_plan(mp, streams: int):
+    """Application a on one element, b on the other, a given `streams` streams."""
+    e0, e1 = (e.name for e in cpu_elements())
+    plan = plan_of(mp, [Mapping({l.name: e for l in a.graph.layers})
+                        for a, e in zip(mp.apps, (e0, e1))])
+    plan.apps[0].streams = streams
+    return plan
+
+
+def check_streams(report) -> None:
+    """Three streams of a at its period 0.15 s: each stream's frames, responses and misses
+    reported, outputs checked as for one stream, a's frames three times as often."""
+    a, b = report.apps
+    streams = a.notes["streams"]
+    assert [s["stream"] for s in streams] == ["a/0", "a/1", "a/2"]
+    assert sum(s["frames"] for s in streams) == a.frames >= 9
+    assert max(s["frames"] for s in streams) - min(s["frames"] for s in streams) <= 1
+    assert sum(s["missed"] for s in streams) == a.notes["missed"]
+    assert all(s["max"] <= a.latency["max"] for s in streams)
+    assert a.checked_frames == 4 and a.max_abs_error < 1e-3
+    assert 0.7 * 3 / 0.15 < a.throughput < 1.3 * 3 / 0.15
+    assert "streams" not in b.notes
+
+
+def test_streams_of_one_application_are_released_in_turn_and_reported_each():
+    """Three streams of application a at one period: their releases spread over the period (one
+    set of sessions serves them all)."""
+    mp = tiny_problem(0.15, 0.2)
+    plan = streams_plan(mp, 3)
+    assert plan.apps[0].release_every == pytest.approx(0.05)
+    check_streams(run_multiplan(plan, graphs(mp), frames=9, warmup=1, check="first",
+                                engine="threads"))

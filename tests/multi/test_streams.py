@@ -224,11 +224,11 @@ def test_the_search_gives_the_gpu_lanes_and_the_plan_keeps_them(tmp_path):
     # each application's plan loads with its lanes (what a laned multi-CNN engine would run)
     loaded = Plan.from_dict(entry["plan"], "cam")
     assert loaded.mapping.lanes["gpu0"] == gpu_lanes
-    # the multi-CNN engines run lanes but not streams yet: the multi-plan is refused on load
-    # with a line naming the application
-    with pytest.raises(InputError, match=r"application cam\): 20 streams; the multi-CNN "
-                                         r"engines run one stream per application"):
-        MultiPlan.load(tmp_path / "m.json")
+    # and the multi-plan loads back with its streams, lanes and deadline for run-multi
+    back = next(a for a in MultiPlan.load(tmp_path / "m.json").apps if a.name == "cam")
+    assert (back.streams, back.deadline) == (20, 0.030)
+    assert back.release_every == pytest.approx(back.period / 20)
+    assert back.plan.mapping.lanes["gpu0"] == gpu_lanes
 
 
 def test_more_cameras_than_lanes_take_fit_in_batches_and_the_plan_keeps_them(tmp_path):
@@ -246,9 +246,8 @@ def test_more_cameras_than_lanes_take_fit_in_batches_and_the_plan_keeps_them(tmp
     entry = next(a for a in plan.apps if a.name == "cam")
     assert entry.plan.mapping.batch["gpu0"] == res.chosen.batch["gpu0"]
     plan.save(tmp_path / "m.json")
-    with pytest.raises(InputError, match=r"application cam\): 45 streams; the multi-CNN "
-                                         r"engines"):  # (they run its lanes and batches)
-        MultiPlan.load(tmp_path / "m.json")
+    back = next(a for a in MultiPlan.load(tmp_path / "m.json").apps if a.name == "cam")
+    assert back.streams == 45 and back.plan.mapping.batch["gpu0"] == res.chosen.batch["gpu0"]
 
 
 def test_the_same_cameras_on_one_lane_are_refused():
