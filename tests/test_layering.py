@@ -201,3 +201,18 @@ def test_the_cli_loads_with_no_optional_dependency_installed():
                        cwd=ROOT.parent, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "bench" in r.stdout
+
+
+def test_no_function_is_longer_than_a_screenful_or_two():
+    """Every function of hetflow/ (docstring and nested functions included) is at most 120
+    lines, and the bench's core at most 400: past that, split it into named steps."""
+    long = []
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 120:
+                    long.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} {node.name} "
+                                f"({lines} lines)")
+    assert not long, long
+    assert len((ROOT / "bench" / "core.py").read_text().splitlines()) <= 400

@@ -112,129 +112,140 @@ def check_models(models: list[str]) -> None:
                              f"{', '.join(e.name for e in zoo.list_models())})") from None
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
-    def bench(
-        models: Optional[list[str]] = typer.Argument(None, help="ONNX files or zoo names (default resnet18)"),
-        platform: str = typer.Option("auto", "--platform", "-p",
-                                     help="platform YAML file, bundled name, or auto (this "
-                                          "machine)"),
-        strategies: str = typer.Option("pipeline,single", "--strategies",
-                                       callback=strategy_list,
-                                       help="comma-separated search strategies, each one of: "
-                                            + ", ".join(strategy_names())),
-        quick: bool = typer.Option(False, "--quick", help=(
-            "fewer frames and repeats, and a budget of "
-            f"{QUICK_MODEL_SECONDS.value:.0f} s a model unless --budget is given "
-            "(kept by shortening measurements, skipping pilots and re-timing, and profiling "
-            "fewer core groupings; a model that needs more goes on at the minimums)")),
-        frames: Optional[int] = typer.Option(None, "--frames", min=2,
-                                             help="frames per plan run, at least (default 200; "
-                                                  "120 with --quick)"),
-        pilots: int = typer.Option(3, "--pilots", min=1, help="run the best N designs by "
-                                   "prediction briefly and keep the one measured best (1: "
-                                   "trust the prediction)"),
-        budget: Optional[float] = typer.Option(
-            None, "--budget", metavar="SECONDS", callback=positive,
-            help="wall-clock seconds for all MODELs together: each model gets an equal share of "
-                 "what is left, its measurements are shortened to fit and, where that is not "
-                 "enough, the one-lane reference rows, pilots, re-timing and then plan kinds are "
-                 "skipped (each said and kept in the results); a model whose profile and "
-                 "baselines cannot fit fails"),
-        head_to_head: int = typer.Option(
-            0, "--head-to-head", metavar="N", min=0,
-            help="after the plans, run the best plan and the parallel copies alternately N "
-                 "times each and report the medians' ratio, then the balanced plan the same way "
-                 "with its medians' p99 ratio (the bench's own ratios are one sample a side, "
-                 "minutes apart; outside the --budget; 0: off)"),
-        json_out: bool = typer.Option(False, "--json", help="print the results as JSON"),
-        report: Optional[Path] = typer.Option(None, "--report",
-                                              help="folder for bench.json, plans, traces and "
-                                                   "report.html"),
-        precision: str = typer.Option(
-            "fp32", "--precision", help=PRECISION_HELP + " (auto: among those within "
-                                        "--tolerance on the profile's check); baselines run "
-                                        "at each precision besides fp32 too"),
-        tolerance: Optional[str] = typer.Option(
-            None, "--tolerance", help="how far outputs may be from the fp32 reference at "
-                                      "another precision, e.g. 'rel_l2=0.02,top1_flips=0' "
-                                      "(default rel_l2=0.05,top1_flips=0)"),
-    ) -> None:
-        """Profile, map and run MODELs against the baselines; print one table per model."""
-        started = time.perf_counter()
-        tol = Tolerance.parse(tolerance) if tolerance is not None else None
+def settings_of(strategies, pilots: int, budget: float | None, head_to_head: int,
+                precision: str, tolerance, quick: bool, frames: int | None) -> BenchSettings:
+    """The bench's settings from its options (`--quick`: every measurement shortened, and
+    QUICK_MODEL_SECONDS a model unless a budget is given)."""
+    s = BenchSettings(strategies=strategies, pilot_candidates=pilots, budget_seconds=budget,
+                      head_to_head=head_to_head, precision=precision, tolerance=tolerance)
+    if quick:
+        s.frames, s.warmup, s.baseline_seconds, s.profile_repeats = 120, 20, 2.0, 5
+        s.plan_seconds = s.under_load_seconds = 1.0
+        s.lane_seconds = 0.5
+        if budget is None:
+            s.budget_seconds, s.budget_strict = QUICK_MODEL_SECONDS.value, False
+    if frames:
+        s.frames = frames
+    return s
 
-        models = models or ["resnet18"]
-        check_models(models)
-        check_writable(report, folder=True)
-        plat = resolve_platform(platform, check_devices=True)
-        precision_variants(plat, precision)  # a bad setting fails before any model is benched
-        s = BenchSettings(strategies=strategies, pilot_candidates=pilots, budget_seconds=budget,
-                          head_to_head=head_to_head, precision=precision, tolerance=tol)
-        if quick:
-            s.frames, s.warmup, s.baseline_seconds, s.profile_repeats = 120, 20, 2.0, 5
-            s.plan_seconds = s.under_load_seconds = 1.0
-            s.lane_seconds = 0.5
-            if budget is None:
-                s.budget_seconds, s.budget_strict = QUICK_MODEL_SECONDS.value, False
-        if frames:
-            s.frames = frames
-        err_console.print(f"profiles are cached in {cache_dir() / 'profiles'}", highlight=False)
-        results, failed = [], {}
-        interrupted = False
-        cut: dict = {}  # the model a signal stopped, and the steps it had begun
 
-        def data() -> dict:
-            return {"platform": plat.name, "settings": s.__dict__,
-                    "models": [r.to_dict() for r in results], "failed": failed,
-                    **({"interrupted_model": cut} if cut else {}),
-                    **interrupt.marker(interrupted)}
+def bench(
+    models: Optional[list[str]] = typer.Argument(None, help="ONNX files or zoo names (default resnet18)"),
+    platform: str = typer.Option("auto", "--platform", "-p",
+                                 help="platform YAML file, bundled name, or auto (this "
+                                      "machine)"),
+    strategies: str = typer.Option("pipeline,single", "--strategies",
+                                   callback=strategy_list,
+                                   help="comma-separated search strategies, each one of: "
+                                        + ", ".join(strategy_names())),
+    quick: bool = typer.Option(False, "--quick", help=(
+        "fewer frames and repeats, and a budget of "
+        f"{QUICK_MODEL_SECONDS.value:.0f} s a model unless --budget is given "
+        "(kept by shortening measurements, skipping pilots and re-timing, and profiling "
+        "fewer core groupings; a model that needs more goes on at the minimums)")),
+    frames: Optional[int] = typer.Option(None, "--frames", min=2,
+                                         help="frames per plan run, at least (default 200; "
+                                              "120 with --quick)"),
+    pilots: int = typer.Option(3, "--pilots", min=1, help="run the best N designs by "
+                               "prediction briefly and keep the one measured best (1: "
+                               "trust the prediction)"),
+    budget: Optional[float] = typer.Option(
+        None, "--budget", metavar="SECONDS", callback=positive,
+        help="wall-clock seconds for all MODELs together: each model gets an equal share of "
+             "what is left, its measurements are shortened to fit and, where that is not "
+             "enough, the one-lane reference rows, pilots, re-timing and then plan kinds are "
+             "skipped (each said and kept in the results); a model whose profile and "
+             "baselines cannot fit fails"),
+    head_to_head: int = typer.Option(
+        0, "--head-to-head", metavar="N", min=0,
+        help="after the plans, run the best plan and the parallel copies alternately N "
+             "times each and report the medians' ratio, then the balanced plan the same way "
+             "with its medians' p99 ratio (the bench's own ratios are one sample a side, "
+             "minutes apart; outside the --budget; 0: off)"),
+    json_out: bool = typer.Option(False, "--json", help="print the results as JSON"),
+    report: Optional[Path] = typer.Option(None, "--report",
+                                          help="folder for bench.json, plans, traces and "
+                                               "report.html"),
+    precision: str = typer.Option(
+        "fp32", "--precision", help=PRECISION_HELP + " (auto: among those within "
+                                    "--tolerance on the profile's check); baselines run "
+                                    "at each precision besides fp32 too"),
+    tolerance: Optional[str] = typer.Option(
+        None, "--tolerance", help="how far outputs may be from the fp32 reference at "
+                                  "another precision, e.g. 'rel_l2=0.02,top1_flips=0' "
+                                  "(default rel_l2=0.05,top1_flips=0)"),
+) -> None:
+    """Profile, map and run MODELs against the baselines; print one table per model."""
+    started = time.perf_counter()
+    tol = Tolerance.parse(tolerance) if tolerance is not None else None
 
-        with claimed(report, folder=True):
-            for i, m in enumerate(models):
-                ms = s
-                if budget is not None:  # an equal share of what is left
-                    left = budget - (time.perf_counter() - started)
-                    ms = replace(s, budget_seconds=max(0.0, left) / (len(models) - i))
-                steps: list[str] = []
-                try:
-                    with progress(f"bench {m}") as log:
-                        def step(msg: str, m=m, steps=steps, log=log) -> None:
-                            interrupt.check()  # a safe point: no step begins after a signal
-                            steps.append(msg)
-                            log(f"{m}: {msg}")
+    models = models or ["resnet18"]
+    check_models(models)
+    check_writable(report, folder=True)
+    plat = resolve_platform(platform, check_devices=True)
+    precision_variants(plat, precision)  # a bad setting fails before any model is benched
+    s = settings_of(strategies, pilots, budget, head_to_head, precision, tol, quick, frames)
+    err_console.print(f"profiles are cached in {cache_dir() / 'profiles'}", highlight=False)
+    results, failed = [], {}
+    interrupted = False
+    cut: dict = {}  # the model a signal stopped, and the steps it had begun
 
-                        mb = bench_model(m, plat, ms, log=step, report_dir=report)
-                except HetflowError as e:  # one model's failure is reported; the others run
-                    failed[m] = str(e)
-                    err_console.print(f"bench {m}: {e}", style="red")
-                    continue
-                except KeyboardInterrupt:
-                    interrupted, cut = True, {"model": m, "steps": steps}
-                    break
-                if interrupt.requested():  # a run inside was cut short: its figures are partial
-                    mb.notes["interrupted"] = interrupted = True
-                results.append(mb)
-                if not json_out:
-                    print_bench(mb)
-                if report:  # after every model, so a long run that is cut short keeps its results
-                    write_json(report / "bench.json", data())
-                if interrupted:
-                    break
-            if report:
+    def data() -> dict:
+        return {"platform": plat.name, "settings": s.__dict__,
+                "models": [r.to_dict() for r in results], "failed": failed,
+                **({"interrupted_model": cut} if cut else {}),
+                **interrupt.marker(interrupted)}
+
+    with claimed(report, folder=True):
+        for i, m in enumerate(models):
+            ms = s
+            if budget is not None:  # an equal share of what is left
+                left = budget - (time.perf_counter() - started)
+                ms = replace(s, budget_seconds=max(0.0, left) / (len(models) - i))
+            steps: list[str] = []
+            try:
+                with progress(f"bench {m}") as log:
+                    def step(msg: str, m=m, steps=steps, log=log) -> None:
+                        interrupt.check()  # a safe point: no step begins after a signal
+                        steps.append(msg)
+                        log(f"{m}: {msg}")
+
+                    mb = bench_model(m, plat, ms, log=step, report_dir=report)
+            except HetflowError as e:  # one model's failure is reported; the others run
+                failed[m] = str(e)
+                err_console.print(f"bench {m}: {e}", style="red")
+                continue
+            except KeyboardInterrupt:
+                interrupted, cut = True, {"model": m, "steps": steps}
+                break
+            if interrupt.requested():  # a run inside was cut short: its figures are partial
+                mb.notes["interrupted"] = interrupted = True
+            results.append(mb)
+            if not json_out:
+                print_bench(mb)
+            if report:  # after every model, so a long run that is cut short keeps its results
                 write_json(report / "bench.json", data())
-                err_console.print(f"wrote {report / 'bench.json'}", highlight=False)
-                if interrupted:  # the page would take seconds to draw; the JSON has it all
-                    err_console.print("no HTML report: the bench was interrupted",
-                                      style="yellow")
-                else:
-                    write_html(report, data())
-        if json_out:
-            print_json(data())
-        if interrupted:
-            raise typer.Exit(interrupt.exit_code())
-        if failed:
-            raise typer.Exit(1)
+            if interrupted:
+                break
+        if report:
+            write_json(report / "bench.json", data())
+            err_console.print(f"wrote {report / 'bench.json'}", highlight=False)
+            if interrupted:  # the page would take seconds to draw; the JSON has it all
+                err_console.print("no HTML report: the bench was interrupted",
+                                  style="yellow")
+            else:
+                write_html(report, data())
+    if json_out:
+        print_json(data())
+    if interrupted:
+        raise typer.Exit(interrupt.exit_code())
+    if failed:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(bench)
+
 
 
 def write_html(report: Path, data: dict) -> None:

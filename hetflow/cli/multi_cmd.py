@@ -107,146 +107,148 @@ def print_multi_report(report) -> None:
                       style="yellow")
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("map-multi")
-    def map_multi(
-        apps: list[str] = typer.Argument(..., metavar="MODEL:period=20ms[:priority=1]...",
-                                         help="one per application; keys period (required), "
-                                              "deadline (default the period), streams=N (N "
-                                              "streams of the model at one priority, named "
-                                              "NAME/0..NAME/N-1), priority (lower = higher; "
-                                              "default: order given), profile=FILE, name=NAME; "
-                                              "a model may be given many times by name"),
-        profile_dir: Optional[Path] = typer.Option(None, "--profile-dir",
-                                                   help="folder of <model>.*.profile.json"),
-        platform: Optional[str] = typer.Option(None, "--platform", "-p",
-                                               help="platform YAML, bundled name, or auto"),
-        output: Optional[Path] = typer.Option(None, "-o", "--output", help="multi-plan JSON"),
-        algorithm: Literal["nsga2", "spea2"] = typer.Option("nsga2", "--algorithm", "-a",
-                                                            help="multi-objective search"),
-        pop_size: int = typer.Option(48, "--pop-size", min=2, help="population of the search"),
-        generations: int = typer.Option(40, "--generations", min=1,
-                                        help="generations of the search"),
-        seed: int = typer.Option(0, "--seed", help="random seed of the search"),
-        prefer: Literal["margin", "energy"] = typer.Option("margin", "--prefer",
-                                   help="which front point to write: margin (smallest largest "
-                                        "response/period) or energy"),
-        pareto: Optional[Path] = typer.Option(None, "--pareto", help="front as CSV (+ PNG)"),
-        calibrate: bool = typer.Option(True, "--calibrate/--no-calibrate",
-                                       help="scale layer times to the measured whole model"),
-        time_stat: Literal["median", "p90", "max"] = typer.Option("median", "--time-stat",
-                                      help="measured whole-model time the stage times are "
-                                           "scaled to: median, p90 or max (a measured "
-                                           "worst-case execution time)"),
-        naive: bool = typer.Option(False, "--naive",
-                                   help="no search: write the naive plan (each application on "
-                                        "its fastest element), to run it for comparison"),
-        max_streams: Optional[str] = typer.Option(None, "--max-streams", metavar="APP",
-                                   help="find the most streams of application APP admitted "
-                                        "beside the others (its streams= is ignored); writes "
-                                        "the plan at that many"),
-        json_out: bool = typer.Option(False, "--json", help="print the multi-plan as JSON"),
-    ) -> None:
-        """Map several CNNs with periods, deadlines, streams and priorities onto one machine
-        (Kang et al. VI); says whether every deadline is met."""
-        from hetflow.multi.search import naive_result, search_multi
+def map_multi(
+    apps: list[str] = typer.Argument(..., metavar="MODEL:period=20ms[:priority=1]...",
+                                     help="one per application; keys period (required), "
+                                          "deadline (default the period), streams=N (N "
+                                          "streams of the model at one priority, named "
+                                          "NAME/0..NAME/N-1), priority (lower = higher; "
+                                          "default: order given), profile=FILE, name=NAME; "
+                                          "a model may be given many times by name"),
+    profile_dir: Optional[Path] = typer.Option(None, "--profile-dir",
+                                               help="folder of <model>.*.profile.json"),
+    platform: Optional[str] = typer.Option(None, "--platform", "-p",
+                                           help="platform YAML, bundled name, or auto"),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="multi-plan JSON"),
+    algorithm: Literal["nsga2", "spea2"] = typer.Option("nsga2", "--algorithm", "-a",
+                                                        help="multi-objective search"),
+    pop_size: int = typer.Option(48, "--pop-size", min=2, help="population of the search"),
+    generations: int = typer.Option(40, "--generations", min=1,
+                                    help="generations of the search"),
+    seed: int = typer.Option(0, "--seed", help="random seed of the search"),
+    prefer: Literal["margin", "energy"] = typer.Option("margin", "--prefer",
+                               help="which front point to write: margin (smallest largest "
+                                    "response/period) or energy"),
+    pareto: Optional[Path] = typer.Option(None, "--pareto", help="front as CSV (+ PNG)"),
+    calibrate: bool = typer.Option(True, "--calibrate/--no-calibrate",
+                                   help="scale layer times to the measured whole model"),
+    time_stat: Literal["median", "p90", "max"] = typer.Option("median", "--time-stat",
+                                  help="measured whole-model time the stage times are "
+                                       "scaled to: median, p90 or max (a measured "
+                                       "worst-case execution time)"),
+    naive: bool = typer.Option(False, "--naive",
+                               help="no search: write the naive plan (each application on "
+                                    "its fastest element), to run it for comparison"),
+    max_streams: Optional[str] = typer.Option(None, "--max-streams", metavar="APP",
+                               help="find the most streams of application APP admitted "
+                                    "beside the others (its streams= is ignored); writes "
+                                    "the plan at that many"),
+    json_out: bool = typer.Option(False, "--json", help="print the multi-plan as JSON"),
+) -> None:
+    """Map several CNNs with periods, deadlines, streams and priorities onto one machine
+    (Kang et al. VI); says whether every deadline is met."""
+    from hetflow.multi.search import naive_result, search_multi
 
-        check_writable(output, pareto)
-        specs = parse_app_specs(apps)
-        if max_streams is not None and naive:
-            raise InputError("--max-streams searches mappings; drop --naive")
-        plat = resolve_platform(platform or "auto")
-        mp = load_multi_problem(specs, plat, profile_dir, calibrate, time_stat)
-        answer = None
-        if naive:
-            result = naive_result(mp)
-        else:
-            with progress("searching ...", quiet=json_out) as log:
-                def search(m):
-                    return search_multi(m, algorithm, pop_size, generations, seed, prefer,
-                                        progress=log)
+    check_writable(output, pareto)
+    specs = parse_app_specs(apps)
+    if max_streams is not None and naive:
+        raise InputError("--max-streams searches mappings; drop --naive")
+    plat = resolve_platform(platform or "auto")
+    mp = load_multi_problem(specs, plat, profile_dir, calibrate, time_stat)
+    answer = None
+    if naive:
+        result = naive_result(mp)
+    else:
+        with progress("searching ...", quiet=json_out) as log:
+            def search(m):
+                return search_multi(m, algorithm, pop_size, generations, seed, prefer,
+                                    progress=log)
 
-                if max_streams is None:
-                    result = search(mp)
-                else:
-                    answer = largest_admitted(mp, max_streams, search, log)
-                    if answer.result is None:
-                        raise InfeasibleError(f"application {max_streams}: not even one stream "
-                                              f"is admitted: {answer.refused}")
-                    result = answer.result
-                    mp = with_streams(mp, max_streams, answer.streams)
-        mplan = make_multiplan(mp, result, "multi-naive" if naive else f"multi-{algorithm}")
-        if answer is not None:
-            mplan.search["max_streams"] = {"app": answer.name, "streams": answer.streams,
-                                           "refused_one_more": answer.refused,
-                                           "searches": answer.searches}
+            if max_streams is None:
+                result = search(mp)
+            else:
+                answer = largest_admitted(mp, max_streams, search, log)
+                if answer.result is None:
+                    raise InfeasibleError(f"application {max_streams}: not even one stream "
+                                          f"is admitted: {answer.refused}")
+                result = answer.result
+                mp = with_streams(mp, max_streams, answer.streams)
+    mplan = make_multiplan(mp, result, "multi-naive" if naive else f"multi-{algorithm}")
+    if answer is not None:
+        mplan.search["max_streams"] = {"app": answer.name, "streams": answer.streams,
+                                       "refused_one_more": answer.refused,
+                                       "searches": answer.searches}
+    if output:
+        mplan.save(output)
+    if pareto:
+        write_front(mp, result, pareto)
+    if json_out:
+        print_json(mplan.to_dict())
+        return
+    print_multiplan(mplan)
+    if answer is not None:
+        console.print(f"most streams of {answer.name} admitted: {answer.streams} "
+                      f"({answer.searches} searches); at {answer.streams + 1}: "
+                      f"{answer.refused}")
+    else:
+        console.print("every deadline is met (predicted)" if mplan.predicted["schedulable"]
+                      else "deadlines are MISSED (predicted)")
+    for f in ([output] if output else []) + ([pareto] if pareto else []):
+        console.print(f"wrote {f}")
+
+def run_multi(
+    plan_path: Path = typer.Argument(..., metavar="MULTIPLAN.json",
+                                     help="multi-plan from hetflow map-multi"),
+    frames: int = typer.Option(1000, "--frames", "-n", min=1,
+                               help="measured frames of every application (faster ones "
+                                    "run more while the slowest finishes)"),
+    warmup: int = typer.Option(10, "--warmup", min=0, help="first frames of each app not measured"),
+    check: Literal["first", "none"] = typer.Option("first", "--check",
+                                                   help="first (4 frames per app) or none"),
+    max_in_flight: int = typer.Option(4, "--max-in-flight", min=1,
+                                      help="frames of one app held at once (bounds memory)"),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="write a Chrome trace JSON"),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="report JSON"),
+    stall_timeout: float = typer.Option(30.0, "--stall-timeout", callback=positive,
+                                        help="seconds without a completed frame before the "
+                                             "run is stopped as stalled"),
+    switch_interval: float = typer.Option(1e-4, "--switch-interval", min=0,
+                                          help="GIL switch interval during the run, seconds "
+                                               "(0: Python's 5 ms)"),
+    engine: Literal["auto", "processes", "threads"] = typer.Option("auto", "--engine",
+                               help="processes (one per element), threads (one process), "
+                                    "or auto: processes where every application runs on "
+                                    "one element, else threads"),
+    realtime: bool = typer.Option(False, "--realtime",
+                                  help="process engine: run the element processes under "
+                                       "the SCHED_FIFO real-time policy (needs root or "
+                                       "CAP_SYS_NICE; the report says if it was refused)"),
+    json_out: bool = typer.Option(False, "--json", help="print the report as JSON"),
+) -> None:
+    """Run every application of a multi-plan at its period; report response times."""
+
+    check_writable(trace, output)
+    mplan = MultiPlan.load(plan_path)
+    with claimed(output), claimed(trace), progress("preparing sessions ...",
+                                                   quiet=json_out) as log:
+        report = run_multiplan(mplan, None, frames, warmup, check,
+                               max_in_flight=max_in_flight, stall_timeout=stall_timeout,
+                               trace_path=trace, progress=log,
+                               switch_interval=switch_interval, engine=engine,
+                               realtime=realtime)
+        data = {**report.to_dict(), **interrupt.marker(not report.complete)}
         if output:
-            mplan.save(output)
-        if pareto:
-            write_front(mp, result, pareto)
-        if json_out:
-            print_json(mplan.to_dict())
-            return
-        print_multiplan(mplan)
-        if answer is not None:
-            console.print(f"most streams of {answer.name} admitted: {answer.streams} "
-                          f"({answer.searches} searches); at {answer.streams + 1}: "
-                          f"{answer.refused}")
-        else:
-            console.print("every deadline is met (predicted)" if mplan.predicted["schedulable"]
-                          else "deadlines are MISSED (predicted)")
-        for f in ([output] if output else []) + ([pareto] if pareto else []):
+            write_json(output, data)
+    if json_out:
+        print_json(data)
+    else:
+        print_multi_report(report)
+        for f in ([output] if output else []) + ([trace] if trace else []):
             console.print(f"wrote {f}")
+    if not report.complete:
+        raise typer.Exit(interrupt.exit_code())
 
-    @app.command("run-multi")
-    def run_multi(
-        plan_path: Path = typer.Argument(..., metavar="MULTIPLAN.json",
-                                         help="multi-plan from hetflow map-multi"),
-        frames: int = typer.Option(1000, "--frames", "-n", min=1,
-                                   help="measured frames of every application (faster ones "
-                                        "run more while the slowest finishes)"),
-        warmup: int = typer.Option(10, "--warmup", min=0, help="first frames of each app not measured"),
-        check: Literal["first", "none"] = typer.Option("first", "--check",
-                                                       help="first (4 frames per app) or none"),
-        max_in_flight: int = typer.Option(4, "--max-in-flight", min=1,
-                                          help="frames of one app held at once (bounds memory)"),
-        trace: Optional[Path] = typer.Option(None, "--trace", help="write a Chrome trace JSON"),
-        output: Optional[Path] = typer.Option(None, "-o", "--output", help="report JSON"),
-        stall_timeout: float = typer.Option(30.0, "--stall-timeout", callback=positive,
-                                            help="seconds without a completed frame before the "
-                                                 "run is stopped as stalled"),
-        switch_interval: float = typer.Option(1e-4, "--switch-interval", min=0,
-                                              help="GIL switch interval during the run, seconds "
-                                                   "(0: Python's 5 ms)"),
-        engine: Literal["auto", "processes", "threads"] = typer.Option("auto", "--engine",
-                                   help="processes (one per element), threads (one process), "
-                                        "or auto: processes where every application runs on "
-                                        "one element, else threads"),
-        realtime: bool = typer.Option(False, "--realtime",
-                                      help="process engine: run the element processes under "
-                                           "the SCHED_FIFO real-time policy (needs root or "
-                                           "CAP_SYS_NICE; the report says if it was refused)"),
-        json_out: bool = typer.Option(False, "--json", help="print the report as JSON"),
-    ) -> None:
-        """Run every application of a multi-plan at its period; report response times."""
 
-        check_writable(trace, output)
-        mplan = MultiPlan.load(plan_path)
-        with claimed(output), claimed(trace), progress("preparing sessions ...",
-                                                       quiet=json_out) as log:
-            report = run_multiplan(mplan, None, frames, warmup, check,
-                                   max_in_flight=max_in_flight, stall_timeout=stall_timeout,
-                                   trace_path=trace, progress=log,
-                                   switch_interval=switch_interval, engine=engine,
-                                   realtime=realtime)
-            data = {**report.to_dict(), **interrupt.marker(not report.complete)}
-            if output:
-                write_json(output, data)
-        if json_out:
-            print_json(data)
-        else:
-            print_multi_report(report)
-            for f in ([output] if output else []) + ([trace] if trace else []):
-                console.print(f"wrote {f}")
-        if not report.complete:
-            raise typer.Exit(interrupt.exit_code())
+def register(app: typer.Typer) -> None:
+    app.command("map-multi")(map_multi)
+    app.command("run-multi")(run_multi)

@@ -162,123 +162,125 @@ class _ProfileCommand(TyperCommand):
         return super().make_context(info_name, args, parent=parent, **extra)
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("profile", cls=_ProfileCommand)
-    def profile(
-        model: str = typer.Argument(..., help="ONNX file or zoo model name"),
-        platform: str = typer.Option("auto", "--platform", "-p",
-                                     help="platform YAML file, bundled name, or auto (this machine)"),
-        output: Optional[Path] = typer.Option(None, "-o", "--output",
-                                              help="profile JSON to write "
-                                                   "(default: MODEL.PLATFORM.profile.json)"),
-        estimate: bool = typer.Option(False, "--estimate",
-                                      help="roofline estimate from nominal peak rates; measures nothing"),
-        repeats: int = typer.Option(20, "--repeats", min=1, help="timed runs per layer"),
-        warmup: int = typer.Option(3, "--warmup", min=0, help="untimed runs first"),
-        method: Literal["isolated", "chain"] = typer.Option(
-            "isolated", "--method", help="isolated: each layer repeated on a real input; chain: "
-                                         "layers timed in model order (over-estimates)"),
-        elements: Optional[list[str]] = typer.Option(None, "--element", "-e",
-                                                     help="profile only these elements (repeatable)"),
-        all_elements: bool = typer.Option(False, "--all-elements",
-                                          help="every element of every configuration (default: "
-                                               "those of the configurations the search uses)"),
-        fuse: bool = typer.Option(True, "--fuse/--no-fuse",
-                                  help="profile fused Conv+BN+activation layers (as ORT runs them)"),
-        comm: bool = typer.Option(True, "--comm/--no-comm", help="measure communication links"),
-        contention: bool = typer.Option(True, "--contention/--no-contention",
-                                        help="measure each element's slowdown while every "
-                                             "single core and GPU runs the model (hetflow map "
-                                             "predicts with it)"),
-        power_seconds: float = typer.Option(
-            POWER_WINDOW_S, "--power-seconds", min=0.0,
-            help="read each part's idle power and each element's busy power from this "
-                 "machine's energy counters (NVML, RAPL) over windows this long (0: not read)"),
-        dvfs: bool = typer.Option(False, "--dvfs-calibration",
-                                  help="scale times to the all-cores-busy frequency (Kang et al.)"),
-        input_shape: Optional[list[str]] = typer.Option(None, "--input-shape",
-                                                        help="NAME=1x3x224x224 for dynamic inputs"),
-        json_out: bool = typer.Option(False, "--json", help="print the summary as JSON"),
-        precision: str = typer.Option(
-            "fp32", "--precision", help=PRECISION_HELP + "; each element that is not fp32 also "
-                                        "runs the whole model against the fp32 reference"),
-    ) -> None:
-        """Profile every layer of MODEL on every processing element of a platform.
+def profile(
+    model: str = typer.Argument(..., help="ONNX file or zoo model name"),
+    platform: str = typer.Option("auto", "--platform", "-p",
+                                 help="platform YAML file, bundled name, or auto (this machine)"),
+    output: Optional[Path] = typer.Option(None, "-o", "--output",
+                                          help="profile JSON to write "
+                                               "(default: MODEL.PLATFORM.profile.json)"),
+    estimate: bool = typer.Option(False, "--estimate",
+                                  help="roofline estimate from nominal peak rates; measures nothing"),
+    repeats: int = typer.Option(20, "--repeats", min=1, help="timed runs per layer"),
+    warmup: int = typer.Option(3, "--warmup", min=0, help="untimed runs first"),
+    method: Literal["isolated", "chain"] = typer.Option(
+        "isolated", "--method", help="isolated: each layer repeated on a real input; chain: "
+                                     "layers timed in model order (over-estimates)"),
+    elements: Optional[list[str]] = typer.Option(None, "--element", "-e",
+                                                 help="profile only these elements (repeatable)"),
+    all_elements: bool = typer.Option(False, "--all-elements",
+                                      help="every element of every configuration (default: "
+                                           "those of the configurations the search uses)"),
+    fuse: bool = typer.Option(True, "--fuse/--no-fuse",
+                              help="profile fused Conv+BN+activation layers (as ORT runs them)"),
+    comm: bool = typer.Option(True, "--comm/--no-comm", help="measure communication links"),
+    contention: bool = typer.Option(True, "--contention/--no-contention",
+                                    help="measure each element's slowdown while every "
+                                         "single core and GPU runs the model (hetflow map "
+                                         "predicts with it)"),
+    power_seconds: float = typer.Option(
+        POWER_WINDOW_S, "--power-seconds", min=0.0,
+        help="read each part's idle power and each element's busy power from this "
+             "machine's energy counters (NVML, RAPL) over windows this long (0: not read)"),
+    dvfs: bool = typer.Option(False, "--dvfs-calibration",
+                              help="scale times to the all-cores-busy frequency (Kang et al.)"),
+    input_shape: Optional[list[str]] = typer.Option(None, "--input-shape",
+                                                    help="NAME=1x3x224x224 for dynamic inputs"),
+    json_out: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+    precision: str = typer.Option(
+        "fp32", "--precision", help=PRECISION_HELP + "; each element that is not fp32 also "
+                                    "runs the whole model against the fp32 reference"),
+) -> None:
+    """Profile every layer of MODEL on every processing element of a platform.
 
-        Or `hetflow profile import TABLE -m MODEL -p PLATFORM`: times measured elsewhere.
-        """
+    Or `hetflow profile import TABLE -m MODEL -p PLATFORM`: times measured elsewhere.
+    """
 
-        check_writable(output)
-        graph = resolve_model(model, parse_input_shapes(input_shape), fuse)
-        plat = resolve_platform(platform)
-        out = output or _default_output(graph.name, plat.name)
-        if output is None:  # the default name, known once model and platform are
-            check_writable(out)
-        searched = elements is None and not all_elements
-        elements = precision_elements(plat, precision, elements, searched)
-        with claimed(out):
-            if estimate:
-                prof = estimate_profile(graph, plat, elements=elements)
-            else:  # a signal ends it with what was measured, written and marked so
-                if not json_out and not err_console.is_terminal:  # (a terminal gets a bar)
-                    err_console.print(f"hetflow: profiling {graph.name} on {plat.name} "
-                                      f"({len(graph.layers)} layers)", highlight=False)
-                prof = profile_model(graph, plat, elements=elements, repeats=repeats,
-                                     warmup=warmup, method=method, comm=comm,
-                                     contention=contention, dvfs_calibration=dvfs,
-                                     skip_unavailable=searched, keep_partial=True,
-                                     power_seconds=power_seconds,
-                                     progress=not json_out and err_console.is_terminal)
-                if not prof.meta.get("interrupted"):
-                    record_deviations(prof, graph, elements or plat.all_elements())
-            if precision != DEFAULT_PRECISION:
-                prof.meta["precision"] = precision
-            prof.save(out)
-        summary = profile_summary(prof, graph)
-        if prof.meta.get("interrupted"):
-            summary.update(interrupt.marker())
-            if json_out:
-                print_json(summary)
-            err_console.print(f"interrupted: wrote the profile measured so far to {out} (its "
-                              f"meta says interrupted; profile again for a whole one)",
-                              style="yellow", highlight=False)
-            raise typer.Exit(interrupt.exit_code())
+    check_writable(output)
+    graph = resolve_model(model, parse_input_shapes(input_shape), fuse)
+    plat = resolve_platform(platform)
+    out = output or _default_output(graph.name, plat.name)
+    if output is None:  # the default name, known once model and platform are
+        check_writable(out)
+    searched = elements is None and not all_elements
+    elements = precision_elements(plat, precision, elements, searched)
+    with claimed(out):
+        if estimate:
+            prof = estimate_profile(graph, plat, elements=elements)
+        else:  # a signal ends it with what was measured, written and marked so
+            if not json_out and not err_console.is_terminal:  # (a terminal gets a bar)
+                err_console.print(f"hetflow: profiling {graph.name} on {plat.name} "
+                                  f"({len(graph.layers)} layers)", highlight=False)
+            prof = profile_model(graph, plat, elements=elements, repeats=repeats,
+                                 warmup=warmup, method=method, comm=comm,
+                                 contention=contention, dvfs_calibration=dvfs,
+                                 skip_unavailable=searched, keep_partial=True,
+                                 power_seconds=power_seconds,
+                                 progress=not json_out and err_console.is_terminal)
+            if not prof.meta.get("interrupted"):
+                record_deviations(prof, graph, elements or plat.all_elements())
+        if precision != DEFAULT_PRECISION:
+            prof.meta["precision"] = precision
+        prof.save(out)
+    summary = profile_summary(prof, graph)
+    if prof.meta.get("interrupted"):
+        summary.update(interrupt.marker())
         if json_out:
             print_json(summary)
-            return
-        kind = "estimated" if prof.estimated else f"measured ({summary['method']}, {repeats} repeats)"
-        console.print(f"{graph.name} on {plat.name}: {len(graph.layers)} layers, {kind}"
-                      + (f", {summary['seconds']} s" if summary["seconds"] else ""))
-        if prof.estimated:
-            t = Table(title="estimated model time (sum of layer times)")
-            t.add_column("element")
-            t.add_column("ms", justify="right")
-            for e, v in summary["elements"].items():
-                t.add_row(e, f"{v['layer_sum'] * 1e3:.2f}")
-        else:
-            t = Table(title="sum of layer times vs whole model (medians)")
-            for col in ("element", "as", "layer sum ms", "whole ms", "sum/whole"):
-                t.add_column(col, justify="left" if col in ("element", "as") else "right")
-            for e, v in summary["elements"].items():
-                same = v["profiled_as"] in (e, None)
-                whole = f"{v['whole'] * 1e3:.2f}" if "whole" in v else "-"
-                ratio = f"{v['ratio']:.3f}" if "ratio" in v else "-"
-                t.add_row(e, "" if same else v["profiled_as"], f"{v['layer_sum'] * 1e3:.2f}",
-                          whole, ratio)
-        console.print(t)
-        for link, m in prof.comm.items():
-            bw = f", {1 / m['b'] / 1e9:.1f} GB/s" if m["b"] > 0 else ""
-            console.print(f"{link}: {m['a'] * 1e6:.1f} us + {m['b'] * 1e9:.3f} ns/byte{bw}")
-        busy = summary["busy"]
-        if busy:
-            slow = sorted(v["slowdown"] for v in busy.values() if "slowdown" in v)
-            console.print("all busy at once: " + "; ".join(
-                ([f"single cores {slow[len(slow) // 2]:.2f}x their time alone (median of "
-                  f"{len(slow)})"] if slow else [])
-                + [f"{e} x{v['lanes']} lanes {v['fps']:.1f} frames/s" for e, v in busy.items()
-                   if v["lanes"] > 1]))
-        for line in power_lines(summary["power"]):
-            console.print(line, highlight=False)
-        for e, why in summary["skipped"].items():
-            console.print(f"skipped {e}: {why}")
-        console.print(f"wrote {out}")
+        err_console.print(f"interrupted: wrote the profile measured so far to {out} (its "
+                          f"meta says interrupted; profile again for a whole one)",
+                          style="yellow", highlight=False)
+        raise typer.Exit(interrupt.exit_code())
+    if json_out:
+        print_json(summary)
+        return
+    kind = "estimated" if prof.estimated else f"measured ({summary['method']}, {repeats} repeats)"
+    console.print(f"{graph.name} on {plat.name}: {len(graph.layers)} layers, {kind}"
+                  + (f", {summary['seconds']} s" if summary["seconds"] else ""))
+    if prof.estimated:
+        t = Table(title="estimated model time (sum of layer times)")
+        t.add_column("element")
+        t.add_column("ms", justify="right")
+        for e, v in summary["elements"].items():
+            t.add_row(e, f"{v['layer_sum'] * 1e3:.2f}")
+    else:
+        t = Table(title="sum of layer times vs whole model (medians)")
+        for col in ("element", "as", "layer sum ms", "whole ms", "sum/whole"):
+            t.add_column(col, justify="left" if col in ("element", "as") else "right")
+        for e, v in summary["elements"].items():
+            same = v["profiled_as"] in (e, None)
+            whole = f"{v['whole'] * 1e3:.2f}" if "whole" in v else "-"
+            ratio = f"{v['ratio']:.3f}" if "ratio" in v else "-"
+            t.add_row(e, "" if same else v["profiled_as"], f"{v['layer_sum'] * 1e3:.2f}",
+                      whole, ratio)
+    console.print(t)
+    for link, m in prof.comm.items():
+        bw = f", {1 / m['b'] / 1e9:.1f} GB/s" if m["b"] > 0 else ""
+        console.print(f"{link}: {m['a'] * 1e6:.1f} us + {m['b'] * 1e9:.3f} ns/byte{bw}")
+    busy = summary["busy"]
+    if busy:
+        slow = sorted(v["slowdown"] for v in busy.values() if "slowdown" in v)
+        console.print("all busy at once: " + "; ".join(
+            ([f"single cores {slow[len(slow) // 2]:.2f}x their time alone (median of "
+              f"{len(slow)})"] if slow else [])
+            + [f"{e} x{v['lanes']} lanes {v['fps']:.1f} frames/s" for e, v in busy.items()
+               if v["lanes"] > 1]))
+    for line in power_lines(summary["power"]):
+        console.print(line, highlight=False)
+    for e, why in summary["skipped"].items():
+        console.print(f"skipped {e}: {why}")
+    console.print(f"wrote {out}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("profile", cls=_ProfileCommand)(profile)

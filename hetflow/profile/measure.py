@@ -379,27 +379,20 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
     half `lane_seconds`, within `batch_budget_s` seconds per GPU (-1: 40 x `lane_seconds`;
     None: no bound; 0: no batch table). `cpu_batches`: time the whole model at batches on each
     single-core CPU element shape, kept where a frame runs faster (lanes.measure_cpu_batches).
-    `power_seconds`: each part's idle power and each element shape's busy power are read from
-    this machine's energy counters over windows this long (`profile.power`,
-    hetflow.profile.power; None: its POWER_WINDOW_S, 0: not read); parts without a counter are
-    listed there with why.
+    `power_seconds`: windows over which each part's idle and each shape's busy power are read
+    from energy counters (`profile.power`; None: POWER_WINDOW_S, 0: not read).
 
-    `time_limit_s`: the elements of `required` (names; all when empty) and the lanes and links
-    are measured first; each other element shape after them only if it is expected to end
-    within the limit (from the shapes measured before it), else it is skipped and listed in
-    `profile.meta['skipped']` and `profile.meta['partial']`.
+    `time_limit_s`: the elements of `required` (names; all when empty), lanes and links come
+    first; each other shape only if expected to end within the limit, else it is listed in
+    `profile.meta['skipped']` and `['partial']`.
 
-    Elements whose backend is missing here are skipped (listed in `profile.meta['skipped']`)
-    when `elements` is None (or `skip_unavailable`), and an error when named.
-    `dvfs_calibration`: scale each element's times by (its observed frequency / the frequency
-    with all cores busy), as Kang et al. do for phones whose governor slows down when every
-    core works. `contention`: the whole model's rate on each single core while every single
-    core runs a copy and each GPU runs it at its busy lane count (`calibration["busy_fps"]`,
-    `["busy_lanes"]`, about half `lane_seconds`): how much slower an element is while the
-    others are busy, which `hetflow map` predicts with.
-    `keep_partial`: a signal (Ctrl-C, SIGTERM) ends the measurement and the profile measured so
-    far is returned, `meta["interrupted"]` naming the signal (else the interrupt propagates).
-    """
+    An element whose backend is missing here is skipped (`meta['skipped']`) when `elements`
+    is None or `skip_unavailable`, else an error.
+    `dvfs_calibration`: scale times by (observed frequency / all cores busy), as Kang et al.
+    `contention`: each core's whole-model rate while every core runs a copy and each GPU its
+    busy lanes (`calibration["busy_fps"]`, `["busy_lanes"]`), which `hetflow map` predicts with.
+    `keep_partial`: a signal ends the measurement and the profile so far is returned, its
+    `meta["interrupted"]` naming the signal (else the interrupt propagates)."""
     if method not in METHODS:
         raise InputError(f"profile method {method!r}: choose one of {', '.join(METHODS)}")
     if repeats < 1 or warmup < 0:
@@ -461,46 +454,63 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
                                 if contention else ({}, {}))
         if busy_fps:
             phase_s["contention"] = round(time.perf_counter() - t2, 2)
-        from hetflow.profile.power import POWER_WINDOW_S, measure_power  # power imports lanes
-
-        power_seconds = POWER_WINDOW_S if power_seconds is None else power_seconds
-        if power_seconds > 0:
-            t2 = time.perf_counter()
-            task = bar.task("power: idle, then each element busy")
-            # the shapes measured so far (under a time limit, the others may not be at all)
-            prof.power = measure_power(graph, [e for ms in first.values() for e in ms], prof,
-                                       power_seconds)
-            task.advance()
-            if prof.power.get("idle"):
-                phase_s["power"] = round(time.perf_counter() - t2, 2)
+        # the shapes measured so far (under a time limit, the others may not be at all)
+        _measure_power(prof, graph, [e for ms in first.values() for e in ms], bar,
+                       power_seconds, phase_s)
         for rep, members in later.items():  # only with a time limit
-            took = [phase_s[f"layers@{r.name}"] for r in first if r.kind == rep.kind
-                    and len(r.cores) > 1] or [phase_s[f"layers@{r.name}"] for r in first]
-            expect = float(np.median(took)) if took else 0.0
-            if time.perf_counter() - started + expect > time_limit_s:
-                why = (f"the profile's time limit ({time_limit_s:.1f} s) would be passed: "
-                       f"about {expect:.1f} s per element shape")
+            why = _past_the_limit(rep, first, phase_s, time.perf_counter() - started,
+                                  time_limit_s)
+            if why:
                 skipped.update({e.name: why for e in members})
                 prof.meta.setdefault("partial", []).extend(e.name for e in members)
                 continue
             measure(rep, members)
             first[rep] = members
-    if prof.meta.get("interrupted"):
-        prof.meta["seconds"] = round(time.perf_counter() - started, 2)
-        return prof
-    _derived_accelerators(prof, graph, platform, wanted)
-    if dvfs_calibration:
-        _calibrate_dvfs(prof, platform, measurable)
-    else:
-        prof.calibration = {"dvfs": False}
-    found = {"call_overhead_s": overheads, "border_s": borders, "engine_firing_s": firing_s,
-             "busy_fps": busy_fps, "busy_lanes": busy_lanes if busy_fps else None}
-    prof.calibration.update({k: v for k, v in found.items() if v is not None and v != {}})
-    if skipped:
-        prof.meta.setdefault("skipped", {}).update(skipped)
+    if not prof.meta.get("interrupted"):
+        _derived_accelerators(prof, graph, platform, wanted)
+        if dvfs_calibration:
+            _calibrate_dvfs(prof, platform, measurable)
+        else:
+            prof.calibration = {"dvfs": False}
+        found = {"call_overhead_s": overheads, "border_s": borders, "engine_firing_s": firing_s,
+                 "busy_fps": busy_fps, "busy_lanes": busy_lanes if busy_fps else None}
+        prof.calibration.update({k: v for k, v in found.items() if v is not None and v != {}})
+        if skipped:
+            prof.meta.setdefault("skipped", {}).update(skipped)
+        prof.meta["phase_seconds"] = phase_s
     prof.meta["seconds"] = round(time.perf_counter() - started, 2)
-    prof.meta["phase_seconds"] = phase_s
     return prof
+
+
+def _measure_power(prof, graph, elements: list[ProcessingElement], bar, seconds: float | None,
+                   phase_s: dict[str, float]) -> None:
+    """The idle and busy power of `elements` into `prof.power` (`profile.power`; seconds a
+    window, None: its default, 0: none)."""
+    from hetflow.profile.power import POWER_WINDOW_S, measure_power  # power imports lanes
+
+    seconds = POWER_WINDOW_S if seconds is None else seconds
+    if seconds <= 0:
+        return
+    t0 = time.perf_counter()
+    task = bar.task("power: idle, then each element busy")
+    prof.power = measure_power(graph, elements, prof, seconds)
+    task.advance()
+    if prof.power.get("idle"):
+        phase_s["power"] = round(time.perf_counter() - t0, 2)
+
+
+def _past_the_limit(rep: ProcessingElement, measured, phase_s: dict[str, float], spent: float,
+                    limit_s: float) -> str | None:
+    """Why measuring shape `rep` would pass the profile's time limit after `spent` seconds
+    (expected to take the median of the shapes `measured`, those with several cores of its
+    kind where there are some), or None."""
+    took = [phase_s[f"layers@{r.name}"] for r in measured if r.kind == rep.kind
+            and len(r.cores) > 1] or [phase_s[f"layers@{r.name}"] for r in measured]
+    expect = float(np.median(took)) if took else 0.0
+    if spent + expect <= limit_s:
+        return None
+    return (f"the profile's time limit ({limit_s:.1f} s) would be passed: "
+            f"about {expect:.1f} s per element shape")
 
 
 def _measurable(wanted: list[ProcessingElement], explicit: bool

@@ -179,13 +179,11 @@ def lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]:
 
 def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]:
     """Lane `lane` of batched worker `w` (`program.batch` b > 1): it takes the frames its batch
-    lacks in one block (`Worker.block`: consecutive frames of a dynamic dispatch) and gathers
-    their first phase's inputs until b frames are there, the oldest has waited `batch_wait`
-    seconds since its arrival at the element, or its frames end (frames of the block not there
-    in time open the lane's next batch); then, phase by phase, it receives each frame's inputs,
-    fires once on them all (`run_frames`, or `submit_frames` and `collect_frames` on a laned
-    device), sends each frame's tensors, and delivers each frame. It yields where it must wait,
-    as `lane_loop` does."""
+    lacks in one block (`Worker.block`) and gathers their first phase's inputs until b frames
+    are there, the oldest has waited `batch_wait` s since its arrival, or the frames end (late
+    ones open the next batch); then phase by phase it receives each frame's inputs, fires once
+    on them all (`run_frames`, or `submit_frames`/`collect_frames` on a laned device), sends
+    and delivers each frame. It yields where it must wait, as `lane_loop` does."""
     prog, control, stop, deliver = w.program, s.control, s.control.stop, s.deliver
     inputs, first_start, arrive_at, events = s.inputs, s.first_start, s.arrive_at, s.events
     clock, on_device, index, b, patience = (time.perf_counter, w.on_device, w.index,

@@ -316,6 +316,14 @@ class RayPipeline:
             if arrive is None:
                 for f, wall in st["entered"].items():
                     entered[f] = np.fmin(entered[f], wall + to_perf)
+        return self._report(ends, taken, entered, order, warmup, t_start, complete, kept)
+
+    def _report(self, ends: dict[str, dict], taken: dict[str, int], entered: np.ndarray,
+                order: InOrder, warmup: int, t_start: float, complete: bool,
+                kept: dict[int, dict[str, np.ndarray]]
+                ) -> tuple[RunReport, dict[int, dict[str, np.ndarray]]]:
+        """The run's report from what the workers said at the stop (`ends`), and the outputs
+        kept of the frames released; the workers' trace events in `last_events`."""
         self.last_events = [ev for st in ends.values() for ev in st["events"]]
         n = order.next
         done_at = order.released_at[:n]
@@ -324,10 +332,10 @@ class RayPipeline:
         nodes = {el: {"node": w.node, "frames": taken.get(el, 0), **w.info}
                  for el, w in self.workers.items()}
         report = stream_report(done_at.tolist(), (done_at - first).tolist(), warmup, busy,
-                               t_start, complete, plan.predicted, frames_ahead(plan.mapping),
-                               order.completed_at.tolist(),
+                               t_start, complete, self.plan.predicted,
+                               frames_ahead(self.plan.mapping), order.completed_at.tolist(),
                                float(first.max()) if complete and n else None, engine="ray",
-                               ray_version=ray.__version__, workers=nodes)
+                               ray_version=self.ray.__version__, workers=nodes)
         return report, {f: kept[f] for f in sorted(kept) if f < n}
 
     def _ask(self, method: str, timeout: float, *args) -> dict[str, Any]:
