@@ -244,8 +244,6 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
     watching = contextlib.ExitStack()  # this process, while it watches, stays off the cores
     watching.enter_context(pinned(control_cores(  # of the CPU stages
         el for a in mp.apps for el in a.plan.elements.values())))
-    if on_started:
-        on_started(list(procs.values()))
     counts = {a.name: 0 for a in mp.apps}
     doing = {el: "not started" for el in procs}  # what each element's loop does, as it said
     results: dict[str, dict] = {}
@@ -285,6 +283,8 @@ def run_processes(mp: MultiPlan, graphs: dict, frames: int, warmup: int, check_f
             progress(f"running {len(mp.apps)} applications on {len(procs)} processes")
         start.value = time.perf_counter() + 0.02
         go.value = 1
+        if on_started:  # (every process loaded and running)
+            on_started(list(procs.values()))
 
         def step() -> dict[str, int] | None:
             if all(n >= target for n in counts.values()):

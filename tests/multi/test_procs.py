@@ -143,7 +143,8 @@ def test_a_process_that_fails_to_load_names_its_element(tmp_path):
 
 def endless_run(tmp_path, on_started):
     """Two applications, each on its own process, asked for far more frames than a test waits
-    for: the run ends by what `on_started` (given the processes) arranges."""
+    for: the run ends by what `on_started` (given the processes once all of them run)
+    arranges."""
     mp = tiny_problem(0.01, 0.012)
     plan = on_files(one_element_each(mp), tmp_path)
     return run_processes(plan, graphs(mp), frames=100000, warmup=0, check_frames=0,
@@ -159,7 +160,7 @@ def test_a_killed_process_stops_the_run_naming_its_element(tmp_path):
     def killer():
         while not procs:
             time.sleep(0.05)
-        time.sleep(4.0)  # loaded and running by then (or still loading: also a death)
+        time.sleep(1.0)  # on_started: every process loaded and running
         killed_at.append(time.perf_counter())
         os.kill(procs[1].pid, signal.SIGKILL)
 
@@ -179,7 +180,8 @@ def test_ctrl_c_stops_every_process_and_reports_what_was_measured(tmp_path):
 
     def interrupt_later(ps):
         procs.extend(ps)
-        threading.Timer(4.0, _thread.interrupt_main).start()  # as Ctrl-C does
+        # as Ctrl-C does, a second into the run (on_started: every process running)
+        threading.Timer(1.0, _thread.interrupt_main).start()
 
     report = endless_run(tmp_path, interrupt_later)
     assert not report.complete
