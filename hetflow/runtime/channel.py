@@ -31,6 +31,16 @@ class Channel(Protocol):
     def listen(self, wake: threading.Event) -> None: ...
 
 
+def window_start(taken: set[int], low: int, f: int) -> int:
+    """The lowest frame not yet taken, once frame f is: `low` before, `taken` the frames above
+    it already taken (updated in place). A channel's window of frames starts there."""
+    taken.add(f)
+    while low in taken:
+        taken.discard(low)
+        low += 1
+    return low
+
+
 class FrameChannel:
     """A bounded channel of frame-indexed items: `put(f, x)`, `get(f)`.
 
@@ -98,13 +108,8 @@ class FrameChannel:
             if f not in self.items:
                 return False, None
             item = self.items.pop(f)
-            self.taken.add(f)
-            moved = False
-            while self.low in self.taken:
-                self.taken.discard(self.low)
-                self.low += 1
-                moved = True
-            if moved:
+            low, self.low = self.low, window_start(self.taken, self.low, f)
+            if self.low != low:
                 self.space.notify_all()
                 for ev in self.listeners:
                     ev.set()

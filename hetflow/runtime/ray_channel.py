@@ -20,6 +20,7 @@ import collections
 import threading
 from typing import Any, Callable
 
+from hetflow.runtime.channel import window_start
 from hetflow.runtime.harness import POLL, Control, Stopped
 
 
@@ -118,17 +119,9 @@ class RayChannel:
     def credit(self, f: int) -> None:
         """A consumer member took frame f."""
         with self.lock:
-            self._take(f)
-
-    def _take(self, f: int) -> None:
-        self.taken.add(f)
-        moved = False
-        while self.low in self.taken:
-            self.taken.discard(self.low)
-            self.low += 1
-            moved = True
-        if moved:
-            self._notify()
+            low, self.low = self.low, window_start(self.taken, self.low, f)
+            if self.low != low:
+                self._notify()
 
     # ---- the consumer's end ----
     def receive(self, f: int, item: Any, route: tuple[int, ...] | None) -> None:
