@@ -17,6 +17,7 @@ from hetflow.errors import BackendError
 from hetflow.model import resolve_model
 from hetflow.model.subnet import Subnet, extract_subnet
 from hetflow.platform.spec import ProcessingElement
+from tests.cuda_marks import NEEDS_CUDA
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 HAS_ONNX2TORCH = HAS_TORCH and importlib.util.find_spec("onnx2torch") is not None
@@ -36,9 +37,9 @@ needs_onnx2torch = pytest.mark.skipif(not HAS_ONNX2TORCH,
 
 
 def needs_cuda(test):
-    skip = pytest.mark.skipif(not (HAS_CUDA and HAS_ONNX2TORCH),
-                              reason="needs a CUDA GPU with torch and onnx2torch")
-    return pytest.mark.gpu(skip(test))
+    for mark in NEEDS_CUDA:
+        test = mark(test)
+    return test
 
 
 GPU = ProcessingElement(name="gpu0", kind="gpu", cores=(0,), device_index=0)

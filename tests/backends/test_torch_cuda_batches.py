@@ -3,7 +3,6 @@ equal the fp32 CPU reference's, full and partial batches, and the frames/s of k 
 frames are printed (run with -s) so that t(b, k) can be read off on the GPU machine:
     pytest tests/backends/test_torch_cuda_batches.py -s -m gpu
 """
-import importlib.util
 import time
 
 import numpy as np
@@ -14,18 +13,10 @@ from hetflow.backends.inflight import InFlight
 from hetflow.model import resolve_model
 from hetflow.model.subnet import extract_subnet
 from hetflow.platform.spec import ProcessingElement
+from tests.cuda_marks import NEEDS_CUDA
 
 
-def _cuda() -> bool:
-    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("onnx2torch") is None:
-        return False
-    import torch
-
-    return torch.cuda.is_available()
-
-
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU with torch and onnx2torch")]
+pytestmark = NEEDS_CUDA
 
 GPU = ProcessingElement(name="gpu0", kind="gpu", cores=(0,), device_index=0)
 CPU = ProcessingElement(name="cpu0", kind="cpu", cores=(0,), cluster="cpu")

@@ -3,7 +3,6 @@ elsewhere): two applications share a GPU element of 2 lanes, one of them split w
 core, on the thread and the process engines; every output equals the CPU reference.
     pytest tests/multi/test_engine_gpu.py -m gpu
 """
-import importlib.util
 import os
 
 import pytest
@@ -15,18 +14,10 @@ from hetflow.multi.run import run_multiplan
 from test_engine_multi_lanes import check, entry, halves
 from test_procs import on_files
 from test_runtime import graphs, tiny_problem
+from tests.cuda_marks import NEEDS_CUDA
 
 
-def _cuda() -> bool:
-    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("onnx2torch") is None:
-        return False
-    import torch
-
-    return torch.cuda.is_available()
-
-
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU with torch and onnx2torch")]
+pytestmark = NEEDS_CUDA
 
 
 @pytest.mark.parametrize("engine", ["threads", "processes"])

@@ -5,7 +5,6 @@ order, against the same design run as independent copies (the bench's parallel b
 order kept). Outputs are checked; both rates are printed (run with -s):
     pytest tests/runtime/test_group_batch_cuda.py -s -m gpu
 """
-import importlib.util
 import os
 
 import pytest
@@ -18,18 +17,10 @@ from hetflow.platform.spec import ProcessingElement
 from hetflow.runtime.api import run_plan
 from hetflow.runtime.baselines import measure_parallel
 from hetflow.runtime.inputs import random_source
+from tests.cuda_marks import NEEDS_CUDA
 
 
-def _cuda() -> bool:
-    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("onnx2torch") is None:
-        return False
-    import torch
-
-    return torch.cuda.is_available()
-
-
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU with torch and onnx2torch")]
+pytestmark = NEEDS_CUDA
 
 SECONDS = 3.0
 CORES = sorted(os.sched_getaffinity(0))
