@@ -14,7 +14,9 @@ element's one thread over the lanes of every application's worker there. Their l
 turn before each firing (`Worker.turns`), and the driver gives the turn to the lane of the
 highest-priority application that can go on: fixed priority, non-preemptive at the granularity
 of one firing (a lower-priority firing under way blocks a higher-priority frame for at most
-that firing, as the schedulability analysis assumes). A worker alone keeps `drive`.
+that firing, as the schedulability analysis assumes). On a device element the k lanes are the
+element's: at most k firings of all its applications are in flight, and a lane that frees goes
+to the highest-priority turn (batched lanes take turns too). A worker alone keeps `drive`.
 """
 from __future__ import annotations
 
@@ -265,6 +267,8 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
                             ok, item = ch.try_get(f)
                         local[t] = item
                 feeds = [{t: local[t] for t in a.inputs} for _, local in batch]
+                if w.turns:  # its inputs are there: the element's driver says when
+                    yield TURN, a, fs[0], ""
                 t0 = clock()
                 if on_device:
                     runner.submit_frames(feeds)
@@ -449,7 +453,11 @@ def drive_shared(element: str, tenants: list[Tenant], control: Control, wake: th
     are looked at in launch order, as `drive` does. The last `spin` seconds before an arrival
     are spun, not slept (a thread alone in its process: a sleeping one wakes late)."""
     clock = time.perf_counter
-    gens, names, arrive, batched = [], [], [], []
+    gens, names, arrive, batched, device = [], [], [], [], []
+    # a device element's lanes are the element's, not each application's: at most `lanes`
+    # firings in flight among all of them, a free lane going to the highest priority ready
+    # (the k-server model of multi.schedulability)
+    lanes = max((t.worker.program.lanes for t in tenants if t.worker.on_device), default=0)
     for t in tenants:
         w, k = t.worker, t.worker.program.lanes
         loop = batch_lane_loop if w.program.batch > 1 else lane_loop
@@ -458,6 +466,7 @@ def drive_shared(element: str, tenants: list[Tenant], control: Control, wake: th
             names.append(t.name)
             arrive.append(t.stream.arrive_at)
             batched.append(w.program.batch > 1)
+            device.append(w.on_device)
     n = len(gens)
     waits: list[tuple | None] = [None] * n  # what each lane waits on (None: none)
     since = [0.0] * n  # when a lane's turn came
@@ -475,7 +484,11 @@ def drive_shared(element: str, tenants: list[Tenant], control: Control, wake: th
 
     def over(i: int) -> bool:
         w = waits[i]
-        return w is not None and (w[0] is TURN or _over(w[0], w[1], w[2], arrive[i]))
+        if w is None:
+            return False
+        if w[0] is TURN:
+            return not device[i] or len(in_flight) < lanes
+        return _over(w[0], w[1], w[2], arrive[i])
 
     try:
         pin_current_thread(cores)

@@ -129,3 +129,75 @@ def test_frames_per_app_keeps_the_faster_application_running_until_the_slower_is
     assert frames_per_app(plan, 100) == [100 + 400, 100 + 100]
     plan.apps[1].period = 0.0
     assert frames_per_app(plan, 100) == [100 + 100, 800]
+
+
+class Launcher:
+    """A runner that launches: a run takes FIRING seconds off the calling thread (a device's),
+    and the most runs in flight at once, over every Launcher of `count`, is recorded."""
+
+    def __init__(self, graph, layers, count: dict):
+        self.outs = {t: np.zeros(1, np.float32) for l in layers for t in graph.layer(l).outputs}
+        self.count, self.done_at = count, None
+
+    def submit(self, feeds):
+        with self.count["lock"]:
+            self.count["now"] += 1
+            self.count["most"] = max(self.count["most"], self.count["now"])
+        self.done_at = time.perf_counter() + FIRING
+
+    def finished(self):
+        return time.perf_counter() >= self.done_at
+
+    def wait(self):
+        while not self.finished():
+            time.sleep(FIRING / 10)
+
+    def collect(self):
+        self.wait()
+        with self.count["lock"]:
+            self.count["now"] -= 1
+        return dict(self.outs)
+
+    def close(self):
+        pass
+
+
+def test_a_device_elements_lanes_are_shared_by_every_application_on_it():
+    """Two applications, each with 2 lanes on one launching element: at most 2 runs are in
+    flight at once among both (the element's k lanes of the analysis), not 2 each: b runs free
+    on both lanes, and a frame of a released meanwhile waits for one of them."""
+    plan, graphs, el = on_one_element([0.01, 0.0])
+    count = {"lock": threading.Lock(), "now": 0, "most": 0}
+    for a in plan.apps:
+        a.plan.mapping.lanes[el] = 2
+
+    def launchers(plan_, graph):
+        runners, more = {}, {}
+        for actor, phases in plan_.app.phases.items():
+            for ph in phases:
+                runners[(actor, ph.index)] = Launcher(graph, ph.layers, count)
+                more[(actor, ph.index)] = [Launcher(graph, ph.layers, count)]
+        return PreparedPlan(plan_, graph, runners, more_lanes=more)
+
+    control = Control()
+    wakes = {el: threading.Event()}
+    runs = [app_run(i, a, launchers(a.plan, graphs[a.name]), n, control, 4,
+                    lambda k: False, 0, wakes, trace=True)
+            for i, (a, n) in enumerate(zip(plan.apps, frames_per_app(plan, 20)))]
+    assert all(w.on_device and w.program.lanes == 2 for r in runs for w in r.workers)
+    tenants = [t for r in runs for t in r.tenants()]
+    driver = threading.Thread(target=drive_shared, daemon=True,
+                              args=(el, tenants, control, wakes[el],
+                                    sorted(os.sched_getaffinity(0))[:1], Dispatched()))
+    t0 = time.perf_counter() + 0.005
+    for r in runs:
+        r.start(t0)
+    driver.start()
+    deadline = time.perf_counter() + 30
+    while runs[0].done() < 20 and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    control.stop.set()
+    driver.join(5)
+    control.raise_fault()
+    assert runs[0].done() >= 20 and runs[1].done() >= 20
+    assert count["most"] == 2
