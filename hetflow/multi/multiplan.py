@@ -177,7 +177,7 @@ def make_multiplan(mp, result, strategy: str = "multi") -> MultiPlan:
         metrics = app_metrics(sched, cand.analysis[a.name], mp.powers(), cand.lanes)
         plan = make_plan(a.problem, mapping, metrics, strategy, mp.platform_name,
                          {"profile": a.profile_source, "calibration": a.calibration,
-                          "time_stat": mp.time_stat}, a.fuse,
+                          "steps": a.steps, "time_stat": mp.time_stat}, a.fuse,
                          interleave=False)  # the schedulability analysis fires frame by frame
         plan.model_source = a.spec.model  # as given (a zoo name, or a path from here)
         apps.append(AppEntry(a.name, a.spec.period, a.spec.priority, plan,

@@ -187,3 +187,33 @@ def test_streams_of_one_model_share_one_profile_load_and_cost_model(models):
     assert cam1.problem is cam2.problem and cam1.graph is cam2.graph
     assert b.problem is not cam1.problem
     assert (cam1.spec.period, cam2.spec.period, b.spec.streams) == (0.04, 0.05, 4)
+
+
+def test_the_profiles_busy_copies_run_slows_each_element_as_map_has_it(models, tmp_path):
+    """A profile whose busy-copies run read every CPU element 1.5x slower than alone: the
+    multi-application cost model takes the step "contention" that `hetflow map` takes, and
+    records it; without the run the times are the profile's alone."""
+    from hetflow.multi.problem import load_multi_problem
+    from hetflow.multi.spec import parse_app_specs
+    from hetflow.platform import resolve_platform
+    from hetflow.profile.profile import Profile
+
+    prof = Profile.load(models / "profiles" / "a.hikey970.profile.json")
+    cpus = [e for e, d in prof.elements.items() if d.get("kind") == "cpu"]
+    for e in cpus:  # an estimate has no whole-model run: say it took 10 ms alone
+        prof.whole_model[e] = {"median": 0.01, "p90": 0.01, "max": 0.01}
+    src = prof.save(tmp_path / "a.alone.profile.json")
+    prof.calibration["busy_fps"] = {e: 1 / 0.015 for e in cpus}
+    busy = prof.save(tmp_path / "a.busy.profile.json")
+    platform = resolve_platform("hikey970")
+
+    def app(path):
+        spec = parse_app_specs([f"{models}/a.onnx:period=40ms:profile={path}"])
+        return load_multi_problem(spec, platform).apps[0]
+
+    alone, contended = app(src), app(busy)
+    assert [s["step"] for s in alone.steps] == ["profile"]
+    assert [s["step"] for s in contended.steps] == ["profile", "contention"]
+    j = [e.name for e in alone.problem.elements].index(cpus[0])
+    assert (contended.problem.layer_times[:, j].sum()
+            == pytest.approx(1.5 * alone.problem.layer_times[:, j].sum(), rel=1e-6))
