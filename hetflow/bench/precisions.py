@@ -12,6 +12,7 @@ from hetflow.profile.deviation import META_KEY
 from hetflow.runtime.baselines import measure_parallel, measure_single
 from hetflow.runtime.energy import with_energy
 
+from hetflow.bench.baselines import best_batch, design_text
 from hetflow.bench.profiles import baseline_elements
 from hetflow.bench.rows import run_row
 
@@ -62,12 +63,21 @@ def precision_baselines(ctx, problem, prof, source, seconds: float) -> list[dict
         parallel = [e for e in parallel if e.name in problem.element_index]
         lanes = {e.name: problem.best_lanes(e.name, busy=True) for e in parallel
                  if e.name in problem.lane_slowdown}
+        # as at fp32: a GPU at the (batch, lanes) its profile measured best at P, where it has
+        # a batch table there (beside busy copies for the copies, alone for the single)
+        batch: dict[str, int] = {}
+        for e in parallel:
+            bk = best_batch(prof, e.name) if e.kind == "gpu" else None
+            if bk is not None and bk[0] > 1:
+                batch[e.name], lanes[e.name] = bk
         reports = []
         for e in singles:
-            ctx.log(f"baseline: whole model on {e.name}")
             k = problem.best_lanes(e.name, busy=False) if e.name in problem.lane_slowdown else 1
+            bk = best_batch(prof, e.name, busy=False) if e.kind == "gpu" else None
+            b, k = bk if bk is not None and bk[0] > 1 else (1, k)
+            ctx.log(f"baseline: whole model on {e.name}" + design_text({e.name: k}, {e.name: b}))
             reports.append(with_energy({e.name: e}, lambda: measure_single(
-                ctx.graph, e, source, warmup=5, seconds=seconds, lanes=k)))
+                ctx.graph, e, source, warmup=5, seconds=seconds, lanes=k, batch=b)))
         if reports:
             best = max(reports, key=lambda r: r.throughput)
             element = best.name.split(":", 1)[1]
@@ -75,10 +85,13 @@ def precision_baselines(ctx, problem, prof, source, seconds: float) -> list[dict
                          "precisions": [p], "precision_of": p,
                          "deviation": recorded_deviation(prof, [element], tolerance)})
         if parallel and any(e.precision == p for e in parallel):
-            ctx.log(f"baseline: parallel copies @{p} on {', '.join(e.name for e in parallel)}")
+            ctx.log(f"baseline: parallel copies @{p} on {', '.join(e.name for e in parallel)}"
+                    + design_text(lanes, batch))
             r = with_energy({e.name: e for e in parallel}, lambda: measure_parallel(
-                ctx.graph, parallel, source, warmup=5, seconds=seconds, lanes=lanes))
-            rows.append({**run_row(f"parallel copies @{p}", "baseline", r),
+                ctx.graph, parallel, source, warmup=5, seconds=seconds, lanes=lanes,
+                batch=batch))
+            rows.append({**run_row(f"parallel copies @{p}" + design_text(lanes, batch),
+                                   "baseline", r),
                          "precisions": sorted({e.precision for e in parallel}),
                          "precision_of": p,
                          "deviation": recorded_deviation(prof, [e.name for e in parallel],
