@@ -68,3 +68,20 @@ def test_an_unknown_step_is_refused_naming_it():
         apply_step(p, _profile(p), "batches", {})
     with pytest.raises(InputError, match="'batches'"):
         calibrate(p, _profile(p), {"batches": {}})
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(3, 8), st.integers(0, 1000), st.floats(1.0, 1.5))
+def test_copies_faster_than_the_profile_correct_their_cores_down_and_no_other(n_layers, seed,
+                                                                           share):
+    """The cores' copies ran at `share` >= 1 of the profile's rate alone (the profile read them
+    slow): the cores that ran a copy take 1 / share, below 1.0; a core the copies never ran
+    keeps 1.0, so a configuration measured only alone is never predicted faster than that."""
+    p = make_problem(n_layers, make_elements(2, big=1), seed=seed)
+    prof = _profile(p)
+    busy = {e: share / prof.whole_model[e]["median"] for e in ("cpu0", "cpu1")}
+    q, _ = calibrate(p, prof, {"contention": {"busy_fps": busy, "busy_lanes": {},
+                                              "source": "test"}})
+    assert q.contention["cpu0"] == pytest.approx(1 / share)
+    assert q.contention["cpu1"] == pytest.approx(1 / share)
+    assert q.contention["big0"] == 1.0
