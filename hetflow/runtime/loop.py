@@ -225,10 +225,7 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
                 ok, item = ch.try_get(f)
             local[t] = item
 
-    def ready(local: dict) -> bool:
-        return (not loads or loads[0] in local) and all(a.tensors[0] in local
-                                                        for a in first_recv)
-
+    needed = [*loads[:1], *(a.tensors[0] for a in first_recv)]  # a frame's, to join a batch
     try:
         while True:
             batch: list[tuple[int, dict]] = []  # (frame, its tensors) in the order taken
@@ -246,7 +243,7 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
                 except BaseException as e:
                     control.fail(f"frame source, frame {f}: {type(e).__name__}: {e}")
                     return
-                if not ready(local):  # the batch waited long enough: it fires without f
+                if not all(t in local for t in needed):  # waited enough: it fires without f
                     break
                 taken.popleft()
                 if due is None:  # its arrival at the element
