@@ -16,7 +16,7 @@ from hetflow.mapping.energy import energy_method, require_power
 from hetflow.io import claimed
 from hetflow.mapping.calibration import load_calibration
 from hetflow.mapping.from_profile import calibrated_problem
-from hetflow.mapping.pareto import least_energy, write_front
+from hetflow.mapping.pareto import front_designs, least_energy, write_front
 from hetflow.mapping.pilot import choose_plan, pilot_summary
 from hetflow.mapping.planner import describe_stages, make_plan
 from hetflow.plan.mapping import describe_element
@@ -83,6 +83,32 @@ def map_model(graph, platform, prof, strategy: str, calibration: dict | None = N
     plan.predicted["energy_method"] = energy_method(problem, plan.mapping.elements)
     record_precision(plan, precision, tolerance)
     return plan, result, tried, problem
+
+
+def front_plans(problem, result, first, platform_name: str, fuse: bool, interleave: bool,
+                precision: str | None, tolerance: Tolerance | None) -> list:
+    """A plan of each design on the front of the search that gave plan `first` and `result`
+    (`pareto.front_designs`), as `hetflow map` would plan it: to run each and set measured
+    throughput, latency and energy per frame beside their predictions."""
+    plans = []
+    for mapping, metrics in front_designs(result):
+        plan = make_plan(result.problem or problem, mapping, metrics, first.strategy,
+                         platform_name, dict(first.search), fuse,
+                         interleave=interleave and not result.scored_as_run)
+        plan.predicted["energy_method"] = energy_method(problem, plan.mapping.elements)
+        record_precision(plan, precision, tolerance)
+        plans.append(plan)
+    return plans
+
+
+def save_front_plans(folder: Path, plans: list, input_shapes: dict) -> list[Path]:
+    """Each plan of a front as FOLDER/MODEL.front<i>.plan.json, in the front's order."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i, p in enumerate(plans):
+        p.input_shapes = input_shapes
+        out.append(p.save(folder / f"{p.model_name}.front{i}.plan.json"))
+    return out
 
 
 def least_energy_plan(problem, found: tuple, platform_name: str, fuse: bool,
@@ -172,6 +198,10 @@ def register(app: typer.Typer) -> None:
         capacity: int = typer.Option(2, "--capacity", min=1, help="FIFO capacity in frames"),
         json_out: bool = typer.Option(False, "--json", help="print the plan as JSON"),
         pareto: Optional[Path] = typer.Option(None, "--pareto", help="write the front as CSV (+PNG)"),
+        front_dir: Optional[Path] = typer.Option(
+            None, "--front-plans", help="write a plan of every design on the search's front "
+                                        "into this folder (MODEL.front0.plan.json, fastest "
+                                        "first), to run each and compare"),
         prefer: Literal["throughput", "energy"] = typer.Option(
             "throughput", "--prefer",
             help="which design of the search's front to plan: throughput (the fastest) or "
@@ -214,6 +244,7 @@ def register(app: typer.Typer) -> None:
         """Search a mapping of the model's layers onto the platform's elements; write a plan."""
         tol = Tolerance.parse(tolerance) if tolerance is not None else None
         check_writable(output, pareto)
+        check_writable(front_dir, folder=True)
         check_preference(prefer, pilots)
         opts = parse_options(option)
         if latency_cap_ms is not None:
@@ -237,9 +268,14 @@ def register(app: typer.Typer) -> None:
                 plan.save(output)
             if pareto:
                 write_front(result, pareto, problem)
+            written = (save_front_plans(front_dir, front_plans(
+                problem, result, plan, plat.name, bool(prof.meta.get("fused", False)),
+                interleave, precision, tol), plan.input_shapes) if front_dir else [])
         if json_out:
             print_json(plan.to_dict())
             return
         print_plan(plan)
         if output:
             console.print(f"wrote {output}")
+        if written:
+            console.print(f"wrote {len(written)} plans of the front into {front_dir}")

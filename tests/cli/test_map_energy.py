@@ -118,3 +118,32 @@ def test_the_run_line_puts_the_plans_prediction_beside_the_measurement():
     assert predicted_energy(r) == "; predicted 0.5 J/frame (nvml)"
     r.predicted = {"throughput": 40.0}
     assert predicted_energy(r) == ""
+
+
+def test_front_plans_are_the_fronts_designs_each_a_plan_to_run(hetflow, inputs, tmp_path):
+    """`--front-plans DIR` writes a plan of every design on the front, fastest first, each
+    with its predicted throughput, latency and energy per frame (what a run then sets measured
+    figures beside); a DIR that is a file is one line and exit 2."""
+    from hetflow.plan.plan import Plan
+
+    model, plat, prof = inputs
+    front, folder = tmp_path / "front.csv", tmp_path / "front"
+    code, out, err = hetflow("map", model, "--profile", prof, "-p", plat, *SEARCH,
+                             "--pareto", front, "--front-plans", folder)
+    assert code == 0, err
+    rows = list(csv.DictReader(front.open()))
+    plans = [Plan.load(folder / f"tiny.front{i}.plan.json") for i in range(len(rows))]
+    assert sorted(folder.iterdir()) == sorted(folder / f"tiny.front{i}.plan.json"
+                                              for i in range(len(rows)))
+    rates = [p.predicted["throughput"] for p in plans]
+    assert rates == sorted(rates, reverse=True)
+    for p in plans:
+        assert p.predicted["energy_per_frame"] > 0
+        assert p.predicted["energy_method"].startswith("modelled")
+    # the front's designs themselves: the CSV's figures, row by row
+    for p, r in zip(plans, rows):
+        assert p.predicted["throughput"] == pytest.approx(float(r["throughput_fps"]), rel=1e-6)
+        assert p.predicted["energy_per_frame"] == pytest.approx(
+            float(r["energy_j_per_frame"]), rel=1e-6)
+    one_line_exit_2(hetflow("map", model, "--profile", prof, "-p", plat, *SEARCH,
+                            "--front-plans", front), str(front))
