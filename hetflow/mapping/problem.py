@@ -8,6 +8,8 @@ be in only one element of a configuration). `evaluate` builds the CSDF app of a 
 """
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 import math
@@ -181,6 +183,15 @@ class Problem:
         if not curve:
             return None
         return _between(curve, lanes) + self.host_per_byte.get(element, 0.0) * border_bytes
+
+    def relative_rate(self, element: str, batch: int, lanes: int) -> float | None:
+        """`element`'s frames/s flat out at (`batch`, `lanes`) alone, over its rate at one
+        frame on one lane (None at a batch its profile never measured)."""
+        try:
+            return lanes * batch / (self.slowdown(element, lanes, False)
+                                    * self.batch_factor(element, batch, lanes, False))
+        except InputError:
+            return None
 
     def lane_counts(self, element: str) -> list[int]:
         """The lane counts measured on `element` ([1] for an element without lanes)."""
@@ -583,7 +594,9 @@ def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> M
             util[e] = min(1.0, b * share * thr) if np.isfinite(thr) else 0.0
     energy = frame_energy({e: f for e in util if (f := problem.element_power(e)) is not None},
                           util, thr, {e: problem.lanes_in(mapping, e) for e in util},
-                          {e: mapping.batch_of(e) for e in util})
+                          {e: mapping.batch_of(e) for e in util},
+                          {e: functools.partial(problem.relative_rate, e) for e in util
+                           if e in problem.lane_slowdown})
     mem = {}
     for a, ps in app.phases.items():
         w = sum(problem.graph.layer(l).param_bytes for p in ps for l in p.layers)

@@ -79,6 +79,27 @@ def test_busy_power_is_linear_between_lane_counts_and_batch_one_stands_for_unmea
     assert gpu.extra_w(8, 8, parts) == pytest.approx(340.0)  # no batch 8 row: batch 1's
 
 
+@settings(max_examples=50, deadline=None)
+@given(st.floats(1.0, 8.0), st.floats(0.0, 1.0))
+def test_given_its_rates_a_gpu_draws_for_the_frames_it_runs_not_its_lanes(gain, at):
+    """With the element's flat-out rate at each (batch, lanes), an unmeasured point's rise is
+    linear in that rate between the measured points: b8 x4 running `at` of the way from the
+    rate of one lane to that of eight draws `at` of the way from 140 W to 340 W, whatever its
+    lanes; measured points stay as measured, and past the fastest the rise stays there."""
+    gpu = figures()["gpu0"]
+    parts = {"gpu0"}
+    r1, r8 = 1.0, 1.0 + gain
+    rates = {(1, 1): r1, (1, 8): r8, (8, 4): r1 + at * (r8 - r1), (32, 8): 2 * r8}
+    rate = lambda b, k: rates.get((b, k))  # noqa: E731
+    assert gpu.extra_w(8, 4, parts, rate) == pytest.approx(140.0 + at * 200.0)
+    assert gpu.extra_w(1, 8, parts, rate) == pytest.approx(340.0)
+    assert gpu.extra_w(32, 8, parts, rate) == pytest.approx(340.0)
+    # without a rate for the point asked, the lane curve at batch 1 as before
+    assert gpu.extra_w(2, 4, parts, rate) == gpu.extra_w(2, 4, parts)
+    assert frame_energy(figures(), {"gpu0": 1.0}, 100.0, {"gpu0": 4}, {"gpu0": 8},
+                        {"gpu0": rate}) == pytest.approx((60.0 + 140.0 + at * 200.0) / 100.0)
+
+
 def test_a_window_the_element_was_busy_only_part_of_is_read_at_full_load():
     half = {**TABLE, "busy": {"gpu0": {"1,1": {"busy_share": 0.5, "copies": 1,
                                                "parts": {"gpu0": figure(130.0)}}}}}
