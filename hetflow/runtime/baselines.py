@@ -100,7 +100,8 @@ def measure_parallel(graph: CnnGraph, elements: list[ProcessingElement],
             for e, rs in zip(elements, built)]
     next_frame = iter(range(10 ** 12))
     lock = threading.Lock()
-    records: list[list[tuple[float, float]]] = [[] for _ in elements]
+    records: list[list[tuple[float, float]]] = [[] for _ in elements]  # a frame's each
+    firings: list[list[tuple[float, float]]] = [[] for _ in elements]  # a run's each
 
     def prepare(i: int) -> None:
         pin_current_thread(elements[i].cores)
@@ -110,7 +111,9 @@ def measure_parallel(graph: CnnGraph, elements: list[ProcessingElement],
 
     def collect(i: int) -> None:
         t0, n = runs[i].collect()
-        records[i] += [(t0, time.perf_counter())] * (n if isinstance(runs[i], Batches) else 1)
+        span = (t0, time.perf_counter())
+        records[i] += [span] * (n if isinstance(runs[i], Batches) else 1)
+        firings[i].append(span)
 
     def step(i: int) -> bool:
         b = batch.get(elements[i].name, 1)
@@ -152,9 +155,9 @@ def measure_parallel(graph: CnnGraph, elements: list[ProcessingElement],
     wall = t_end - window.start
     util: dict[str, float] = {}
     fps: dict[str, float] = {}
-    for el, r in zip(elements, records):
+    for el, r, runs_ in zip(elements, records, firings):
         k = lanes.get(el.name, 1)
-        busy = sum(min(e, t_end) - s for s, e in r if s < t_end)
+        busy = sum(min(e, t_end) - s for s, e in runs_ if s < t_end)  # a batch's run once
         util[el.name] = util.get(el.name, 0.0) + busy / wall / k
         fps[el.name] = fps.get(el.name, 0.0) + frames_in_window(r, window.start, t_end) / wall
     return RunReport(name, done, warmup, sum(fps.values()), latency_stats(lat), util,

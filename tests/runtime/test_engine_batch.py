@@ -159,6 +159,8 @@ def test_batched_copies_beside_a_cpu_copy_count_every_frame_of_a_batch(monkeypat
     report = baselines.measure_parallel(graph, [gpu, cpu], random_source(graph), frames=30,
                                         warmup=1, lanes={"gpu0": 2}, batch={"gpu0": 4})
     assert report.frames == 30 and report.notes["batch"] == {"gpu0": 4}
+    # a run of b frames is the element busy once, not b times (a share, at most 1)
+    assert 0 < report.utilisation["gpu0"] <= 1.0
     sizes = [n for _, n, _ in firings][2:]  # after each lane's one warm-up frame
     # full batches but for each lane's last (the lanes take frames from one stream, so the
     # two lanes' last batches may end in either order)
