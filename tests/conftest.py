@@ -1,6 +1,7 @@
 """Shared test settings. In CI (CI=true) property tests draw the same examples every run, so a
 red build always reproduces; locally they explore new examples each time."""
 import os
+import signal
 
 from hypothesis import settings
 import pytest
@@ -12,6 +13,12 @@ from hetflow.platform.spec import ProcessingElement
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+# a run started in the background by a script (`pytest &`) inherits SIGINT ignored, and the
+# Ctrl-C tests (an interrupt of this process, SIGINT sent to a child it starts) then wait for
+# a signal that never comes: give it Python's handler, which children get again
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 def element(name: str) -> ProcessingElement:
     cores = sorted(os.sched_getaffinity(0))
