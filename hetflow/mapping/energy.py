@@ -43,7 +43,7 @@ class ElementPower:
         `lanes`: as measured there; else, given `rate` (the element's frames/s flat out at a
         (batch, lanes), to scale), linear in that rate between the points measured (a GPU
         draws for the work it does: mobilenet_v2 at b4 x8 runs 1.8x the frames of b1 x8 and
-        drew 509 W on an H200, where the lane curve at batch 1 said 272); else linear in lanes
+        drew 509 W on an H200, where the lane curve at batch 1 said 273); else linear in lanes
         between the counts measured at that batch (the nearest beyond them), else at batch 1."""
         def above(watts: Mapping[str, float]) -> float:
             return sum(max(0.0, w - self.idle_w[p]) for p, w in watts.items()

@@ -8,10 +8,8 @@ be in only one element of a configuration). `evaluate` builds the CSDF app of a 
 """
 from __future__ import annotations
 
-import functools
-
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, partial
 import math
 from typing import Callable
 
@@ -595,7 +593,7 @@ def evaluate(problem: Problem, mapping: Mapping, with_latency: bool = True) -> M
     energy = frame_energy({e: f for e in util if (f := problem.element_power(e)) is not None},
                           util, thr, {e: problem.lanes_in(mapping, e) for e in util},
                           {e: mapping.batch_of(e) for e in util},
-                          {e: functools.partial(problem.relative_rate, e) for e in util
+                          {e: partial(problem.relative_rate, e) for e in util
                            if e in problem.lane_slowdown})
     mem = {}
     for a, ps in app.phases.items():
