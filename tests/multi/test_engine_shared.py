@@ -36,12 +36,13 @@ def sleepers(plan, graph) -> PreparedPlan:
     return PreparedPlan(plan, graph, runners)
 
 
-def drive_one_element(plan, graphs, el: str, until: int, limit: int):
-    """Both applications of `plan` on element `el` under one `drive_shared` thread, until the
-    first has completed `until` frames; the runs (with their stream's trace events)."""
+def drive_one_element(plan, graphs, el: str, until: int, limit: int, prepared=sleepers):
+    """Both applications of `plan` on element `el` under one `drive_shared` thread, their
+    runners from `prepared(plan, graph)`, until the first has completed `until` frames; the
+    runs (with their stream's trace events)."""
     control = Control()
     wakes = {el: threading.Event()}
-    runs = [app_run(i, a, sleepers(a.plan, graphs[a.name]), n, control, limit,
+    runs = [app_run(i, a, prepared(a.plan, graphs[a.name]), n, control, limit,
                     lambda k: False, 0, wakes, trace=True)
             for i, (a, n) in enumerate(zip(plan.apps, frames_per_app(plan, until)))]
     tenants = [t for r in runs for t in r.tenants()]
@@ -179,25 +180,7 @@ def test_a_device_elements_lanes_are_shared_by_every_application_on_it():
                 more[(actor, ph.index)] = [Launcher(graph, ph.layers, count)]
         return PreparedPlan(plan_, graph, runners, more_lanes=more)
 
-    control = Control()
-    wakes = {el: threading.Event()}
-    runs = [app_run(i, a, launchers(a.plan, graphs[a.name]), n, control, 4,
-                    lambda k: False, 0, wakes, trace=True)
-            for i, (a, n) in enumerate(zip(plan.apps, frames_per_app(plan, 20)))]
+    runs = drive_one_element(plan, graphs, el, until=20, limit=4, prepared=launchers)
     assert all(w.on_device and w.program.lanes == 2 for r in runs for w in r.workers)
-    tenants = [t for r in runs for t in r.tenants()]
-    driver = threading.Thread(target=drive_shared, daemon=True,
-                              args=(el, tenants, control, wakes[el],
-                                    sorted(os.sched_getaffinity(0))[:1], Dispatched()))
-    t0 = time.perf_counter() + 0.005
-    for r in runs:
-        r.start(t0)
-    driver.start()
-    deadline = time.perf_counter() + 30
-    while runs[0].done() < 20 and time.perf_counter() < deadline:
-        time.sleep(0.01)
-    control.stop.set()
-    driver.join(5)
-    control.raise_fault()
     assert runs[0].done() >= 20 and runs[1].done() >= 20
     assert count["most"] == 2
