@@ -31,6 +31,16 @@ def hetflow(monkeypatch, capsys):
     return run
 
 
+def one_line_exit_2(result, *says):
+    """A `hetflow` fixture result refused as bad input: exit 2 and one line on stderr that
+    says each of `says`."""
+    code, out, err = result
+    assert code == 2, (out, err)
+    assert len(err.strip().splitlines()) == 1, err
+    for s in says:
+        assert s in err, err
+
+
 @pytest.fixture
 def plan_file(tmp_path):
     """A tiny random CNN split over two CPU elements, saved as a plan next to its model."""

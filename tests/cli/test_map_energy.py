@@ -8,6 +8,7 @@ import onnx
 import pytest
 
 from hetflow.model.synthetic import random_cnn_model
+from tests.cli.conftest import one_line_exit_2
 
 PLATFORM = """name: tiny-soc
 clusters:
@@ -44,14 +45,6 @@ def inputs(hetflow, tmp_path, monkeypatch):
     code, _, err = hetflow("profile", model, "-p", plat, "--estimate", "-o", prof)
     assert code == 0, err
     return model, plat, prof
-
-
-def one_line_exit_2(result, *says):
-    code, out, err = result
-    assert code == 2, (out, err)
-    assert len(err.strip().splitlines()) == 1, err
-    for s in says:
-        assert s in err, err
 
 
 def test_the_least_energy_design_at_the_floor_or_above_is_planned(hetflow, inputs, tmp_path):

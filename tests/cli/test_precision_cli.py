@@ -6,6 +6,7 @@ import onnx
 import pytest
 
 from hetflow.model.synthetic import random_cnn_model
+from tests.cli.conftest import one_line_exit_2
 
 
 @pytest.fixture
@@ -18,14 +19,6 @@ def model(tmp_path):
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HETFLOW_CACHE", str(tmp_path / "cache"))
-
-
-def one_line_exit_2(result, *says):
-    code, out, err = result
-    assert code == 2, (out, err)
-    assert len(err.strip().splitlines()) == 1, err
-    for s in says:
-        assert s in err, err
 
 
 def test_a_precision_an_element_kind_cannot_run_is_refused(hetflow, model, tmp_path, cache):
