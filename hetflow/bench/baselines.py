@@ -47,6 +47,17 @@ def best_batch(prof, element: str, busy: bool = True) -> tuple[int, int] | None:
     return best[1:] if best else None
 
 
+def batched_copies(prof, parallel, lanes: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """(lanes, batch) of the practitioner's parallel design: each GPU among `parallel` at the
+    (b, k) its profile measured best beside busy copies (`best_batch`), the others at `lanes`."""
+    lanes, batch = dict(lanes), {}
+    for e in parallel:
+        bk = best_batch(prof, e.name) if e.kind == "gpu" else None
+        if bk is not None and bk[0] > 1:
+            batch[e.name], lanes[e.name] = bk
+    return lanes, batch
+
+
 def design_text(lanes: dict[str, int], batch: dict[str, int]) -> str:
     """' (gpu0 x2 b8)' for the elements run at more than one lane or frame a firing."""
     return "".join(f" ({e}" + (f" x{lanes.get(e, 1)}" if lanes.get(e, 1) > 1 else "")
@@ -93,12 +104,8 @@ def run_baselines(ctx, problem, prof, source) -> Baselines:
                  if e.name in problem.lane_slowdown}
     # the practitioner's design: a GPU at its best measured (b, k) beside the busy copies,
     # lanes alone where its profile has no batch table
-    par_batch: dict[str, int] = {}
-    lanes1 = dict(par_lanes)  # the batch-1 copies' lanes
-    for e in parallel:
-        bk = best_batch(prof, e.name) if e.kind == "gpu" else None
-        if bk is not None and bk[0] > 1:
-            par_batch[e.name], par_lanes[e.name] = bk
+    lanes1 = par_lanes  # the batch-1 copies' lanes
+    par_lanes, par_batch = batched_copies(prof, parallel, lanes1)
     references = sum(k > 1 for k in solo_lanes.values()) + any(k > 1 for k in par_lanes.values())
     seconds, references = _decide(ctx, problem, prof, singles, parallel, references)
     single_reports, reference, lanes_alone = [], [], {}

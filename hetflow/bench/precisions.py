@@ -12,7 +12,7 @@ from hetflow.profile.deviation import META_KEY
 from hetflow.runtime.baselines import measure_parallel, measure_single
 from hetflow.runtime.energy import with_energy
 
-from hetflow.bench.baselines import best_batch, design_text
+from hetflow.bench.baselines import batched_copies, best_batch, design_text
 from hetflow.bench.profiles import baseline_elements
 from hetflow.bench.rows import run_row
 
@@ -61,15 +61,11 @@ def precision_baselines(ctx, problem, prof, source, seconds: float) -> list[dict
         singles, parallel = baseline_elements(at_precision(ctx.platform, p))
         singles = [e for e in singles if e.precision == p and e.name in problem.element_index]
         parallel = [e for e in parallel if e.name in problem.element_index]
-        lanes = {e.name: problem.best_lanes(e.name, busy=True) for e in parallel
-                 if e.name in problem.lane_slowdown}
         # as at fp32: a GPU at the (batch, lanes) its profile measured best at P, where it has
         # a batch table there (beside busy copies for the copies, alone for the single)
-        batch: dict[str, int] = {}
-        for e in parallel:
-            bk = best_batch(prof, e.name) if e.kind == "gpu" else None
-            if bk is not None and bk[0] > 1:
-                batch[e.name], lanes[e.name] = bk
+        lanes, batch = batched_copies(prof, parallel, {
+            e.name: problem.best_lanes(e.name, busy=True) for e in parallel
+            if e.name in problem.lane_slowdown})
         reports = []
         for e in singles:
             k = problem.best_lanes(e.name, busy=False) if e.name in problem.lane_slowdown else 1
