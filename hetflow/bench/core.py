@@ -315,6 +315,7 @@ def save_plan(ctx: Context, label: str, plan, result, problem) -> None:
     plan.save(Path(ctx.report_dir) / f"{ctx.graph.name}.{label}.plan.json")
     if result is not None and len(result.front) > 1:
         from hetflow.mapping.pareto import write_front
+        from hetflow.mapping.planner import fitted_front
 
-        write_front(result, Path(ctx.report_dir) / f"{ctx.graph.name}.{label}.pareto.csv",
+        write_front(fitted_front(problem, result), Path(ctx.report_dir) / f"{ctx.graph.name}.{label}.pareto.csv",
                     problem)

@@ -16,9 +16,9 @@ from hetflow.mapping.energy import energy_method, require_power
 from hetflow.io import claimed
 from hetflow.mapping.calibration import load_calibration
 from hetflow.mapping.from_profile import calibrated_problem
-from hetflow.mapping.pareto import front_designs, least_energy, write_front
+from hetflow.mapping.pareto import least_energy, write_front
 from hetflow.mapping.pilot import choose_plan, pilot_summary
-from hetflow.mapping.planner import describe_stages, make_plan
+from hetflow.mapping.planner import describe_stages, fitted_front, make_plan
 from hetflow.plan.mapping import describe_element
 from hetflow.mapping.planning import record_precision, search_kind
 from hetflow.model import parse_input_shapes, resolve_model
@@ -85,13 +85,13 @@ def map_model(graph, platform, prof, strategy: str, calibration: dict | None = N
     return plan, result, tried, problem
 
 
-def front_plans(problem, result, first, platform_name: str, fuse: bool, interleave: bool,
-                precision: str | None, tolerance: Tolerance | None) -> list:
-    """A plan of each design on the front of the search that gave plan `first` and `result`
-    (`pareto.front_designs`), as `hetflow map` would plan it: to run each and set measured
+def front_plans(problem, result, designs: list, first, platform_name: str, fuse: bool,
+                interleave: bool, precision: str | None, tolerance: Tolerance | None) -> list:
+    """A plan of each design of a front (`planner.fitted_front` of the search that gave plan
+    `first` and `result`), as `hetflow map` would plan it: to run each and set measured
     throughput, latency and energy per frame beside their predictions."""
     plans = []
-    for mapping, metrics in front_designs(result):
+    for mapping, metrics in designs:
         plan = make_plan(result.problem or problem, mapping, metrics, first.strategy,
                          platform_name, dict(first.search), fuse,
                          interleave=interleave and not result.scored_as_run)
@@ -266,10 +266,11 @@ def register(app: typer.Typer) -> None:
             plan.input_shapes = {k: list(v) for k, v in parse_input_shapes(input_shape).items()}
             if output:
                 plan.save(output)
+            designs = fitted_front(problem, result) if pareto or front_dir else []
             if pareto:
-                write_front(result, pareto, problem)
+                write_front(designs, pareto, problem)
             written = (save_front_plans(front_dir, front_plans(
-                problem, result, plan, plat.name, bool(prof.meta.get("fused", False)),
+                problem, result, designs, plan, plat.name, bool(prof.meta.get("fused", False)),
                 interleave, precision, tol), plan.input_shapes) if front_dir else [])
         if json_out:
             print_json(plan.to_dict())

@@ -15,7 +15,7 @@ from hetflow.io import save_png, write_csv
 from hetflow.mapping.energy import energy_method
 
 COLUMNS = ["throughput_fps", "latency_ms", "energy_j_per_frame", "energy_method",
-           "max_memory_mb", "actors"]
+           "max_memory_mb", "actors", "lanes_batch"]
 
 
 def non_dominated(points: Sequence[Sequence[float]]) -> list[int]:
@@ -37,27 +37,35 @@ def non_dominated(points: Sequence[Sequence[float]]) -> list[int]:
 
 def front_designs(result) -> list:
     """The (mapping, metrics) of `result`'s front (its best alone where it has none) that no
-    other dominates on throughput, latency and, where all have it, energy per frame."""
+    other dominates (`undominated`)."""
     designs = result.front or [(result.best, result.metrics)]
+    return undominated(designs) or designs[:1]
+
+
+def undominated(designs: list) -> list:
+    """The (mapping, metrics) of `designs` with finite figures that no other dominates on
+    throughput, latency and, where all have it, energy per frame; fastest first."""
     finite = [(mp, m) for mp, m in designs if m.throughput == m.throughput
               and m.latency == m.latency]
     energy = bool(finite) and all(m.energy_per_frame is not None for _, m in finite)
     points = [(m.throughput, m.latency) + ((m.energy_per_frame,) if energy else ())
               for _, m in finite]
-    return [finite[i] for i in non_dominated(points)] or designs[:1]
+    return [finite[i] for i in non_dominated(points)]
 
 
-def front_rows(result, problem=None) -> list[dict]:
-    """The front's rows as the CSV has them, each design's energy with how `problem` (the cost
-    model searched) figures it."""
+def front_rows(designs: list, problem=None) -> list[dict]:
+    """The rows of a front's (mapping, metrics) as the CSV has them, each design's energy with
+    how `problem` (the cost model searched) figures it."""
     return [{"throughput_fps": m.throughput, "latency_ms": m.latency * 1e3,
              "energy_j_per_frame": m.energy_per_frame,
              "energy_method": (energy_method(problem, mapping.elements)
                                if problem is not None and m.energy_per_frame is not None
                                else ""),
              "max_memory_mb": max(m.peak_memory.values(), default=0) / 1e6,
-             "actors": " ".join(mapping.actors)}
-            for mapping, m in front_designs(result)]
+             "actors": " ".join(mapping.actors),
+             "lanes_batch": " ".join(f"{e} x{mapping.lanes_of(e)} b{mapping.batch_of(e)}"
+                                     for e in sorted(set(mapping.lanes) | set(mapping.batch)))}
+            for mapping, m in designs]
 
 
 def least_energy(designs: list, min_rate: float | None = None) -> tuple:
@@ -74,11 +82,11 @@ def least_energy(designs: list, min_rate: float | None = None) -> tuple:
     return min(fast, key=lambda d: (d[1].energy_per_frame, -d[1].throughput))
 
 
-def write_front(result, path: str | Path, problem=None) -> Path:
-    """The front as CSV (`front_rows`) and, with matplotlib, a PNG beside it: throughput
-    against latency and, where the designs have it, against energy per frame."""
+def write_front(designs: list, path: str | Path, problem=None) -> Path:
+    """A front's (mapping, metrics) as CSV (`front_rows`) and, with matplotlib, a PNG beside
+    it: throughput against latency and, where the designs have it, against energy per frame."""
     path = Path(path)
-    rows = front_rows(result, problem)
+    rows = front_rows(designs, problem)
     write_csv(path, rows, COLUMNS)
     try:
         import matplotlib

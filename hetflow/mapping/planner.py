@@ -11,8 +11,9 @@ from hetflow.plan.mapping import Mapping, group_members
 from hetflow.plan.plan import Plan
 from hetflow.mapping.problem import Metrics, Problem, build_app, saturated_latency
 from hetflow.mapping.strategies.base import SearchResult, check_options, get_strategy
-from hetflow.errors import InfeasibleError
-from hetflow.mapping.lanes import check_lanes, fit_lanes
+from hetflow.errors import DeadlockError, InfeasibleError
+from hetflow.mapping.lanes import batchable, check_lanes, fit_lanes
+from hetflow.mapping.pareto import front_designs, undominated
 from hetflow.mapping.problem import evaluate
 from hetflow.mapping.strategies.base import (
     configurations,
@@ -57,6 +58,33 @@ def as_fitted(problem: Problem, mapping: Mapping, latency_cap: float | None = No
     was fitted)."""
     mapping = replace(mapping, lanes={**interleaved_lanes(problem, mapping), **mapping.lanes})
     return fit_lanes(problem, mapping, latency_cap, rate_floor=rate_floor)
+
+
+def fitted_front(problem: Problem, result: SearchResult, latency_cap: float | None = None
+                 ) -> list[tuple[Mapping, Metrics]]:
+    """The designs of `result`'s front (`pareto.front_designs`) as plans run them: each with
+    the lanes and batch its plan takes (`as_fitted`) and, for each element it may batch, at
+    every other batch the profile measured (each at the fewest lanes near that batch's best),
+    those within the latency cap that no other dominates. A strategy scores its GPUs at batch
+    1; the batch trades the fill's latency for throughput and energy per frame, so a front of
+    batch-1 scores hides the designs between."""
+    problem = result.problem or problem
+    out = []
+    for mapping, _ in front_designs(result):
+        variants = [mapping] + [
+            replace(mapping, batch={**mapping.batch, e: b})
+            for e in dict.fromkeys(mapping.elements)
+            if batchable(problem, mapping, e) and e not in mapping.batch
+            for b in problem.batch_sizes(e)]
+        for variant in variants:
+            try:
+                m, fitted = as_fitted(problem, variant, latency_cap)
+            except DeadlockError:  # a batch in a round trip (see fit_lanes)
+                continue
+            fitted = fitted or evaluate(problem, m)
+            if latency_cap is None or fitted.latency <= latency_cap:
+                out.append((m, fitted))
+    return undominated(out) or front_designs(result)[:1]
 
 
 def interleaved_lanes(problem: Problem, mapping: Mapping) -> dict[str, int]:

@@ -3,7 +3,8 @@
 
 Each part of the machine (a GPU, the CPU packages together: `runtime.energy.part_of`) is read
 idle over one window, then each element shape busy: a GPU running the whole model at one lane,
-at its best lane count and at its best batch (profile's lane and batch tables), a CPU shape as
+at its best lane count and at each batch's best lane count (profile's lane and batch tables),
+best first, a CPU shape as
 copies on as many of its elements as have disjoint cores (a package's uncore power is then
 shared as it is in a plan using them; the busy figure is one copy's share). Every part is read
 in every busy window, so a GPU's driving core shows on the CPU package too. Windows last
@@ -88,19 +89,23 @@ def disjoint(members: list[ProcessingElement]) -> list[ProcessingElement]:
 
 def gpu_settings(prof: Profile, element: str) -> list[tuple[int, int]]:
     """(batch, lanes) a GPU's busy power is read at: one lane, the best lane count alone of its
-    lane table, and the best (b, k) alone of its batch table."""
+    lane table, and each batch of its batch table at that batch's best lane count, the best
+    (b, k) first (a plan may take any batch: the energy model interpolates between these by
+    rate, and a GPU's watts at a batch are not the lane curve's)."""
     out = [(1, 1)]
     lanes = prof.gpu_lanes.get(element, {})
     rates = {int(k): v["alone_fps"] if v.get("alone_fps") else int(k) / v["alone"]["median"]
              for k, v in lanes.items() if k.isdigit() and "alone" in v}
     if rates:
         out.append((1, best_count(rates)))
-    batches = {parse_batch_key(k): v for k, v in prof.gpu_batches.get(element, {}).items()
-               if "," in k and v.get("alone", {}).get("median")}
-    if batches:
-        (b, k), _ = max(batches.items(), key=lambda kv: kv[0][0] * kv[0][1]
-                        / kv[1]["alone"]["median"])
-        out.append((b, k))
+    batches = {bk: bk[0] * bk[1] / v["alone"]["median"]
+               for key, v in prof.gpu_batches.get(element, {}).items()
+               if "," in key and v.get("alone", {}).get("median")
+               for bk in [parse_batch_key(key)]}
+    best_at = {}
+    for (b, k), rate in sorted(batches.items(), key=lambda kv: -kv[1]):
+        best_at.setdefault(b, (b, k))
+    out.extend(best_at.values())
     return list(dict.fromkeys(out))
 
 

@@ -104,3 +104,29 @@ def test_a_latency_cap_pays_for_the_fill():
     fitted, metrics = fit_lanes(p, design, latency_cap=cap)
     assert metrics.latency <= cap
     assert 1 < fitted.batch_of("gpu0") < 8
+
+
+def test_the_front_holds_each_batch_as_its_plan_runs_it():
+    """A strategy scores the GPU at batch 1; the front a user runs (`fitted_front`) holds the
+    batches between, each design's metrics its plan's analysis, and none dominated by
+    another batch of the same design (an oracle: every batch evaluated here apart)."""
+    from hetflow.mapping.pareto import non_dominated
+    from hetflow.mapping.planner import fitted_front, make_plan
+    from hetflow.mapping.strategies.base import SearchResult
+
+    p = server(affine=4 / 7)
+    gpu = whole_model_on(p, "gpu0")
+    result = SearchResult(best=gpu, metrics=evaluate(p, gpu))
+    front = fitted_front(p, result)
+    batches = [m.batch_of("gpu0") for m, _ in front]
+    assert len(front) >= 3 and len(set(batches)) == len(batches)
+    for mapping, metrics in front:
+        assert metrics.throughput == pytest.approx(evaluate(p, mapping).throughput)
+        plan = make_plan(p, mapping, metrics, "single", "synthetic")
+        assert plan.mapping.batch_of("gpu0") == mapping.batch_of("gpu0")  # b1 stays b1
+        assert plan.predicted["throughput"] == pytest.approx(metrics.throughput)
+    every = [fit_lanes(p, dataclasses.replace(gpu, batch={"gpu0": b}))[1] for b in BATCHES]
+    points = [(m.throughput, m.latency) for m in every]
+    kept = {(round(m.throughput, 6), round(m.latency, 9))
+            for m in (every[i] for i in non_dominated(points))}
+    assert {(round(m.throughput, 6), round(m.latency, 9)) for _, m in front} == kept

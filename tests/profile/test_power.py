@@ -148,14 +148,17 @@ def test_copies_take_disjoint_cores():
     assert [e.name for e in disjoint(els)] == ["cpu0-1", "cpu2-3"]
 
 
-def test_a_gpu_is_read_at_one_lane_its_best_lanes_and_its_best_batch():
+def test_a_gpu_is_read_at_one_lane_its_best_lanes_and_each_batch_at_its_best_lanes():
     prof = lane_profile()
     assert gpu_settings(prof, "gpu0") == [(1, 1), (1, 8)]
     prof.gpu_batches["gpu0"] = {"1,1": {"alone": {"median": 0.010}},
-                                "8,4": {"alone": {"median": 0.040}},  # 800 frames/s
+                                "8,2": {"alone": {"median": 0.032}},  # 500 frames/s
+                                "8,4": {"alone": {"median": 0.040}},  # 800
                                 "16,4": {"alone": {"median": 0.100}},  # 640
+                                "16,1": {"alone": {"median": 0.040}},  # 400
                                 "skipped": "memory"}
-    assert gpu_settings(prof, "gpu0") == [(1, 1), (1, 8), (8, 4)]
+    # the best (b, k) first, then each other batch at its fastest lane count
+    assert gpu_settings(prof, "gpu0") == [(1, 1), (1, 8), (8, 4), (16, 4)]
     assert gpu_settings(prof, "gpu1") == [(1, 1)]
 
 
