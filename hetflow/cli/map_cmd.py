@@ -9,7 +9,7 @@ from rich.table import Table
 
 from hetflow import interrupt
 
-from hetflow.cli.common import PRECISION_HELP, check_writable, console, print_json, progress, strategy_name, strategy_names
+from hetflow.cli.common import PRECISION_HELP, check_writable, console, positive, print_json, progress, strategy_name, strategy_names
 import json
 from hetflow.errors import InfeasibleError, InputError
 from hetflow.mapping.energy import energy_method, require_power
@@ -20,7 +20,7 @@ from hetflow.mapping.pareto import least_energy, write_front
 from hetflow.mapping.pilot import choose_plan, pilot_summary
 from hetflow.mapping.planner import describe_stages, fitted_front, make_plan
 from hetflow.plan.mapping import describe_element
-from hetflow.mapping.planning import record_precision, search_kind
+from hetflow.mapping.planning import record_arrivals, record_precision, search_kind
 from hetflow.model import parse_input_shapes, resolve_model
 from hetflow.model.accuracy import Tolerance
 from hetflow.platform import resolve_platform
@@ -180,6 +180,19 @@ def print_plan(plan, title: str = "plan") -> None:
                   + (f", {p['energy_per_frame']:.4g} J/frame ({p.get('energy_method')})"
                      if p.get("energy_per_frame") else "")
                   + f"; search {plan.search.get('seconds', 0):.2f} s")
+    if p.get("at_rate"):
+        console.print(at_rate_line(p["at_rate"]), highlight=False)
+
+
+def at_rate_line(at: dict) -> str:
+    """'at 500 frames/s on a clock (batch wait gpu0 2 ms): latency p50 4.1 ms, ...'."""
+    waits = ", ".join(f"{e} {w * 1e3:g} ms" for e, w in sorted(at["batch_wait"].items()))
+    head = f"at {at['rate']:g} frames/s on a clock" + (f" (batch wait {waits})" if waits else "")
+    if at["latency_p50"] is None:
+        return (f"{head}: above what the plan takes with partial batches; its batches fill, "
+                "and the latency above holds")
+    return (f"{head}: latency p50 {at['latency_p50'] * 1e3:.2f} ms, a batch's first frame "
+            f"{at['latency_first'] * 1e3:.2f} ms")
 
 
 def register(app: typer.Typer) -> None:
@@ -211,6 +224,15 @@ def register(app: typer.Typer) -> None:
             None, "--min-rate", min=0.0,
             help="frames/s the plan must be predicted at (with --prefer energy, the floor "
                  "the least-energy design is chosen above)"),
+        rate: Optional[float] = typer.Option(
+            None, "--rate", callback=positive,
+            help="frames/s a stream will arrive at, on a clock: the plan also predicts each "
+                 "frame's latency at that rate (p50 and a batch's first frame), as "
+                 "`hetflow run --rate` measures it"),
+        batch_wait_ms: Optional[float] = typer.Option(
+            None, "--batch-wait-ms", min=0.0,
+            help="ms a batched element waits for a partial batch to fill before it fires "
+                 "it padded (default 0: it fires the frames there)"),
         input_shape: Optional[list[str]] = typer.Option(None, "--input-shape",
                                                         help="NAME=1x3x224x224 for dynamic inputs"),
         option: Optional[list[str]] = typer.Option(None, "--option", "-O",
@@ -262,6 +284,11 @@ def register(app: typer.Typer) -> None:
                 console.print(pilot_summary(tried), highlight=False)
 
             interrupt.check()  # a signal in the last pilot: no plan chosen on a cut-short run
+            record_arrivals(plan, result.problem or problem, rate,
+                            None if batch_wait_ms is None else batch_wait_ms / 1e3)
+            if batch_wait_ms is not None and not plan.mapping.batch_wait and not json_out:
+                console.print("--batch-wait-ms: the plan batches no element, so nothing waits "
+                              "for a batch", highlight=False)
             # `run` loads the model with the shapes the plan was made for
             plan.input_shapes = {k: list(v) for k, v in parse_input_shapes(input_shape).items()}
             if output:

@@ -84,9 +84,15 @@ def arrival_line(r) -> str:
     kept = r.throughput >= 0.98 * rate
     line = (f"{r.name}: frames arrived at {rate:.1f} frames/s and left at {r.throughput:.1f}: "
             + ("it kept up" if kept else "it fell behind, frames queued"))
-    if cap:
+    at = predicted.get("at_rate") or {}
+    if at.get("latency_p50") and abs(at["rate"] - rate) <= 0.01 * rate:
+        p50 = r.latency["p50"]
+        line += (f" (predicted at that rate: p50 {at['latency_p50'] * 1e3:.2f} ms, measured "
+                 f"{p50 * 1e3:.2f} ms, pred/meas {at['latency_p50'] / p50:.2f})")
+    elif cap:
         line += f" (predicted: {cap:.1f} frames/s at most"
-        line += (f"; latency {lat * 1e3:.2f} ms with frames on a clock at that rate)"
+        line += (f"; latency {lat * 1e3:.2f} ms at its own rate; `hetflow map --rate "
+                 f"{rate:g}` predicts it at this rate)"
                  if isinstance(lat, (int, float)) and lat < float("inf") else ")")
     return line
 

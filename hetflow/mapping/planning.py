@@ -3,6 +3,7 @@ candidate plans of one plan kind out, best prediction first (the pilots, if any,
 them: `mapping.pilot.choose_plan`)."""
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 from hetflow.errors import InfeasibleError
@@ -11,7 +12,7 @@ from hetflow.platform.precision import DEFAULT_PRECISION
 
 from hetflow.mapping import planner
 from hetflow.plan.plan import Plan
-from hetflow.mapping.problem import Problem
+from hetflow.mapping.problem import Problem, latency_at_rate
 from hetflow.mapping.strategies.base import SearchResult
 
 
@@ -58,3 +59,26 @@ def record_precision(plan, precision: str | None, tolerance: Tolerance | None) -
     if precision not in (None, DEFAULT_PRECISION) or tolerance is not None:
         plan.search["precision"] = precision or DEFAULT_PRECISION
         plan.search["tolerance"] = (tolerance or Tolerance()).to_dict()
+
+
+def record_arrivals(plan, problem: Problem, rate: float | None,
+                    batch_wait: float | None) -> None:
+    """Give the plan's batched elements `batch_wait` seconds to wait for a partial batch to
+    fill (Triton's queue delay: a batch fires when full or when its first frame has waited
+    that long, padded), and with `rate` predict each frame's latency with frames arriving on
+    a clock at `rate` frames/s (`latency_at_rate`): the median frame's, which `hetflow run
+    --rate` measures as its p50, and a batch's first frame's, which waits the longest. None
+    where `rate` is above what the plan takes with partial batches (batches then fill: the
+    plan's own latency holds)."""
+    if batch_wait is not None:
+        plan.mapping.batch_wait = {e: batch_wait for e, b in plan.mapping.batch.items() if b > 1}
+    if rate is None:
+        return
+
+    def finite(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+
+    plan.predicted["at_rate"] = {
+        "rate": rate, "batch_wait": dict(plan.mapping.batch_wait),
+        "latency_p50": finite(latency_at_rate(problem, plan.mapping, rate, median=True)),
+        "latency_first": finite(latency_at_rate(problem, plan.mapping, rate))}

@@ -437,7 +437,7 @@ def saturated_latency(problem: Problem, mapping: Mapping, app: CsdfApp | None = 
 def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
                 capacity_frames: int | None = None, for_latency: bool = False,
                 capacities: dict[str, int] | None = None, batched_rates: bool = True,
-                fills: dict[str, float] | None = None):
+                fills: dict[str, float] | None = None, padded: dict[str, int] | None = None):
     """The timed CSDF graph of `app`.
 
     A group of identical round-robin members is an actor with concurrency k (exact). A group
@@ -464,7 +464,9 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
     `member_fills`) adds to its first phase `for_latency` the wait of its frames for their
     batch, the slowest member's fill and firing being the worst frame's (a frame behind it
     leaves only after it). `batched_rates` False: every actor at rate one, a batched firing
-    serving one frame (a stream so slow that each frame fires alone, padded).
+    serving one frame (a stream so slow that each frame fires alone, padded). `padded`
+    ({element: b}): a firing of the mapping's batch there (a partial batch) runs padded to b,
+    taking t(b, k).
     """
 
 
@@ -481,8 +483,9 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
         if k > 1 or e in problem.lane_slowdown_busy:
             t *= problem.slowdown(e, k, busy, problem.stage_key(layers))
         b = mapping.batch_of(e)
-        if b > 1:  # b frames a firing: their borders b times over
-            t *= problem.batch_factor(e, b, k, busy)
+        run = (padded or {}).get(e, b)
+        if run > 1:  # b frames a firing: their borders b times over
+            t *= problem.batch_factor(e, run, k, busy)
             border_bytes *= b
         whole = len(layers) == len(problem.graph.layers)  # timed with its borders and host work
         if (e in problem.border_cost and not whole
@@ -635,25 +638,41 @@ def arrival_rates(mapping: Mapping, throughput: float) -> dict[str, float]:
 
 
 def member_fills(problem: Problem, mapping: Mapping, app: CsdfApp, rates: dict[str, float],
-                 full: bool) -> dict[str, float]:
+                 full: bool, median: bool = False) -> dict[str, float]:
     """{batched member of an unlike group: seconds a frame waits for its batch} at `rates`
     (`batch_fill`): such a member enters its group's rate, not the graph as an actor of rate
     b, so the graph does not wait for its batch."""
     rated = actor_batches(problem, mapping, app)
-    return {e: batch_fill(mapping, e, rates.get(e, 0.0), full)
+    return {e: batch_fill(mapping, e, rates.get(e, 0.0), full, median)
             for a in app.phases if a not in rated
             for e in group_members(a) if mapping.batch_of(e) > 1}
 
 
-def batch_fill(mapping: Mapping, element: str, rate: float, full: bool = False) -> float:
-    """Seconds a frame of `element` waits for its batch at `rate` frames/s arriving there: up
-    to its batch wait, the other b - 1 frames' arrival (`full`: all of it, as where lanes are
-    busy and a batch fills while it waits for one)."""
+def batch_fill(mapping: Mapping, element: str, rate: float, full: bool = False,
+               median: bool = False) -> float:
+    """Seconds the first frame of a batch of `element` waits for it at `rate` frames/s
+    arriving there, evenly spaced: up to its batch wait, the other b - 1 frames' arrival
+    (`full`: all of it, as where lanes are busy and a batch fills while it waits for one).
+    `median`: the median frame's wait instead: the batch fires with the n frames come by then,
+    the i-th having waited i / rate less than the first."""
     b = mapping.batch_of(element)
     if b == 1:
         return 0.0
     fill = (b - 1) / rate if rate > 0 else math.inf
-    return fill if full else min(mapping.batch_wait.get(element, 0.0), fill)
+    fill = fill if full else min(mapping.batch_wait.get(element, 0.0), fill)
+    if not median or not math.isfinite(fill):
+        return fill
+    return fill - (min(b, math.floor(fill * rate + 1e-9) + 1) - 1) / (2 * rate)
+
+
+def batch_frames(mapping: Mapping, element: str, rate: float) -> int:
+    """Frames a batch of `element` holds with frames arriving at `rate` frames/s evenly
+    spaced: b where they fill it within its wait, else those come by the end of the wait."""
+    b = mapping.batch_of(element)
+    if b == 1 or rate <= 0:
+        return 1
+    wait = mapping.batch_wait.get(element, 0.0)
+    return min(b, math.floor(wait * rate + 1e-9) + 1)
 
 
 def left_out_fill(problem: Problem, mapping: Mapping, app: CsdfApp,
@@ -676,21 +695,33 @@ def left_out_fill(problem: Problem, mapping: Mapping, app: CsdfApp,
                   for a in app.phases))
 
 
-def latency_at_rate(problem: Problem, mapping: Mapping, rate: float) -> float:
-    """Seconds a frame takes at `rate` frames/s, below what the plan takes unbatched (each
-    frame's batch fills only as its wait allows; `batch_fill`): the frame graph (every actor
-    at rate one, a batched firing costing a full padded batch's run) paced at `rate`, plus
-    each batched stage's fill at the frames it receives. inf where `rate` is above what that
-    graph takes (batches then fill; `evaluate`'s latency is the saturated one)."""
+def latency_at_rate(problem: Problem, mapping: Mapping, rate: float, median: bool = False
+                    ) -> float:
+    """Seconds a frame takes at `rate` frames/s arriving on a clock: each batched element's
+    batch fires with the frames that came within its wait (`batch_frames`), padded to its
+    batch (a firing costs t(b, k) whatever it holds), so the timed graph takes those frames a
+    firing, paced at `rate`; plus each batched stage's fill at the frames it receives
+    (`batch_fill`): the first frame's of a batch, or with `median` the median frame's. inf
+    where `rate` is above what that graph takes (frames then queue without bound; a plan fed
+    as fast as it goes fills its batches: `evaluate`'s latency)."""
     if problem.contention and len(set(mapping.elements)) == 1 and not problem.loaded_times:
         problem = problem.alone
-    app = build_app(problem, mapping)
     rates = arrival_rates(mapping, rate)
-    fills = member_fills(problem, mapping, app, rates, full=False)
-    lg = timed_graph(problem, app, mapping, for_latency=True, batched_rates=False, fills=fills)
-    res = latency(lg, period=1.0 / rate)
-    if not math.isfinite(res.steady):
-        return math.inf
-    fill = sum(max((batch_fill(mapping, e, rates[e]) for e in group_members(a)
+    app = build_app(problem, mapping)  # (checks the batches; a partial one runs padded)
+    held = replace(mapping, batch={e: batch_frames(mapping, e, rates.get(e, 0.0))
+                                   for e, b in mapping.batch.items()})
+    fills = member_fills(problem, mapping, app, rates, full=False, median=median)
+    lg = timed_graph(problem, app, held, for_latency=True, fills=fills,
+                     padded={e: b for e, b in mapping.batch.items() if b > 1})
+    batches = actor_batches(problem, held, app)
+    steady = 0.0
+    for sub, frames in (frame_parts(lg, batches) if batches else [(lg, 1)]):
+        res = latency(sub, period=frames / rate)
+        # a graph that cannot take frames that fast throttles its sources: a clock does not
+        # wait, and the frames it cannot take queue without bound
+        if not math.isfinite(res.steady) or res.period > (1.0 + 1e-9) * frames / rate:
+            return math.inf
+        steady = max(steady, res.steady)
+    fill = sum(max((batch_fill(mapping, e, rates[e], median=median) for e in group_members(a)
                     if e in rates and e not in fills), default=0.0) for a in app.phases)
-    return res.steady + fill
+    return steady + fill

@@ -33,6 +33,8 @@ def test_every_option_and_argument_has_help(name):
     (["run", "p.json", "--engine", "mpi"], "--engine"),
     (["map", "m.onnx", "--profile", "p.json", "--strategy", "nosuch"], "--strategy"),
     (["map", "m.onnx", "--profile", "p.json", "--capacity", "0"], "--capacity"),
+    (["map", "m.onnx", "--profile", "p.json", "--rate", "0"], "--rate"),
+    (["map", "m.onnx", "--profile", "p.json", "--batch-wait-ms", "-1"], "--batch-wait-ms"),
     (["profile", "m.onnx", "--repeats", "0"], "--repeats"),
     (["profile", "m.onnx", "--warmup", "-1"], "--warmup"),
     (["profile", "m.onnx", "--method", "guess"], "--method"),

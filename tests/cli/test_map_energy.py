@@ -140,3 +140,18 @@ def test_front_plans_are_the_fronts_designs_each_a_plan_to_run(hetflow, inputs, 
             float(r["energy_j_per_frame"]), rel=1e-6)
     one_line_exit_2(hetflow("map", model, "--profile", prof, "-p", plat, *SEARCH,
                             "--front-plans", front), str(front))
+
+
+def test_a_plan_predicts_its_latency_at_the_rate_a_stream_arrives_at(hetflow, inputs, tmp_path):
+    model, plat, prof = inputs
+    out = tmp_path / "plan.json"
+    code, text, err = hetflow("map", model, "--profile", prof, "-p", plat, "-s", "single",
+                              "--rate", "5", "--batch-wait-ms", "2", "-o", out)
+    assert code == 0, err
+    plan = json.loads(out.read_text())
+    at = plan["predicted"]["at_rate"]
+    # far below its rate, a frame of a plan without batches takes its time alone
+    assert at["rate"] == 5 and at["batch_wait"] == {}
+    assert at["latency_p50"] == pytest.approx(plan["predicted"]["latency_isolated"], rel=1e-6)
+    assert "at 5 frames/s on a clock" in text and "batches no element" in text
+

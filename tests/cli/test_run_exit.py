@@ -79,6 +79,19 @@ def test_frames_on_a_clock_say_whether_the_plan_kept_up(hetflow, plan_file):
     assert "plan: frames arrived at 100.0 frames/s" in out
 
 
+def test_a_plan_predicted_at_the_runs_rate_sets_its_p50_beside_the_measured(hetflow, plan_file):
+    plan = json.loads(plan_file.read_text())
+    plan["predicted"]["at_rate"] = {"rate": 100.0, "batch_wait": {}, "latency_p50": 0.5,
+                                    "latency_first": 0.5}
+    plan_file.write_text(json.dumps(plan))
+    code, out, err = hetflow("run", plan_file, "--frames", "20", "--warmup", "2", "--rate", "100")
+    assert code == 0, err
+    assert "predicted at that rate: p50 500.00 ms, measured" in out
+    # at another rate than the plan was predicted at, no such line
+    code, out, err = hetflow("run", plan_file, "--frames", "20", "--warmup", "2", "--rate", "50")
+    assert code == 0 and "predicted at that rate" not in out
+
+
 def test_a_rate_of_no_frames_exits_two(hetflow, plan_file):
     code, out, err = hetflow("run", plan_file, "--rate", "0")
     assert code == 2 and "--rate" in err and "Traceback" not in err

@@ -20,6 +20,7 @@ from hetflow.dataflow.analysis import (
 )
 from hetflow.mapping.problem import (
     actor_batches,
+    batch_fill,
     build_app,
     evaluate,
     frame_parts,
@@ -260,3 +261,38 @@ def test_a_batch_in_a_round_trip_that_cannot_fill_is_not_chosen(factory):
         evaluate(p, dataclasses.replace(m, batch={"gpu0": 8}))
     fitted, metrics = fit_lanes(p, m)
     assert fitted.batch_of("gpu0") == 1 and metrics.batch == {}
+
+
+def simulated_batches(batch: int, wait: float, rate: float, frames: int) -> list[list[float]]:
+    """Each batch's frames' waits for it, frames arriving every 1 / rate s: a batch opens with
+    the first frame not yet taken and fires once it holds `batch` frames or its first frame
+    has waited `wait` s, with the frames come by then."""
+    arrivals = [i / rate for i in range(frames)]
+    out, i = [], 0
+    while i < frames:
+        fire = min(arrivals[i] + wait, arrivals[min(i + batch - 1, frames - 1)])
+        taken = [t for t in arrivals[i:i + batch] if t <= fire + 1e-12]
+        out.append([fire - t for t in taken])
+        i += len(taken)
+    return out
+
+
+@given(b=st.integers(2, 32), wait=st.floats(0.0, 0.05), rate=st.floats(10.0, 20000.0))
+def test_a_frames_wait_for_its_batch_is_that_of_a_simulated_clock(b, wait, rate):
+    m = Mapping({"l": "gpu0"}, batch={"gpu0": b}, batch_wait={"gpu0": wait})
+    batches = simulated_batches(b, wait, rate, frames=10 * b)[:-1]  # the last: the stream's end
+    assert batches and all(len(x) == len(batches[0]) for x in batches)  # on a clock, alike
+    # the first frame of a batch waits longest; the median frame as numpy's median of a batch
+    assert batch_fill(m, "gpu0", rate) == pytest.approx(max(batches[0]), rel=1e-6, abs=1e-9)
+    assert batch_fill(m, "gpu0", rate, median=True) == pytest.approx(
+        float(np.median(batches[0])), rel=1e-6, abs=1e-9)
+
+
+def test_latency_at_a_rate_above_what_the_plan_takes_is_unbounded(factory):
+    p = batched_problem(factory, 0, affine=0.5)
+    m = dataclasses.replace(whole(p, "gpu0"), lanes={"gpu0": 2}, batch={"gpu0": 8},
+                            batch_wait={"gpu0": 1e-3})
+    full = evaluate(p, m).throughput  # frames/s with full batches: 2 * 8 / t(8, 2)
+    alone = full / 8  # each frame fired alone, padded
+    assert math.isfinite(latency_at_rate(p, m, 0.5 * alone))
+    assert latency_at_rate(p, m, 4 * full) == math.inf
