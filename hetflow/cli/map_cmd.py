@@ -115,11 +115,10 @@ def least_energy_plan(problem, found: tuple, platform_name: str, fuse: bool,
                       cap: float | None, interleave: bool, min_rate: float | None) -> tuple:
     """(plan, search result) of the design with the least predicted energy per frame at
     `min_rate` frames/s or more (within the latency `cap`) on the front of the search that
-    gave `found` (its best plan and result), its GPUs at the fewest lanes that keep the rate."""
+    gave `found` (its best plan and result) as `--pareto` writes it (`fitted_front`: each batch
+    of its GPUs fitted in, each at its fewest lanes near that batch's best)."""
     first, result = found
-    mapping, metrics = least_energy(
-        [(mp, m) for mp, m in [*result.front, (result.best, result.metrics)]
-         if cap is None or m.latency <= cap], min_rate)
+    mapping, metrics = least_energy(fitted_front(problem, result, cap), min_rate)
     plan = make_plan(result.problem or problem, mapping, metrics, first.strategy,
                      platform_name, dict(first.search), fuse, cap,
                      interleave=interleave and not result.scored_as_run, rate_floor=min_rate)
