@@ -84,6 +84,7 @@ class Admission:
         self.period, self.limit, self.wakes = period, limit, wakes
         self.arrive_at = np.full(frames, np.inf)
         self.release = np.full(frames, np.nan)
+        self.completed_at: list[float] = []  # each completion, as `completed` heard of it
         self._next = itertools.count(limit)  # the frame the next completion admits
 
     def start(self, t0: float) -> None:
@@ -96,6 +97,7 @@ class Admission:
 
     def completed(self, now: float) -> None:
         """One frame completed (from any thread, once per frame): the next may enter."""
+        self.completed_at.append(now)
         g = next(self._next)  # one C call: atomic under the GIL
         if g >= len(self.arrive_at):
             return
@@ -108,9 +110,12 @@ class Admission:
 
 
 def peak_in_flight(entered: np.ndarray, done: np.ndarray) -> int:
-    """The most frames in the run at once, from when each entered (nondecreasing) and completed
-    (NaN: never)."""
-    entered = entered[np.isfinite(entered)]
+    """The most frames in the run at once, from when frames entered and when frames completed
+    (NaN: never), in any order: the count at an instant is how many entered by then less how
+    many completed by then. Completions are the admission's (`Admission.completed_at`), not
+    the in-order releases: a frame its lane finished ahead of an earlier one has left the run,
+    and let the next one in, before it is released in order."""
+    entered = np.sort(entered[np.isfinite(entered)])  # threads admit frames a hair apart
     if not len(entered):
         return 0
     ends = np.sort(np.where(np.isnan(done), np.inf, done))
@@ -164,6 +169,8 @@ class AppRun:
         times = self.stream.events
         return {"release": self.admission.release[:admitted] if self.loads else None,
                 "arrive": self.admission.arrive_at[:admitted] if self.loads else None,
+                "completed_at": (np.array(self.admission.completed_at) if self.loads
+                                 else None),
                 "period": self.entry.period,
                 "done": self.order.finished[:n] if self.delivers else None,
                 "kept": {f: self.sink.outputs[f] for f in range(warmup, min(n, warmup + n_check))
@@ -191,7 +198,7 @@ def app_results(parts: list[dict]) -> dict:
     late = int(np.sum(arrive[:n] > release[:n])) if loader["period"] > 0 else 0
     return {"responses": (done - release[:n]).tolist(), "done_at": done.tolist(),
             "execs": sum(p["execs"][:n] for p in parts).tolist(), "late_releases": late,
-            "peak_in_flight": peak_in_flight(arrive, finished),
+            "peak_in_flight": peak_in_flight(arrive, loader["completed_at"]),
             "kept": {f: x for p in parts for f, x in p["kept"].items()}, "busy": busy,
             "events": [ev for p in parts for ev in p["events"]]}
 

@@ -125,6 +125,24 @@ def test_peak_in_flight_counts_frames_entered_and_not_yet_done():
     assert peak_in_flight(entered, done) == 2
 
 
+def test_a_frame_a_lane_finished_early_has_left_the_run_before_its_release_in_order():
+    """Limit 3, two lanes: frame 1 completes at 1.0 ahead of frame 0 (2.0) and admits frame 3
+    at 1.0. The admission's completions hold three in the run; the in-order releases (frame 1
+    released at 2.0, after frame 0) would read four. Entries come from several threads a hair
+    out of order."""
+    admission = Admission(0.0, 5, 3, [])
+    admission.start(0.0)
+    admission.completed(1.0)  # frame 1, by the second lane
+    admission.completed(2.0)  # frame 0
+    admission.completed(2.0)  # frame 2
+    entered = admission.arrive_at
+    assert list(entered[:4]) == [0.0, 0.0, 0.0, 1.0]
+    assert peak_in_flight(entered, np.array(admission.completed_at)) == 3
+    in_order = np.array([2.0, 2.0, 2.0, np.nan, np.nan])
+    assert peak_in_flight(entered, in_order) == 4  # what the in-order releases would say
+    assert peak_in_flight(np.array([0.0, 1.0, 0.999, 2.0]), np.array([1.5, 2.5, 3.0, 4.0])) == 3
+
+
 def test_frames_per_app_keeps_the_faster_application_running_until_the_slower_is_done():
     plan, _, _ = on_one_element([0.01, 0.04])
     assert frames_per_app(plan, 100) == [100 + 400, 100 + 100]
