@@ -231,28 +231,31 @@ def _stat(st: dict, stat: str) -> float | None:
     return None if v is None else float(v)
 
 
-def calibrate_to_whole(problem: Problem, profile, stat: str = "median") -> dict[str, float]:
-    """Scale each element's layer times so the whole model costs its measured time (see the
-    module docstring); returns the factors applied. Also installs measured sub-network times.
-    `stat` picks which measured time: the median (typical frames), or the p90 or the largest
-    of the profiling runs (a measured worst-case execution time, for deadline analysis)."""
+def calibrate_to_whole(problem: Problem, profile, stat: str = "median"
+                       ) -> tuple[Problem, dict[str, float]]:
+    """`problem` with each element's layer times scaled so the whole model costs its measured
+    time (see the module docstring) and the measured sub-network times installed, and the
+    factors applied. `stat` picks which measured time: the median (typical frames), or the p90
+    or the largest of the profiling runs (a measured worst-case execution time, for deadline
+    analysis)."""
     if stat not in TIME_STATS:
         raise InputError(f"time statistic {stat!r}: choose one of {', '.join(TIME_STATS)}")
+    times = problem.layer_times.copy()
     factors = {}
     for j, e in enumerate(problem.elements):
         whole = _stat(profile.whole_model.get(e.name, {}), stat)
-        col = problem.layer_times[:, j]
-        total = float(np.sum(col))
+        total = float(np.sum(times[:, j]))
         if whole and np.isfinite(total) and total > 0:
             # the whole-model run paid one backend call, which actor_time adds per phase
             call = problem.element_overhead.get(e.name, 0.0)
             f = max(whole - call, 0.1 * whole) / total
-            problem.layer_times[:, j] = col * f
+            times[:, j] *= f
             factors[e.name] = f
+    subnets = dict(problem.subnet_times)
     for e, table in profile.subnet_times.items():
         for key, st in table.items():
-            problem.subnet_times[(e, key)] = _stat(st, stat) or float(st["median"])
-    return factors
+            subnets[(e, key)] = _stat(st, stat) or float(st["median"])
+    return replace(problem, layer_times=times, subnet_times=subnets), factors
 
 
 def find_profile(spec: AppSpec, profile_dir: Path | None, platform) -> Path:
@@ -289,7 +292,9 @@ def load_app(spec: AppSpec, platform, profile_dir: Path | None = None,
     fuse = bool(prof.meta.get("fused", False))
     graph = resolve_model(spec.model, None, fuse)
     problem = problem_from_profile(graph, prof, platform)  # with the GPUs' lane curves
-    factors = calibrate_to_whole(problem, prof, time_stat) if calibrate else {}
+    factors: dict[str, float] = {}
+    if calibrate:
+        problem, factors = calibrate_to_whole(problem, prof, time_stat)
     steps: list[dict] = []
     if calibrate:  # then the steps `hetflow map` applies: every element busy at once
         problem, steps = calibrate_steps(problem, prof, profile_calibration(prof))

@@ -18,12 +18,13 @@ def test_calibrate_to_whole_scales_each_element_to_its_measured_model_time():
     p = replace(p, element_overhead={"cpu0": 1e-4})
     sums = p.layer_times.sum(axis=0).copy()
     prof = SimpleNamespace(whole_model={"cpu0": {"median": 2 * sums[0] + 1e-4}}, subnet_times={})
-    factors = calibrate_to_whole(p, prof)
+    scaled, factors = calibrate_to_whole(p, prof)
     assert factors == {"cpu0": pytest.approx(2.0)}
     layers = [l.name for l in a.graph.layers]
     # the whole model on cpu0 now costs what was measured (the call included once)
-    assert p.actor_time(layers, "cpu0") == pytest.approx(2 * sums[0] + 1e-4)
-    assert p.layer_times[:, 2].sum() == pytest.approx(sums[2])  # gpu0: nothing measured
+    assert scaled.actor_time(layers, "cpu0") == pytest.approx(2 * sums[0] + 1e-4)
+    assert scaled.layer_times[:, 2].sum() == pytest.approx(sums[2])  # gpu0: nothing measured
+    assert (p.layer_times.sum(axis=0) == sums).all()  # the problem given is left as it was
 
 
 @pytest.mark.parametrize("stat, expect", [("median", 2.0), ("p90", 3.0), ("max", 4.0)])
@@ -33,7 +34,7 @@ def test_calibrate_to_a_chosen_statistic_of_the_whole_model(stat, expect):
     sums = p.layer_times.sum(axis=0).copy()
     whole = {"median": 2 * sums[0], "p90": 3 * sums[0], "max": 4 * sums[0]}
     prof = SimpleNamespace(whole_model={"cpu0": whole}, subnet_times={})
-    assert calibrate_to_whole(p, prof, stat) == {"cpu0": pytest.approx(expect)}
+    assert calibrate_to_whole(p, prof, stat)[1] == {"cpu0": pytest.approx(expect)}
 
 
 def test_profiles_without_a_max_fall_back_to_p90_and_unknown_statistics_are_refused():
@@ -41,7 +42,7 @@ def test_profiles_without_a_max_fall_back_to_p90_and_unknown_statistics_are_refu
     sums = a.problem.layer_times.sum(axis=0).copy()
     prof = SimpleNamespace(whole_model={"cpu0": {"median": sums[0], "p90": 3 * sums[0]}},
                            subnet_times={})
-    assert calibrate_to_whole(a.problem, prof, "max") == {"cpu0": pytest.approx(3.0)}
+    assert calibrate_to_whole(a.problem, prof, "max")[1] == {"cpu0": pytest.approx(3.0)}
     with pytest.raises(InputError, match="time statistic 'p99'.*median, p90, max"):
         calibrate_to_whole(a.problem, prof, "p99")
 
