@@ -662,7 +662,8 @@ def batch_fill(mapping: Mapping, element: str, rate: float, full: bool = False,
     fill = fill if full else min(mapping.batch_wait.get(element, 0.0), fill)
     if not median or not math.isfinite(fill):
         return fill
-    return fill - (min(b, math.floor(fill * rate + 1e-9) + 1) - 1) / (2 * rate)
+    n = b if full else batch_frames(mapping, element, rate)
+    return fill - (n - 1) / (2 * rate)
 
 
 def batch_frames(mapping: Mapping, element: str, rate: float) -> int:
@@ -709,7 +710,7 @@ def latency_at_rate(problem: Problem, mapping: Mapping, rate: float, median: boo
     rates = arrival_rates(mapping, rate)
     app = build_app(problem, mapping)  # (checks the batches; a partial one runs padded)
     held = replace(mapping, batch={e: batch_frames(mapping, e, rates.get(e, 0.0))
-                                   for e, b in mapping.batch.items()})
+                                   for e in mapping.batch})
     fills = member_fills(problem, mapping, app, rates, full=False, median=median)
     lg = timed_graph(problem, app, held, for_latency=True, fills=fills,
                      padded={e: b for e, b in mapping.batch.items() if b > 1})
