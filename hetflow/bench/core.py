@@ -317,5 +317,5 @@ def save_plan(ctx: Context, label: str, plan, result, problem) -> None:
         from hetflow.mapping.pareto import write_front
         from hetflow.mapping.planner import fitted_front
 
-        write_front(fitted_front(problem, result), Path(ctx.report_dir) / f"{ctx.graph.name}.{label}.pareto.csv",
-                    problem)
+        write_front(fitted_front(problem, result),
+                    Path(ctx.report_dir) / f"{ctx.graph.name}.{label}.pareto.csv", problem)

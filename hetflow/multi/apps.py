@@ -189,8 +189,6 @@ def app_results(parts: list[dict]) -> dict:
     done = next(p["done"] for p in parts if p["done"] is not None)
     n = len(done)
     release, arrive = loader["release"], loader["arrive"]
-    finished = np.full(max(len(arrive), n), np.nan)
-    finished[:n] = done
     busy: dict[str, float] = {}
     for p in parts:
         for el, b in p["busy"].items():

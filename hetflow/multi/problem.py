@@ -293,10 +293,9 @@ def load_app(spec: AppSpec, platform, profile_dir: Path | None = None,
     graph = resolve_model(spec.model, None, fuse)
     problem = problem_from_profile(graph, prof, platform)  # with the GPUs' lane curves
     factors: dict[str, float] = {}
-    if calibrate:
-        problem, factors = calibrate_to_whole(problem, prof, time_stat)
     steps: list[dict] = []
-    if calibrate:  # then the steps `hetflow map` applies: every element busy at once
+    if calibrate:  # to the whole model's time, then the steps `hetflow map` applies
+        problem, factors = calibrate_to_whole(problem, prof, time_stat)
         problem, steps = calibrate_steps(problem, prof, profile_calibration(prof))
     return AppProblem(spec, graph, problem, fuse, str(path), factors, steps)
 
