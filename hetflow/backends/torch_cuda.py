@@ -583,6 +583,20 @@ class TorchCudaRunner:
         warnings.warn(f"{NAME}: {self.subnet.name} cannot be captured as a CUDA graph, "
                       f"running eager: {self.fallback_reason}", RuntimeWarning, stacklevel=3)
 
+    def set_priority(self, rank: int, of: int) -> None:
+        """Launch on a stream of the `rank`-th of `of` priorities (0: the highest), spread over
+        the device's range: the GPU starts the waiting blocks of a higher-priority stream
+        first, so its kernels slip in between a long batch's blocks of another stream."""
+        torch = self._torch
+        low, high = torch.cuda.Stream.priority_range()  # e.g. (0, -5): lower is higher
+        level = high + round((low - high) * rank / max(1, of - 1))
+        with torch.cuda.device(self._device):
+            self._stream.synchronize()
+            self._stream = torch.cuda.Stream(priority=level)
+            self._stream_ids = (self._stream.stream_id, self._stream.device_index,
+                                self._stream.device_type)
+        self.stream_priority = level
+
     def _copy_in(self) -> None:
         for host, dev in zip(self._host_in, self._dev_in):
             dev.copy_(host, non_blocking=True)

@@ -51,7 +51,9 @@ def print_multiplan(mplan) -> None:
     shared = mplan.shared_elements
     if shared:
         console.print("shared elements: " + "; ".join(f"{e}: {', '.join(n)}"
-                                                      for e, n in sorted(shared.items())))
+                                                      for e, n in sorted(shared.items()))
+                      + (" (each application on lanes of its own)"
+                         if mplan.gpu_lanes == "own" else ""))
     energy = p.get("energy_j_per_s")
     s = mplan.search
     console.print((f"predicted energy {energy:.2f} J/s; " if energy is not None else "")
@@ -143,6 +145,11 @@ def map_multi(
                                help="find the most streams of application APP admitted "
                                     "beside the others (its streams= is ignored); writes "
                                     "the plan at that many"),
+    gpu_lanes: Literal["auto", "shared", "own"] = typer.Option("auto", "--gpu-lanes",
+                               help="a GPU's lanes: shared by its applications (a free lane "
+                                    "takes the highest priority waiting), each "
+                                    "application's own (its own lanes and batch, on streams "
+                                    "of its priority), or auto: search both"),
     json_out: bool = typer.Option(False, "--json", help="print the multi-plan as JSON"),
 ) -> None:
     """Map several CNNs with periods, deadlines, streams and priorities onto one machine
@@ -162,7 +169,7 @@ def map_multi(
         with progress("searching ...", quiet=json_out) as log:
             def search(m):
                 return search_multi(m, algorithm, pop_size, generations, seed, prefer,
-                                    progress=log)
+                                    progress=log, gpu_lanes=gpu_lanes)
 
             if max_streams is None:
                 result = search(mp)

@@ -50,6 +50,14 @@ def hosts(mp: MultiPlan) -> dict[str, list[str]]:
     return out
 
 
+def prioritise(prepared: PreparedPlan, rank: int, of: int) -> None:
+    """Give the device runners of one application the `rank`-th of `of` stream priorities
+    (0: the highest; runners without priorities, such as CPU sessions, are left alone)."""
+    for r in [*prepared.runners.values(), *(x for rs in prepared.more_lanes.values() for x in rs)]:
+        if hasattr(r, "set_priority"):
+            r.set_priority(rank, of)
+
+
 def check_in_flight(mp: MultiPlan, max_in_flight: int) -> None:
     """An application whose stages run frames ahead (interleaved phases) holds that many more
     frames at once: fewer allowed in the run would stall it."""

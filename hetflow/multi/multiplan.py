@@ -14,6 +14,7 @@ from hetflow.plan.plan import Plan
 from hetflow.io import write_json
 from hetflow.mapping.planner import make_plan
 from hetflow.mapping.problem import Metrics
+from hetflow.multi.problem import device_of, own_servers, pool_name
 from hetflow.schema import validate
 
 if TYPE_CHECKING:
@@ -56,6 +57,9 @@ class MultiPlan:
     apps: list[AppEntry]  # highest priority first
     predicted: dict[str, Any] = field(default_factory=dict)  # energy, utilisation, schedulable
     search: dict[str, Any] = field(default_factory=dict)
+    # a GPU's lanes: "shared" by every application on it (at most its lane count in flight
+    # among them), or each application's "own" (each at its plan's lanes, all at once)
+    gpu_lanes: str = "shared"
 
     @property
     def shared_elements(self) -> dict[str, list[str]]:
@@ -96,7 +100,7 @@ class MultiPlan:
                 "shared_elements": self.shared_elements,
                 "priorities": {a.name: a.priority for a in self.apps},
                 "predicted": self.predicted, "search": self.search,
-                "apps": [a.to_dict() for a in self.apps]}
+                "gpu_lanes": self.gpu_lanes, "apps": [a.to_dict() for a in self.apps]}
 
     @staticmethod
     def from_dict(d: Any, source: str = "multi-plan") -> "MultiPlan":
@@ -112,7 +116,7 @@ class MultiPlan:
                          a.deadline_s, a.streams)
                 for a in f.apps]
         mp = MultiPlan(f.platform_name, sorted(apps, key=lambda a: a.priority), f.predicted,
-                       f.search)
+                       f.search, f.gpu_lanes)
         mp.validate(source)
         return mp
 
@@ -155,11 +159,13 @@ def app_metrics(sched, analysis, powers: dict, lanes: dict[str, int] | None = No
     watts = [powers.get(e) for e in sched.elements]
     energy = (sum(t * powers[e] for e, t in share.items())
               if all(w is not None for w in watts) else None)
+    # an application's own lanes on a GPU (`pool_name`) are written as the element's
     return Metrics(sched.streams / sched.period, analysis.response_worst,
-                   analysis.response_isolated, util, energy, {},
-                   {e: sched.busy(e) for e in sched.elements}, [analysis.bottleneck],
-                   lanes={e: k for e, k in (lanes or {}).items() if e in share},
-                   batch={e: b for e, b in sched.batch.items() if b > 1})
+                   analysis.response_isolated, {device_of(e): u for e, u in util.items()},
+                   energy, {}, {device_of(e): sched.busy(e) for e in sched.elements},
+                   [device_of(analysis.bottleneck)],
+                   lanes={device_of(e): k for e, k in (lanes or {}).items() if e in share},
+                   batch={device_of(e): b for e, b in sched.batch.items() if b > 1})
 
 
 def make_multiplan(mp, result, strategy: str = "multi") -> MultiPlan:
@@ -167,14 +173,17 @@ def make_multiplan(mp, result, strategy: str = "multi") -> MultiPlan:
     `result`: MultiSearchResult)."""
 
     cand = result.chosen
+    powers = own_servers(mp, cand.mappings, cand.device_lanes)[2] if cand.own_lanes \
+        else mp.powers()
     apps = []
     for a, mapping, sched in zip(mp.apps, cand.mappings, cand.schedules):
         # the lanes and batch analysed, written out (else make_plan would fit its own)
         used = set(mapping.elements)
-        mapping = replace(mapping, lanes={e: cand.lanes.get(e, 1) for e in used
+        mine = {e: pool_name(e, a.name) if e in cand.device_lanes else e for e in used}
+        mapping = replace(mapping, lanes={e: cand.lanes.get(mine[e], 1) for e in used
                                           if e in a.problem.lane_slowdown},
-                          batch={e: cand.batch.get(e, 1) for e in used})
-        metrics = app_metrics(sched, cand.analysis[a.name], mp.powers(), cand.lanes)
+                          batch={e: cand.batch.get(mine[e], 1) for e in used})
+        metrics = app_metrics(sched, cand.analysis[a.name], powers, cand.lanes)
         plan = make_plan(a.problem, mapping, metrics, strategy, mp.platform_name,
                          {"profile": a.profile_source, "calibration": a.calibration,
                           "steps": a.steps, "time_stat": mp.time_stat}, a.fuse,
@@ -186,9 +195,11 @@ def make_multiplan(mp, result, strategy: str = "multi") -> MultiPlan:
              for n, x in result.naive.analysis.items()}
     predicted = {"schedulable": cand.feasible, "energy_j_per_s": cand.energy,
                  "margin": cand.margin, "utilisation": cand.utilisation, "lanes": cand.lanes,
-                 "batch": cand.batch,
+                 "batch": cand.batch, **({"device_lanes": cand.device_lanes}
+                                         if cand.own_lanes else {}),
                  "naive": naive, "naive_schedulable": result.naive.feasible}
     search = {**result.notes, "evaluations": result.evaluations,
               "seconds": round(result.seconds, 3), "front_size": len(result.front),
               "objectives": result.objectives, "time_stat": mp.time_stat}
-    return MultiPlan(mp.platform_name, sorted(apps, key=lambda e: e.priority), predicted, search)
+    return MultiPlan(mp.platform_name, sorted(apps, key=lambda e: e.priority), predicted, search,
+                     "own" if cand.own_lanes else "shared")

@@ -32,4 +32,6 @@ class MultiPlanFile(FileModel):
     priorities: dict[str, int] = {}
     predicted: dict[str, Any] = {}
     search: dict[str, Any] = {}
+    # a GPU's lanes: shared by its applications, or each application's own (absent: shared)
+    gpu_lanes: Literal["shared", "own"] = "shared"
     apps: list[AppEntryFile]

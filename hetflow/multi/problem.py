@@ -18,6 +18,14 @@ model's curve, alone or beside busy CPU copies, the larger), so that a firing be
 lanes is not predicted faster than it may run. A firing of b frames (an element's batch, where
 every profile on it measured that batch) takes `batch_time_factor` times one frame's at as many
 lanes.
+
+Lanes of its own. A GPU's lanes are either the element's, shared by every application on it
+(a free lane takes the highest-priority firing waiting), or each application's own: its own
+CUDA streams, at its own lane count and batch, so that a long batched firing of one
+application never holds a lane another is waiting for. The analysis sees each application's
+lanes on such an element as an element of its own (`pool_name`), and every firing there takes
+its time at the lane count of the whole device (the sum of the applications' lanes): the
+firings of all of them run at once and slow each other as that many lanes of one model do.
 """
 from __future__ import annotations
 
@@ -150,11 +158,25 @@ def batch_time_factor(problem: Problem, element: str, batch: int, lanes: int) ->
                problem.batch_factor(element, batch, lanes, busy=True))
 
 
-def schedule_of(app: AppProblem, mapping: Mapping) -> AppSchedule:
+def pool_name(element: str, app: str) -> str:
+    """The element the analysis sees for `app`'s own lanes on `element`."""
+    return f"{element}[{app}]"
+
+
+def device_of(name: str) -> str:
+    """The element of an analysed element name (`pool_name` undone)."""
+    return name.split("[", 1)[0]
+
+
+def schedule_of(app: AppProblem, mapping: Mapping, own: dict[str, int] | None = None
+                ) -> AppSchedule:
     """The task DAG of one frame: a task per phase of the mapped CSDF app (time = (stage time +
     call overhead) x `lane_factor` at the mapping's lanes x `batch_time_factor` at its batch),
     phase order within an actor, channels with their transfer times; with the application's
-    streams and deadline, and the batches it fires in."""
+    streams and deadline, and the batches it fires in. `own`: elements where the application
+    has lanes of its own -> the lanes of the whole device there (the factors are taken at
+    those, and its tasks there are on `pool_name`)."""
+    own = own or {}
     p = app.problem
     for actor in mapping.actors:
         if len(group_members(actor)) > 1:
@@ -167,9 +189,10 @@ def schedule_of(app: AppProblem, mapping: Mapping) -> AppSchedule:
     for actor, phases in csdf.phases.items():
         for ph in phases:
             index[(actor, ph.index)] = len(tasks)
-            k, b = mapping.lanes_of(actor), mapping.batch_of(actor)
+            k, b = own.get(actor, mapping.lanes_of(actor)), mapping.batch_of(actor)
             factor = lane_factor(p, actor, k) * batch_time_factor(p, actor, b, k)
-            tasks.append(Task(ph.key, actor,
+            where = pool_name(actor, app.name) if actor in own else actor
+            tasks.append(Task(ph.key, where,
                               (p.actor_time(ph.layers, actor) + p.call_overhead) * factor))
             if ph.index:
                 edges.append((index[(actor, ph.index - 1)], index[(actor, ph.index)], 0.0))
@@ -178,7 +201,36 @@ def schedule_of(app: AppProblem, mapping: Mapping) -> AppSchedule:
                       p.transfer(c.nbytes, c.src, c.dst)))
     return AppSchedule(app.name, app.spec.period, app.spec.priority, tasks, edges,
                        app.spec.streams, app.spec.deadline,
-                       {e: b for e, b in mapping.batch.items() if b > 1})
+                       {pool_name(e, app.name) if e in own else e: b
+                        for e, b in mapping.batch.items() if b > 1})
+
+
+def device_lanes(mp: MultiProblem, mappings: list[Mapping]) -> dict[str, int]:
+    """With lanes of its own per application: each laned element used -> the lanes of the whole
+    device, the sum of its applications' own."""
+    total: dict[str, int] = {}
+    for m in mappings:
+        for e in m.elements:
+            if len(mp.server_options(e)) > 1:
+                total[e] = total.get(e, 0) + m.lanes_of(e)
+    return total
+
+
+def own_servers(mp: MultiProblem, mappings: list[Mapping], device: dict[str, int]
+                ) -> tuple[dict[str, int], dict[str, int], dict[str, float | None]]:
+    """Lanes, batch and power of each application's own lanes (`pool_name`): a firing on them
+    draws a share of the device's power by the device's lanes, so each pool's power is its
+    lanes' share of the element's."""
+    lanes, batch = {}, {}
+    powers: dict[str, float | None] = dict(mp.powers())
+    for a, m in zip(mp.apps, mappings):
+        for e in m.elements:
+            if e in device:
+                pool = pool_name(e, a.name)
+                lanes[pool], batch[pool] = m.lanes_of(e), m.batch_of(e)
+                w = powers.get(e)
+                powers[pool] = None if w is None else w * lanes[pool] / device[e]
+    return lanes, batch, powers
 
 
 def fastest_frame(app: AppProblem) -> tuple[float, str]:

@@ -39,7 +39,7 @@ from hetflow.runtime.harness import Control, fault_text, frozen_heap, supervise
 from hetflow.runtime.loop import Dispatched, drive_shared
 
 from hetflow.multi.apps import (app_results, app_run, delivering_elements, frames_per_app,
-                                hosts, loading_elements, prewarm)
+                                hosts, loading_elements, prewarm, prioritise)
 from hetflow.multi.multiplan import AppEntry, MultiPlan
 from hetflow.multi.report import multi_report
 
@@ -112,6 +112,7 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
                 continue
             pp = prepare(entry.plan, load_plan_model(entry.plan), only={element})
             prepared.append(pp)
+            prioritise(pp, i, len(mp.apps))
             chans = element_channels(i, entry, element, inboxes)
             channels.update({(i, name): c for name, c in chans.items()})
             others = sorted(loading_elements(entry) - {element})
@@ -182,7 +183,7 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
                 t.start()
             try:
                 drive_shared(element, [t for r in runs for t in r.tenants()], control, wake,
-                             cores, dispatched, SPIN)
+                             cores, dispatched, SPIN, mp.gpu_lanes == "shared")
                 while not control.stop.wait(LISTEN):  # its frames all done: until the stop
                     pass
             finally:

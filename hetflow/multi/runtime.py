@@ -18,7 +18,7 @@ from hetflow.runtime.engine import prepare
 from hetflow.runtime.harness import Control, frozen_heap, stop_threads, supervise
 from hetflow.runtime.loop import Dispatched, drive_shared
 
-from hetflow.multi.apps import app_results, app_run, frames_per_app, hosts, prewarm
+from hetflow.multi.apps import app_results, app_run, frames_per_app, hosts, prewarm, prioritise
 from hetflow.multi.multiplan import MultiPlan
 from hetflow.multi.report import MultiRunReport, multi_report
 
@@ -40,8 +40,9 @@ def run_threads(mp: MultiPlan, graphs: dict, frames: int, warmup: int, n_check: 
     wakes = {el: threading.Event() for el in placement}
     prepared = {}
     try:
-        for a in mp.apps:
+        for rank, a in enumerate(mp.apps):
             prepared[a.name] = prepare(a.plan, graphs[a.name], progress)
+            prioritise(prepared[a.name], rank, len(mp.apps))
         runs = [app_run(i, a, prepared[a.name], n, control, max_in_flight,
                         lambda k: warmup <= k < warmup + n_check, seed, wakes,
                         trace_path is not None)
@@ -57,7 +58,7 @@ def run_threads(mp: MultiPlan, graphs: dict, frames: int, warmup: int, n_check: 
             threads.append(threading.Thread(
                 target=drive_shared, name=f"hetflow-{el}", daemon=True,
                 args=(el, tenants, control, wakes[el], tenants[0].worker.cores,
-                      dispatched[el])))
+                      dispatched[el], 0.0, mp.gpu_lanes == "shared")))
 
         def step() -> dict[str, int] | None:
             done = {r.name: r.done() for r in runs}

@@ -4,9 +4,11 @@ Chromosome: for one configuration of the platform, one gene per layer of every a
 applications' blocks one after the other), the index of the element the layer runs on among the
 configuration's elements that application's profile covers; then one gene per element of the
 configuration with lanes or batches to choose (a GPU whose profiles measured lane counts or
-batches), the index of its (lanes, batch) pair among `MultiProblem.server_options` (lanes and
-batch are the element's, shared by every application on it; fewer lanes fire faster, more lanes
-and batches take more streams). Objectives (minimised): the
+batches), the index of its (lanes, batch) pair among `MultiProblem.server_options`: with the
+element's lanes shared, one gene for the element; with lanes of its own per application
+(`own`), one gene per application that may run there (see `multi.problem`). Fewer lanes fire
+faster, more lanes and batches take more streams. Both ways are searched where two or more
+applications may share a GPU, and the fronts merged. Objectives (minimised): the
 predicted worst response time of each application (`schedulability.response_bound`) and the
 total energy per second (when every element has a power). A mapping that misses a deadline
 (Eq. 11 fails for a task, or the bound exceeds the deadline) gets `PENALTY` added to that
@@ -37,27 +39,42 @@ from hetflow.errors import InfeasibleError, InputError
 from hetflow.plan.mapping import Mapping
 from hetflow.mapping.strategies.ga import RowDuplicates
 
-from hetflow.multi.problem import MultiProblem, check_periods, schedule_of
+from hetflow.multi.problem import MultiProblem, check_periods, device_lanes, own_servers, schedule_of
 from hetflow.multi.schedulability import PENALTY, AppAnalysis, AppSchedule, analyse, energy_rate, penalty, utilisation
 from hetflow.mapping.strategies.greedy import greedy_assignment
 
 ALGORITHMS = ("nsga2", "spea2")
 ARCHIVE_LIMIT = 2000  # feasible mappings kept before pruning to the non-dominated ones
 PREFER = ("margin", "energy")
+GPU_LANES = ("auto", "shared", "own")
+
+
+def lane_ways(mp: MultiProblem, gpu_lanes: str) -> list[bool]:
+    """Which ways of giving a GPU's lanes to search (True: each application its own): auto
+    searches both where two applications may share a laned element (else they are one)."""
+    if gpu_lanes != "auto":
+        return [gpu_lanes == "own"]
+    laned = {e for e in mp.elements if len(mp.server_options(e)) > 1}
+    users = [sum(1 for a in mp.apps if e in a.problem.element_index) for e in laned]
+    return [False, True] if any(n > 1 for n in users) else [False]
 
 
 # ---------------------------------------------------------------- encoding
+
+
+Server = tuple  # (application index, or None for the element's shared lanes; element)
 
 
 @dataclass
 class JointEncoding:
     mp: MultiProblem
     config: list[str]
+    own: bool = False  # lanes of its own per application on a laned element
     allowed: list[list[str]] = field(init=False)  # per app: elements its genes index
     layers: list[list[str]] = field(init=False)
     blocks: list[tuple[int, int]] = field(init=False)  # per app: [lo, hi) gene range
-    servers: list[str] = field(init=False)  # elements with a (lanes, batch) gene, at the end
-    server_options: list[list[tuple[int, int]]] = field(init=False)  # per such element
+    servers: list[Server] = field(init=False)  # who has a (lanes, batch) gene, at the end
+    server_options: list[list[tuple[int, int]]] = field(init=False)  # per server gene
 
     def __post_init__(self) -> None:
         self.allowed, self.layers, self.blocks = [], [], []
@@ -69,8 +86,10 @@ class JointEncoding:
             self.blocks.append((lo, lo + len(self.layers[-1])))
             lo += len(self.layers[-1])
         options = {e: self.mp.server_options(e) for e in self.config}
-        self.servers = [e for e in self.config if len(options[e]) > 1]
-        self.server_options = [options[e] for e in self.servers]
+        laned = [e for e in self.config if len(options[e]) > 1]
+        self.servers = ([(i, e) for e in laned for i, al in enumerate(self.allowed) if e in al]
+                        if self.own else [(None, e) for e in laned])
+        self.server_options = [options[e] for _, e in self.servers]
 
     @property
     def apps_end(self) -> int:
@@ -90,19 +109,20 @@ class JointEncoding:
                                for (lo, hi), al in zip(self.blocks, self.allowed)]
                               + [np.array([len(o) - 1 for o in self.server_options], dtype=int)])
 
-    def decode_servers(self, server_genes: np.ndarray) -> dict[str, tuple[int, int]]:
-        """Element -> (lanes, batch) of a chromosome's server genes (`x[apps_end:]`)."""
-        return {e: opts[int(g)] for e, opts, g in zip(self.servers, self.server_options,
-                                                      server_genes)}
+    def decode_servers(self, server_genes: np.ndarray) -> dict[Server, tuple[int, int]]:
+        """Server -> (lanes, batch) of a chromosome's server genes (`x[apps_end:]`)."""
+        return {sv: opts[int(g)] for sv, opts, g in zip(self.servers, self.server_options,
+                                                       server_genes)}
 
-    def decode_app(self, i: int, genes, servers: dict[str, tuple[int, int]] | None = None
+    def decode_app(self, i: int, genes, servers: dict[Server, tuple[int, int]] | None = None
                    ) -> Mapping:
         al = self.allowed[i]
         assignment = {l: al[int(g)] for l, g in zip(self.layers[i], genes)}
-        used = set(assignment.values())
         servers = servers or {}
-        return Mapping(assignment, lanes={e: servers[e][0] for e in used if e in servers},
-                       batch={e: servers[e][1] if e in servers else 1 for e in used})
+        mine = {e: servers.get((i, e), servers.get((None, e)))
+                for e in set(assignment.values())}
+        return Mapping(assignment, lanes={e: kb[0] for e, kb in mine.items() if kb},
+                       batch={e: kb[1] if kb else 1 for e, kb in mine.items()})
 
     def decode(self, x: np.ndarray) -> list[Mapping]:
         servers = self.decode_servers(x[self.apps_end:])
@@ -110,7 +130,7 @@ class JointEncoding:
 
     def server_genes(self, choose: Callable[[str, list[tuple[int, int]]], int]) -> np.ndarray:
         """Server genes with `choose(element, options)` picking each element's option index."""
-        return np.array([choose(e, o) for e, o in zip(self.servers, self.server_options)],
+        return np.array([choose(e, o) for (_, e), o in zip(self.servers, self.server_options)],
                         dtype=np.int64)
 
     def encode_app(self, i: int, mapping: Mapping) -> np.ndarray | None:
@@ -134,6 +154,13 @@ class Candidate:
     objectives: np.ndarray  # penalised, as the search saw them
     lanes: dict[str, int] = field(default_factory=dict)  # element -> lanes (absent: 1)
     batch: dict[str, int] = field(default_factory=dict)  # element -> batch (absent: 1)
+    # lanes of its own per application (`lanes`/`batch` keyed by `pool_name`): element -> the
+    # lanes of the whole device; empty: every element's lanes are shared
+    device_lanes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def own_lanes(self) -> bool:
+        return bool(self.device_lanes)
 
     @property
     def feasible(self) -> bool:
@@ -163,19 +190,26 @@ def joint_servers(mappings: list[Mapping]) -> tuple[dict[str, int], dict[str, in
 
 
 def evaluate_joint(mp: MultiProblem, mappings: list[Mapping], config: list[str] | None = None,
-                   with_energy: bool = True, schedules: list[AppSchedule] | None = None
-                   ) -> Candidate:
-    """Analyse one joint mapping: schedules, Eq. 11, response bounds, energy, objectives."""
-    lanes, batch = joint_servers(mappings)
-    schedules = schedules or [schedule_of(a, m) for a, m in zip(mp.apps, mappings)]
+                   with_energy: bool = True, schedules: list[AppSchedule] | None = None,
+                   own: bool = False) -> Candidate:
+    """Analyse one joint mapping: schedules, Eq. 11, response bounds, energy, objectives.
+    `own`: each application has lanes of its own on a laned element (else the element's are
+    shared by all of them)."""
+    device = device_lanes(mp, mappings) if own else {}
+    if device:
+        lanes, batch, powers = own_servers(mp, mappings, device)
+    else:
+        (lanes, batch), powers = joint_servers(mappings), mp.powers()
+    schedules = schedules or [schedule_of(a, m, {e: device[e] for e in m.elements if e in device})
+                              for a, m in zip(mp.apps, mappings)]
     analysis = analyse(schedules, lanes)
-    energy = energy_rate(schedules, mp.powers(), lanes)
+    energy = energy_rate(schedules, powers, lanes)
     f = [analysis[a.name].response_worst + penalty(analysis[a.name]) for a in mp.apps]
     if with_energy:
         f.append(energy if energy is not None else 0.0)
     used = config or sorted({e for s in schedules for e in s.elements})
     return Candidate(list(used), mappings, schedules, analysis, energy, np.array(f), lanes,
-                     {e: b for e, b in batch.items() if b > 1})
+                     {e: b for e, b in batch.items() if b > 1}, device)
 
 
 class _Evaluator:
@@ -187,23 +221,26 @@ class _Evaluator:
         self.cache: list[dict[bytes, AppSchedule]] = [{} for _ in mp.apps]
         self.count = 0
 
-    def schedule(self, i: int, genes: np.ndarray, server_genes: np.ndarray) -> AppSchedule:
-        key = genes.tobytes() + server_genes.tobytes()
+    def schedule(self, i: int, genes: np.ndarray, server_genes: np.ndarray, mapping: Mapping,
+                 device: dict[str, int]) -> AppSchedule:
+        own = {e: device[e] for e in mapping.elements if e in device}
+        key = genes.tobytes() + server_genes.tobytes() + repr(sorted(own.items())).encode()
         c = self.cache[i]
         if key not in c:
             if len(c) > 20000:  # bounded memory on long runs
                 c.clear()
-            servers = self.enc.decode_servers(server_genes)
-            c[key] = schedule_of(self.mp.apps[i], self.enc.decode_app(i, genes, servers))
+            c[key] = schedule_of(self.mp.apps[i], mapping, own)
         return c[key]
 
     def __call__(self, x: np.ndarray) -> Candidate:
         self.count += 1
         server_genes = x[self.enc.apps_end:]
-        scheds = [self.schedule(i, x[lo:hi], server_genes)
-                  for i, (lo, hi) in enumerate(self.enc.blocks)]
-        return evaluate_joint(self.mp, self.enc.decode(x), self.enc.config, self.with_energy,
-                              scheds)
+        mappings = self.enc.decode(x)
+        device = device_lanes(self.mp, mappings) if self.enc.own else {}
+        scheds = [self.schedule(i, x[lo:hi], server_genes, m, device)
+                  for i, ((lo, hi), m) in enumerate(zip(self.enc.blocks, mappings))]
+        return evaluate_joint(self.mp, mappings, self.enc.config, self.with_energy, scheds,
+                              self.enc.own)
 
 
 class _PymooProblem(PymooProblem):
@@ -406,8 +443,10 @@ def search_multi(mp: MultiProblem, algorithm: str = "nsga2", pop_size: int = 48,
                  generations: int = 40, seed: int = 0, prefer: str = "margin",
                  mutation: float = 0.9, crossover: float = 0.9,
                  configs: list[list[str]] | None = None,
-                 progress: Callable[[str], None] | None = None) -> MultiSearchResult:
-    """NSGA-II or SPEA2 over joint mappings, once per configuration; see the module docstring."""
+                 progress: Callable[[str], None] | None = None,
+                 gpu_lanes: str = "auto") -> MultiSearchResult:
+    """NSGA-II or SPEA2 over joint mappings, once per configuration and way of giving lanes
+    (`gpu_lanes`: shared, own or auto, both); see the module docstring."""
     from pymoo.algorithms.moo.nsga2 import NSGA2
     from pymoo.algorithms.moo.spea2 import SPEA2
 
@@ -415,6 +454,8 @@ def search_multi(mp: MultiProblem, algorithm: str = "nsga2", pop_size: int = 48,
         raise InputError(f"unknown algorithm {algorithm!r} (use {' or '.join(ALGORITHMS)})")
     if prefer not in PREFER:
         raise InputError(f"--prefer {prefer!r}: use {' or '.join(PREFER)}")
+    if gpu_lanes not in GPU_LANES:
+        raise InputError(f"--gpu-lanes {gpu_lanes!r}: use {', '.join(GPU_LANES)}")
     if pop_size < 4 or generations < 1:
         raise InputError("the population needs at least 4 mappings and 1 generation")
     check_periods(mp)
@@ -427,15 +468,16 @@ def search_multi(mp: MultiProblem, algorithm: str = "nsga2", pop_size: int = 48,
     kept: dict[bytes, Candidate] = {}
     closest: Candidate | None = naive if not naive.feasible else None
     total = 0
-    for ci, config in enumerate(configs):
-        enc = JointEncoding(mp, config)
+    ways = [(own, config) for own in lane_ways(mp, gpu_lanes) for config in configs]
+    for ci, (own, config) in enumerate(ways):
+        enc = JointEncoding(mp, config, own)
         ev = _Evaluator(mp, enc, with_energy)
 
         def on_eval(x: np.ndarray, enc=enc, ev=ev) -> np.ndarray:
             nonlocal closest, kept
             cand = ev(x)
             if cand.feasible:
-                kept.setdefault(x.tobytes() + str(enc.config).encode(), cand)
+                kept.setdefault(x.tobytes() + str((enc.own, enc.config)).encode(), cand)
                 if len(kept) > ARCHIVE_LIMIT:  # only the non-dominated can reach the front
                     front = {id(c) for c in _front(list(kept.values()))}
                     kept = {k: c for k, c in kept.items() if id(c) in front}
@@ -456,7 +498,8 @@ def search_multi(mp: MultiProblem, algorithm: str = "nsga2", pop_size: int = 48,
                  seed=int(rs.integers(2**31)), verbose=False)
         total += ev.count
         if progress:
-            progress(f"configuration {ci + 1}/{len(configs)} ({' '.join(config)}): "
+            lanes = " lanes of each application's own" if own else ""
+            progress(f"configuration {ci + 1}/{len(ways)} ({' '.join(config)}{lanes}): "
                      f"{ev.count} mappings, {len(kept)} kept that meet every deadline")
     feasible = list(kept.values()) + ([naive] if naive.feasible else [])
     if not feasible:
@@ -467,9 +510,9 @@ def search_multi(mp: MultiProblem, algorithm: str = "nsga2", pop_size: int = 48,
                              time.perf_counter() - t0, names,
                              {"algorithm": algorithm, "pop_size": pop_size,
                               "generations": generations, "seed": seed, "prefer": prefer,
-                              "configurations": len(configs)})
+                              "configurations": len(configs), "gpu_lanes": gpu_lanes})
 
 
-__all__ = ["JointEncoding", "Candidate", "MultiSearchResult", "evaluate_joint", "search_multi",
+__all__ = ["JointEncoding", "Candidate", "device_lanes", "lane_ways", "MultiSearchResult", "evaluate_joint", "search_multi",
            "naive_mappings", "naive_result", "choose", "initial_population", "AppBlockCrossover",
            "SegmentMutation", "PENALTY"]

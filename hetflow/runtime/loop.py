@@ -440,7 +440,8 @@ class Dispatched:
 
 
 def drive_shared(element: str, tenants: list[Tenant], control: Control, wake: threading.Event,
-                 cores: list[int], dispatched: Dispatched, spin: float = 0.0) -> None:
+                 cores: list[int], dispatched: Dispatched, spin: float = 0.0,
+                 shared_lanes: bool = True) -> None:
     """The one thread of `element`, shared by several applications' workers (`tenants`, highest
     priority first, each with `turns`): it resumes the lane of the highest-priority application
     whose wait is over, one resume at a time (a resume runs at most one firing: the lane yields
@@ -448,13 +449,16 @@ def drive_shared(element: str, tenants: list[Tenant], control: Control, wake: th
     the oldest run in flight on a device, else on `wake` (set by every channel the tenants use
     and by their frames' admission) until the next arrival, at most POLL. Their runs in flight
     are looked at in launch order, as `drive` does. The last `spin` seconds before an arrival
-    are spun, not slept (a thread alone in its process: a sleeping one wakes late)."""
+    are spun, not slept (a thread alone in its process: a sleeping one wakes late).
+    `shared_lanes`: a device element's lanes are the element's (below); else each tenant's
+    own, every tenant's k lanes in flight at once."""
     clock = time.perf_counter
     gens, names, arrive, batched, device = [], [], [], [], []
     # a device element's lanes are the element's, not each application's: at most `lanes`
     # firings in flight among all of them, a free lane going to the highest priority ready
     # (the k-server model of multi.schedulability)
-    lanes = max((t.worker.program.lanes for t in tenants if t.worker.on_device), default=0)
+    laned = [t.worker.program.lanes for t in tenants if t.worker.on_device]
+    lanes = (max(laned, default=0) if shared_lanes else sum(laned))
     for t in tenants:
         w, k = t.worker, t.worker.program.lanes
         loop = batch_lane_loop if w.program.batch > 1 else lane_loop

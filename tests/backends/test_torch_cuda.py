@@ -562,3 +562,21 @@ def test_bad_feeds_and_elements_raise_backend_error():
             runner.run({"x": np.zeros(4, np.float32)})
     finally:
         runner.close()
+
+
+@needs_cuda
+def test_a_runner_on_a_stream_of_higher_priority_gives_the_same_outputs():
+    import torch
+
+    x = np.random.default_rng(0).standard_normal((1, 4, 8, 8), dtype=np.float32)
+    runner = get_backend("gpu").prepare(whole(relu_model()), GPU)
+    try:
+        low, high = torch.cuda.Stream.priority_range()
+        runner.set_priority(0, 3)
+        assert runner.stream_priority == high and runner._stream.priority == high
+        np.testing.assert_array_equal(runner.run({"x": x})["y"], np.maximum(x, 0))
+        runner.set_priority(2, 3)
+        assert runner.stream_priority == low
+        np.testing.assert_array_equal(runner.run({"x": -x})["y"], np.maximum(-x, 0))
+    finally:
+        runner.close()

@@ -120,3 +120,25 @@ def test_random_mappings_of_two_applications_keep_their_outputs(data):
                            stall_timeout=10.0)
     assert report.complete
     check(report, 8)
+
+
+@pytest.mark.parametrize("gpu_lanes,most", [("shared", (1, 2)), ("own", (3, 4))])
+def test_lanes_of_each_applications_own_run_beside_each_other(gpu_lanes, most):
+    # two free-running applications on a 2-lane GPU: shared lanes hold at most 2 runs at
+    # once among both; each application's own 2 lanes, up to 4
+    mp = tiny_problem(0.0, 0.0)
+    ga, gb = (a.graph for a in mp.apps)
+    els = {"gpu0": fake_gpu.gpu("gpu0", CORES[0]), **{e.name: e for e in cpu_elements()}}
+    plan = MultiPlan("test", [
+        entry("a", 1, 0.0, ga, {l.name: "gpu0" for l in ga.layers}, els, lanes={"gpu0": 2}),
+        entry("b", 2, 0.0, gb, {l.name: "gpu0" for l in gb.layers}, els, lanes={"gpu0": 2})],
+        gpu_lanes=gpu_lanes)
+    fake_gpu.reset(slow=0.004)
+    try:
+        report = run_multiplan(plan, graphs(mp), frames=30, warmup=2, max_in_flight=4,
+                               engine="threads")
+        seen = fake_gpu.IN_FLIGHT["max"]
+    finally:
+        fake_gpu.reset()
+    check(report, 30)
+    assert most[0] <= seen <= most[1]

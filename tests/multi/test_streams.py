@@ -2,6 +2,7 @@
 analysis against an independent simulation, the search writing lanes, and the most streams
 admitted."""
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from hetflow.multi.multiplan import MultiPlan, make_multiplan
 from hetflow.multi.problem import MultiProblem, lane_factor, schedule_of
 from hetflow.multi.schedulability import (AppSchedule, Task, analyse, default_limit, frame_bounds, response_bound,
                                           utilisation)
-from hetflow.multi.search import search_multi
+from hetflow.multi.search import evaluate_joint, search_multi
 from hetflow.multi.streams import largest_admitted, random_stream_set, with_streams
 from hetflow.plan.mapping import Mapping
 from hetflow.plan.plan import Plan
@@ -280,3 +281,66 @@ def test_frame_bounds_of_streams_iterate_to_a_fixed_point():
     cams = one_task("cam", 10.0, 1, 1.0, streams=4)
     ready, finish = frame_bounds(cams, [cams], lanes={"gpu": 2})
     assert finish.max() == pytest.approx(2.5)
+
+
+# ---------------------------------------------------------------- lanes of each application's own
+
+
+def urgent_beside_cameras():
+    """A short-deadline application that only the GPU runs in time (about 1.3 ms there, 5 on
+    a core; due in 2.5 ms) beside 20 camera streams that need the GPU's batches: on shared
+    lanes a camera batch already running holds the urgent frame past its deadline."""
+    els = elements()
+    urgent = with_batches(with_lanes(app_problem(5, 7, 0.0025, 1, els, "urgent")))
+    cams = with_batches(with_lanes(app_problem(6, 3, 0.020, 2, els, "cam", streams=20,
+                                               deadline=0.060)))
+    return MultiProblem([urgent, cams])
+
+
+def test_lanes_of_its_own_admit_what_shared_lanes_refuse(tmp_path):
+    mp = urgent_beside_cameras()
+    with pytest.raises(InfeasibleError):
+        search_multi(mp, pop_size=16, generations=6, seed=2, gpu_lanes="shared")
+    res = search_multi(mp, pop_size=16, generations=6, seed=2)  # auto: both ways searched
+    chosen = res.chosen
+    assert chosen.feasible and chosen.own_lanes
+    assert {s.name: s.elements for s in chosen.schedules}["urgent"] == ["gpu0[urgent]"]
+    k = {n: chosen.lanes[f"gpu0[{n}]"] for n in ("urgent", "cam")}
+    assert chosen.device_lanes == {"gpu0": k["urgent"] + k["cam"]}
+    # every firing takes its time at the whole device's lanes
+    urgent = mp.apps[0]
+    alone = schedule_of(urgent, chosen.mappings[0])
+    assert alone.times.sum() * lane_factor(urgent.problem, "gpu0", sum(k.values())) / \
+        lane_factor(urgent.problem, "gpu0", k["urgent"]) == pytest.approx(
+            next(s for s in chosen.schedules if s.name == "urgent").times.sum())
+    plan = make_multiplan(mp, res)
+    assert plan.gpu_lanes == "own"
+    plan.save(tmp_path / "m.json")
+    back = MultiPlan.load(tmp_path / "m.json")
+    assert back.gpu_lanes == "own"
+    assert {a.name: a.plan.mapping.lanes.get("gpu0") for a in back.apps} == k
+    assert "gpu0[urgent]" not in json.dumps(back.apps[0].plan.to_dict())  # plans name the GPU
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2]),
+       st.sampled_from([1, 2, 4, 8]))
+def test_on_lanes_of_its_own_a_lower_priority_batch_never_holds_a_frame(k_low, b_low, k_hi, b2):
+    # the higher-priority bound on its own lanes depends on the other application only
+    # through the device's lane count: a lower-priority batch of any size is no blocking
+    mp = urgent_beside_cameras()
+    urgent, cams = mp.apps
+    on_gpu = [Mapping({l.name: "gpu0" for l in a.graph.layers}) for a in mp.apps]
+
+    def bound(b_cam: int, own: bool) -> float:
+        mine = replace(on_gpu[0], lanes={"gpu0": k_hi if own else k_low},
+                       batch={"gpu0": 1 if own else b_cam})
+        theirs = replace(on_gpu[1], lanes={"gpu0": k_low}, batch={"gpu0": b_cam})
+        return evaluate_joint(mp, [mine, theirs], own=own).analysis["urgent"].response_worst
+
+    assert bound(b_low, True) == pytest.approx(bound(b2, True))
+    # on shared lanes a longer lower-priority batch is a longer blocking
+    lo, hi = sorted((b_low, b2))
+    assert bound(lo, False) <= bound(hi, False) + 1e-12
+    if lo < hi:
+        assert bound(lo, False) < bound(hi, False)
