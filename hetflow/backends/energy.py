@@ -113,7 +113,7 @@ class CounterTrace:
         except CounterError as e:
             return WindowEnergy(self.name, self.method, seconds, None, False, str(e))
         joules = (_interp(self.times, counts, t1) - _interp(self.times, counts, t0)) * self.unit_j
-        if seconds < self.min_window_s:
+        if seconds < self.min_window_s - 1e-9:  # (t0 + 1) - t0 may round below 1
             return WindowEnergy(self.name, self.method, seconds, joules, False,
                                 f"a {seconds:.2f} s window is shorter than the "
                                 f"{self.min_window_s:g} s that {self.method} resolves")
