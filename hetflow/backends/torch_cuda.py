@@ -37,13 +37,6 @@
   rest padded with the last frame), `collect_frames` splits the first n rows back. A module
   converted at b is shared only by lanes of the same b. The device memory the k lanes took
   at build (the peak allocated over the build) is `runner.memory_bytes`.
-- Staging on a thread of the lane's own: a run whose input bytes reach `STAGE_BYTES` (a
-  batch of camera frames) is copied into its pinned buffer and launched by a thread of its
-  runner, so that `submit` returns at once and the k lanes' copies run side by side (numpy
-  copies without the interpreter lock). One thread driving every lane and staging each copy
-  itself capped resnet18 at fp16 at 10,800-12,300 frames/s on the H200 machine, where a thread
-  a lane ran 16,700-20,300 and the device alone 22,000-25,600. The frames given must not
-  change until the run is `finished`.
 - Precision is the element's (`gpu0@fp16`): fp32, tf32, fp16 or bf16 (bf16 where the device
   computes it natively, `native_bf16`). fp16/bf16: the module's weights are cast once; the
   border tensors stay float32, and the casts to and from the compute dtype run on the device
@@ -62,7 +55,6 @@ from __future__ import annotations
 import functools
 import threading
 import warnings
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -103,9 +95,6 @@ def set_stream_ids(torch, ids: tuple[int, int, int]) -> None:
 
 
 _PAD_MODE_TO_ONNX = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
-# a run staging at least this many input bytes does so on its lane's own thread: a hand-over
-# costs tens of microseconds, copying 1 MiB about a hundred
-STAGE_BYTES = 1 << 20
 
 
 def _missing_reason() -> str | None:
@@ -490,9 +479,6 @@ class TorchCudaRunner:
             self._graph = None
             self._static_out: list | None = None
             outs = self._warm_up(max(1, warmup))
-            self._stager = ThreadPoolExecutor(1, f"hetflow-stage-{element.name}") \
-                if sum(h.nbytes for h in self._host_in) >= STAGE_BYTES else None
-            self._staged: Future | None = None  # the run its thread is staging
             self._host_out = [torch.empty(o.shape, dtype=o.dtype, pin_memory=True) for o in outs]
             self._host_out_np = [h.numpy() for h in self._host_out]
             if cuda_graph:
@@ -658,43 +644,24 @@ class TorchCudaRunner:
         if self.batch > 1:
             self.submit_frames([feeds])
             return
-        self._submit([feeds], 1)
+        if self._module is None:
+            raise BackendError(f"{NAME}: runner of {self.subnet.name} is closed")
+        for name, host_np in zip(self.inputs, self._host_in_np):
+            self._stage_input(name, feeds, host_np)
+        self._frames = 1
+        self._launch()
 
     def submit_frames(self, frames) -> None:
         """Launch one run of 1..batch frames (rows of the pinned buffers, the rest copies of
         the last frame); `collect_frames` gives their outputs."""
-        frames = list(frames)
-        self._submit(pad(frames, self.batch, f"{self.subnet.name} on {self.element.name}"),
-                     len(frames))
-
-    def _submit(self, rows: list, frames: int) -> None:
-        """Stage `rows` (checked here) and launch them, on the lane's staging thread if it
-        has one."""
         if self._module is None:
             raise BackendError(f"{NAME}: runner of {self.subnet.name} is closed")
-        copies = [(self._input(name, frame, host_np[i:i + 1]), host_np[i:i + 1])
-                  for name, host_np in zip(self.inputs, self._host_in_np)
-                  for i, frame in enumerate(rows)]
-        self._frames, self._complete = frames, False
-        if self._stager is None:
-            self._stage(copies)
-        else:
-            self._staged = self._stager.submit(self._stage, copies)
-
-    def _stage(self, copies: list) -> None:
-        for src, dst in copies:
-            np.copyto(dst, src, casting="same_kind")
+        rows = pad(list(frames), self.batch, f"{self.subnet.name} on {self.element.name}")
+        for name, host_np in zip(self.inputs, self._host_in_np):
+            for i, frame in enumerate(rows):
+                self._stage_input(name, frame, host_np[i:i + 1])
+        self._frames = len(frames)
         self._launch()
-
-    def _staging_done(self, wait: bool) -> bool:
-        """Whether the run's staging thread (if any) has launched it; its error raised here."""
-        if self._staged is None:
-            return True
-        if not wait and not self._staged.done():
-            return False
-        staged, self._staged = self._staged, None
-        staged.result()
-        return True
 
     def _launch(self) -> None:
         torch = self._torch
@@ -716,14 +683,13 @@ class TorchCudaRunner:
 
     def finished(self) -> bool:
         """Whether the submitted run is complete (never waits)."""
-        if not self._complete and self._staging_done(wait=False):
+        if not self._complete:
             self._complete = self._done.query()
         return self._complete
 
     def wait(self) -> None:
         """Wait for the submitted run to complete (the GIL released meanwhile)."""
         if not self._complete:
-            self._staging_done(wait=True)
             self._done.synchronize()
             self._complete = True
 
@@ -745,8 +711,7 @@ class TorchCudaRunner:
         return [{name: host[i:i + 1].copy() for name, host in zip(self.outputs, self._host_out_np)}
                 for i in range(self._frames)]
 
-    def _input(self, name: str, feeds: Mapping[str, np.ndarray], dst: np.ndarray) -> np.ndarray:
-        """Input `name` of `feeds`, checked against the buffer rows `dst` it is staged into."""
+    def _stage_input(self, name: str, feeds: Mapping[str, np.ndarray], dst: np.ndarray) -> None:
         try:
             src = feeds[name]
         except KeyError:
@@ -755,11 +720,9 @@ class TorchCudaRunner:
         if np.shape(src) != dst.shape:
             raise BackendError(f"sub-network {self.subnet.name} on {self.element.name}: input "
                                f"{name!r} has shape {np.shape(src)}, expected {dst.shape}")
-        return src
+        np.copyto(dst, src, casting="same_kind")
 
     def close(self) -> None:
-        if self._stager is not None:
-            self._stager.shutdown(wait=True)
         if self._module is not None:
             self._stream.synchronize()
         self._graph = self._static_out = self._module = None
