@@ -181,8 +181,10 @@ def bind(pp: PreparedPlan, programs: list[Program], frames: int, delivering: lis
         el, phases = prog.element, steps[prog.actor]
         runners = [{ph: pp.runner(el, ph, lane) for ph in phases} for lane in range(prog.lanes)]
         every = [r for rs in runners for r in rs.values()]
-        # lanes overlap where the runners launch runs without waiting for them (a GPU's)
-        on_device = prog.lanes > 1 and launches(every)
+        # lanes overlap where the runners launch runs without waiting for them (a GPU's); a
+        # driver shared by several applications launches even one lane's runs, so that it
+        # serves the others while the device runs it
+        on_device = (prog.lanes > 1 or turns) and launches(every)
         used = {a.channel for a in prog.actions if a.channel}
         if wakes is not None:
             wake = wakes[el]

@@ -491,6 +491,11 @@ def drive_shared(element: str, tenants: list[Tenant], control: Control, wake: th
             return not device[i] or len(in_flight) < lanes
         return _over(w[0], w[1], w[2], arrive[i])
 
+    # several applications' runs on a device: a short firing of one ends before a long one
+    # of another launched earlier, so every run is looked at, not only the oldest (which would
+    # hold the short one's frame until the long one ends)
+    apart = len({names[i] for i in range(n) if device[i]}) > 1
+
     try:
         pin_current_thread(cores)
         for i in range(n):
@@ -498,6 +503,12 @@ def drive_shared(element: str, tenants: list[Tenant], control: Control, wake: th
         while in_flight or any(w is not None for w in waits):
             wake.clear()  # before looking: a change after this sets it again
             moved = False
+            if apart:
+                done = [run for run in in_flight if run[1].finished()]
+                for run in done:
+                    in_flight.remove(run)
+                    resume(run[0])
+                moved = bool(done)
             while in_flight and in_flight[0][1].finished():
                 moved = True
                 resume(in_flight.popleft()[0])
@@ -521,7 +532,7 @@ def drive_shared(element: str, tenants: list[Tenant], control: Control, wake: th
                         since[i] = min(since[i], was)
             if not moved:
                 _wait_shared(control, element, waits, names, arrive, wake,
-                             in_flight[0][1] if in_flight else None, spin)
+                             in_flight[0][1] if in_flight else None, spin, apart)
     except Stopped:
         return
     except BaseException as e:  # noqa: BLE001 - a failure outside any firing
@@ -535,9 +546,11 @@ def drive_shared(element: str, tenants: list[Tenant], control: Control, wake: th
 
 
 def _wait_shared(control: Control, element: str, waits: list[tuple | None], names: list[str],
-                 arrive: list, wake: threading.Event, oldest_run: Any, spin: float) -> None:
+                 arrive: list, wake: threading.Event, oldest_run: Any, spin: float,
+                 poll: bool = False) -> None:
     """Block until a wait of a shared element's lanes may be over: the oldest run in flight
-    first (polling for arrivals due meanwhile), else `wake` until `spin` seconds before the next
+    first (polling for arrivals due meanwhile; with `poll`, for any run's end too: runs of
+    several applications end out of order), else `wake` until `spin` seconds before the next
     arrival due (then not at all), at most POLL; says what each application's lanes wait on.
     Stopped once the run stops. A frame not yet admitted (its arrival unknown: infinite) is
     waited for on `wake`, which admits it."""
@@ -547,7 +560,7 @@ def _wait_shared(control: Control, element: str, waits: list[tuple | None], name
            and (d := _due(w, a)) is not None and d != math.inf]
     ahead = max(0.0, min(due) - time.perf_counter()) if due else POLL
     if oldest_run is not None:
-        if not due:
+        if not due and not poll:
             oldest_run.wait()
         elif not oldest_run.finished():
             time.sleep(min(ahead, ARRIVAL_POLL))

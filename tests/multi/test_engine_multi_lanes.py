@@ -142,3 +142,24 @@ def test_lanes_of_each_applications_own_run_beside_each_other(gpu_lanes, most):
         fake_gpu.reset()
     check(report, 30)
     assert most[0] <= seen <= most[1]
+
+
+def test_a_short_firing_is_not_held_by_a_long_one_launched_before_it():
+    # on lanes of their own: a's 2 ms firings beside b's batches of 8 (16 ms a firing, always
+    # one in flight); a's frame is done when its own run ends, not when b's older one does
+    mp = tiny_problem(0.0, 0.0)
+    ga, gb = (a.graph for a in mp.apps)
+    els = {"gpu0": fake_gpu.gpu("gpu0", CORES[0]), **{e.name: e for e in cpu_elements()}}
+    plan = MultiPlan("test", [
+        entry("a", 1, 0.01, ga, {l.name: "gpu0" for l in ga.layers}, els, lanes={"gpu0": 1}),
+        entry("b", 2, 0.0, gb, {l.name: "gpu0" for l in gb.layers}, els, lanes={"gpu0": 1},
+              batch={"gpu0": 8})], gpu_lanes="own")
+    fake_gpu.reset(slow=0.002)
+    try:
+        report = run_multiplan(plan, graphs(mp), frames=30, warmup=2, max_in_flight=8,
+                               engine="threads")
+    finally:
+        fake_gpu.reset()
+    check(report, 30)
+    a = next(r for r in report.apps if r.name == "a")
+    assert a.latency["max"] < 0.008  # held by b's runs it would reach 2 + up to 14 ms
