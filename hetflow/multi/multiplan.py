@@ -173,13 +173,13 @@ def make_multiplan(mp, result, strategy: str = "multi") -> MultiPlan:
     `result`: MultiSearchResult)."""
 
     cand = result.chosen
-    powers = own_servers(mp, cand.mappings, cand.device_lanes)[2] if cand.own_lanes \
+    powers = own_servers(mp, cand.mappings, cand.device_frames)[2] if cand.own_lanes \
         else mp.powers()
     apps = []
     for a, mapping, sched in zip(mp.apps, cand.mappings, cand.schedules):
         # the lanes and batch analysed, written out (else make_plan would fit its own)
         used = set(mapping.elements)
-        mine = {e: pool_name(e, a.name) if e in cand.device_lanes else e for e in used}
+        mine = {e: pool_name(e, a.name) if e in cand.device_frames else e for e in used}
         mapping = replace(mapping, lanes={e: cand.lanes.get(mine[e], 1) for e in used
                                           if e in a.problem.lane_slowdown},
                           batch={e: cand.batch.get(mine[e], 1) for e in used})
@@ -195,7 +195,7 @@ def make_multiplan(mp, result, strategy: str = "multi") -> MultiPlan:
              for n, x in result.naive.analysis.items()}
     predicted = {"schedulable": cand.feasible, "energy_j_per_s": cand.energy,
                  "margin": cand.margin, "utilisation": cand.utilisation, "lanes": cand.lanes,
-                 "batch": cand.batch, **({"device_lanes": cand.device_lanes}
+                 "batch": cand.batch, **({"device_frames": cand.device_frames}
                                          if cand.own_lanes else {}),
                  "naive": naive, "naive_schedulable": result.naive.feasible}
     search = {**result.notes, "evaluations": result.evaluations,

@@ -39,7 +39,7 @@ from hetflow.errors import InfeasibleError, InputError
 from hetflow.plan.mapping import Mapping
 from hetflow.mapping.strategies.ga import RowDuplicates
 
-from hetflow.multi.problem import MultiProblem, check_periods, device_lanes, own_servers, schedule_of
+from hetflow.multi.problem import MultiProblem, check_periods, device_frames, own_servers, schedule_of
 from hetflow.multi.schedulability import PENALTY, AppAnalysis, AppSchedule, analyse, energy_rate, penalty, utilisation
 from hetflow.mapping.strategies.greedy import greedy_assignment
 
@@ -155,12 +155,12 @@ class Candidate:
     lanes: dict[str, int] = field(default_factory=dict)  # element -> lanes (absent: 1)
     batch: dict[str, int] = field(default_factory=dict)  # element -> batch (absent: 1)
     # lanes of its own per application (`lanes`/`batch` keyed by `pool_name`): element -> the
-    # lanes of the whole device; empty: every element's lanes are shared
-    device_lanes: dict[str, int] = field(default_factory=dict)
+    # frames the whole device holds at once; empty: every element's lanes are shared
+    device_frames: dict[str, int] = field(default_factory=dict)
 
     @property
     def own_lanes(self) -> bool:
-        return bool(self.device_lanes)
+        return bool(self.device_frames)
 
     @property
     def feasible(self) -> bool:
@@ -195,7 +195,7 @@ def evaluate_joint(mp: MultiProblem, mappings: list[Mapping], config: list[str] 
     """Analyse one joint mapping: schedules, Eq. 11, response bounds, energy, objectives.
     `own`: each application has lanes of its own on a laned element (else the element's are
     shared by all of them)."""
-    device = device_lanes(mp, mappings) if own else {}
+    device = device_frames(mp, mappings) if own else {}
     if device:
         lanes, batch, powers = own_servers(mp, mappings, device)
     else:
@@ -236,7 +236,7 @@ class _Evaluator:
         self.count += 1
         server_genes = x[self.enc.apps_end:]
         mappings = self.enc.decode(x)
-        device = device_lanes(self.mp, mappings) if self.enc.own else {}
+        device = device_frames(self.mp, mappings) if self.enc.own else {}
         scheds = [self.schedule(i, x[lo:hi], server_genes, m, device)
                   for i, ((lo, hi), m) in enumerate(zip(self.enc.blocks, mappings))]
         return evaluate_joint(self.mp, mappings, self.enc.config, self.with_energy, scheds,
@@ -513,6 +513,6 @@ def search_multi(mp: MultiProblem, algorithm: str = "nsga2", pop_size: int = 48,
                               "configurations": len(configs), "gpu_lanes": gpu_lanes})
 
 
-__all__ = ["JointEncoding", "Candidate", "device_lanes", "lane_ways", "MultiSearchResult", "evaluate_joint", "search_multi",
+__all__ = ["JointEncoding", "Candidate", "device_frames", "lane_ways", "MultiSearchResult", "evaluate_joint", "search_multi",
            "naive_mappings", "naive_result", "choose", "initial_population", "AppBlockCrossover",
            "SegmentMutation", "PENALTY"]

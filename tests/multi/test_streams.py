@@ -306,11 +306,14 @@ def test_lanes_of_its_own_admit_what_shared_lanes_refuse(tmp_path):
     assert chosen.feasible and chosen.own_lanes
     assert {s.name: s.elements for s in chosen.schedules}["urgent"] == ["gpu0[urgent]"]
     k = {n: chosen.lanes[f"gpu0[{n}]"] for n in ("urgent", "cam")}
-    assert chosen.device_lanes == {"gpu0": k["urgent"] + k["cam"]}
-    # every firing takes its time at the whole device's lanes
+    b = {n: chosen.batch.get(f"gpu0[{n}]", 1) for n in ("urgent", "cam")}
+    frames = k["urgent"] * b["urgent"] + k["cam"] * b["cam"]
+    assert chosen.device_frames == {"gpu0": frames}
+    # a firing of one frame takes its time at as many lanes as the device holds frames
+    assert b["urgent"] == 1
     urgent = mp.apps[0]
     alone = schedule_of(urgent, chosen.mappings[0])
-    assert alone.times.sum() * lane_factor(urgent.problem, "gpu0", sum(k.values())) / \
+    assert alone.times.sum() * lane_factor(urgent.problem, "gpu0", frames) / \
         lane_factor(urgent.problem, "gpu0", k["urgent"]) == pytest.approx(
             next(s for s in chosen.schedules if s.name == "urgent").times.sum())
     plan = make_multiplan(mp, res)
@@ -326,8 +329,9 @@ def test_lanes_of_its_own_admit_what_shared_lanes_refuse(tmp_path):
 @given(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2]),
        st.sampled_from([1, 2, 4, 8]))
 def test_on_lanes_of_its_own_a_lower_priority_batch_never_holds_a_frame(k_low, b_low, k_hi, b2):
-    # the higher-priority bound on its own lanes depends on the other application only
-    # through the device's lane count: a lower-priority batch of any size is no blocking
+    # on lanes of its own, the higher-priority bound is its bound alone at the device's load
+    # (frames at once): a lower-priority batch adds load, never a wait; on shared lanes a
+    # longer lower-priority batch is a longer blocking
     mp = urgent_beside_cameras()
     urgent, cams = mp.apps
     on_gpu = [Mapping({l.name: "gpu0" for l in a.graph.layers}) for a in mp.apps]
@@ -338,8 +342,11 @@ def test_on_lanes_of_its_own_a_lower_priority_batch_never_holds_a_frame(k_low, b
         theirs = replace(on_gpu[1], lanes={"gpu0": k_low}, batch={"gpu0": b_cam})
         return evaluate_joint(mp, [mine, theirs], own=own).analysis["urgent"].response_worst
 
-    assert bound(b_low, True) == pytest.approx(bound(b2, True))
-    # on shared lanes a longer lower-priority batch is a longer blocking
+    for b in (b_low, b2):
+        alone = schedule_of(urgent, replace(on_gpu[0], lanes={"gpu0": k_hi}),
+                            {"gpu0": k_hi + k_low * b})
+        want = analyse([alone], {"gpu0[urgent]": k_hi})["urgent"].response_worst
+        assert bound(b, True) == pytest.approx(want)
     lo, hi = sorted((b_low, b2))
     assert bound(lo, False) <= bound(hi, False) + 1e-12
     if lo < hi:
