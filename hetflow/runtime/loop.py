@@ -448,7 +448,8 @@ def drive_shared(element: str, tenants: list[Tenant], control: Control, wake: th
     its turn before the next), then looks again from the top; when no wait is over, it waits on
     the oldest run in flight on a device, else on `wake` (set by every channel the tenants use
     and by their frames' admission) until the next arrival, at most POLL. Their runs in flight
-    are looked at in launch order, as `drive` does. The last `spin` seconds before an arrival
+    are looked at in launch order, as `drive` does, where one application has them; with
+    several, every run is (see `apart`). The last `spin` seconds before an arrival
     are spun, not slept (a thread alone in its process: a sleeping one wakes late).
     `shared_lanes`: a device element's lanes are the element's (below); else each tenant's
     own, every tenant's k lanes in flight at once."""
@@ -509,9 +510,10 @@ def drive_shared(element: str, tenants: list[Tenant], control: Control, wake: th
                     in_flight.remove(run)
                     resume(run[0])
                 moved = bool(done)
-            while in_flight and in_flight[0][1].finished():
-                moved = True
-                resume(in_flight.popleft()[0])
+            else:
+                while in_flight and in_flight[0][1].finished():
+                    moved = True
+                    resume(in_flight.popleft()[0])
             i = next((i for i in range(n) if over(i)), None)
             if i is not None:
                 moved = True
