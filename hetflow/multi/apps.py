@@ -53,7 +53,7 @@ def hosts(mp: MultiPlan) -> dict[str, list[str]]:
 def prioritise(prepared: PreparedPlan, rank: int, of: int) -> None:
     """Give the device runners of one application the `rank`-th of `of` stream priorities
     (0: the highest; runners without priorities, such as CPU sessions, are left alone)."""
-    for r in [*prepared.runners.values(), *(x for rs in prepared.more_lanes.values() for x in rs)]:
+    for r in prepared.every_runner:
         if hasattr(r, "set_priority"):
             r.set_priority(rank, of)
 

@@ -63,9 +63,14 @@ class PreparedPlan:
         return self.runners[(element, phase)] if lane == 0 else \
             self.more_lanes[(element, phase)][lane - 1]
 
+    @property
+    def every_runner(self) -> list[Any]:
+        """Every lane's runner of every (element, phase)."""
+        return [*self.runners.values(), *(x for rs in self.more_lanes.values() for x in rs)]
+
     def close(self) -> None:
 
-        release([*self.runners.values(), *(x for rs in self.more_lanes.values() for x in rs)])
+        release(self.every_runner)
 
 
 def prepare(plan: Plan, graph: CnnGraph, progress: Callable[[str], None] | None = None,

@@ -39,21 +39,32 @@ def check(report, frames: int) -> None:
         assert r.frames >= frames and r.checked_frames == 4 and r.max_abs_error < 1e-3
 
 
+def gpu_elements() -> dict:
+    """The stand-in GPU on the first core beside the CPU elements."""
+    return {"gpu0": fake_gpu.gpu("gpu0", CORES[0]), **{e.name: e for e in cpu_elements()}}
+
+
+def run_on_fake_gpu(plan, mp, slow: float, max_in_flight: int) -> tuple:
+    """(report, the most runs the stand-in GPU held at once) of 30 frames of `plan` on the
+    thread engine, each stand-in firing sleeping `slow` seconds a frame."""
+    fake_gpu.reset(slow=slow)
+    try:
+        report = run_multiplan(plan, graphs(mp), frames=30, warmup=2,
+                               max_in_flight=max_in_flight, engine="threads")
+        return report, fake_gpu.IN_FLIGHT["max"]
+    finally:
+        fake_gpu.reset()
+
+
 def test_two_applications_share_a_laned_gpu():
     mp = tiny_problem()
     ga, gb = (a.graph for a in mp.apps)
-    els = {"gpu0": fake_gpu.gpu("gpu0", CORES[0]), **{e.name: e for e in cpu_elements()}}
+    els = gpu_elements()
     cpu = cpu_elements()[0].name
     plan = MultiPlan("test", [
         entry("a", 1, 0.01, ga, {l.name: "gpu0" for l in ga.layers}, els, lanes={"gpu0": 2}),
         entry("b", 2, 0.0, gb, halves(gb, cpu, "gpu0"), els, lanes={"gpu0": 2})])
-    fake_gpu.reset(slow=0.004)
-    try:
-        report = run_multiplan(plan, graphs(mp), frames=30, warmup=2, max_in_flight=3,
-                               engine="threads")
-        most = fake_gpu.IN_FLIGHT["max"]
-    finally:
-        fake_gpu.reset()
+    report, most = run_on_fake_gpu(plan, mp, 0.004, 3)
     check(report, 30)
     assert most >= 2  # the lanes overlapped runs
     assert report.apps[1].notes["peak_in_flight"] == 3  # free-running b: as many as allowed
@@ -128,18 +139,12 @@ def test_lanes_of_each_applications_own_run_beside_each_other(gpu_lanes, most):
     # once among both; each application's own 2 lanes, up to 4
     mp = tiny_problem(0.0, 0.0)
     ga, gb = (a.graph for a in mp.apps)
-    els = {"gpu0": fake_gpu.gpu("gpu0", CORES[0]), **{e.name: e for e in cpu_elements()}}
+    els = gpu_elements()
     plan = MultiPlan("test", [
         entry("a", 1, 0.0, ga, {l.name: "gpu0" for l in ga.layers}, els, lanes={"gpu0": 2}),
         entry("b", 2, 0.0, gb, {l.name: "gpu0" for l in gb.layers}, els, lanes={"gpu0": 2})],
         gpu_lanes=gpu_lanes)
-    fake_gpu.reset(slow=0.004)
-    try:
-        report = run_multiplan(plan, graphs(mp), frames=30, warmup=2, max_in_flight=4,
-                               engine="threads")
-        seen = fake_gpu.IN_FLIGHT["max"]
-    finally:
-        fake_gpu.reset()
+    report, seen = run_on_fake_gpu(plan, mp, 0.004, 4)
     check(report, 30)
     assert most[0] <= seen <= most[1]
 
@@ -149,17 +154,12 @@ def test_a_short_firing_is_not_held_by_a_long_one_launched_before_it():
     # one in flight); a's frame is done when its own run ends, not when b's older one does
     mp = tiny_problem(0.0, 0.0)
     ga, gb = (a.graph for a in mp.apps)
-    els = {"gpu0": fake_gpu.gpu("gpu0", CORES[0]), **{e.name: e for e in cpu_elements()}}
+    els = gpu_elements()
     plan = MultiPlan("test", [
         entry("a", 1, 0.01, ga, {l.name: "gpu0" for l in ga.layers}, els, lanes={"gpu0": 1}),
         entry("b", 2, 0.0, gb, {l.name: "gpu0" for l in gb.layers}, els, lanes={"gpu0": 1},
               batch={"gpu0": 8})], gpu_lanes="own")
-    fake_gpu.reset(slow=0.002)
-    try:
-        report = run_multiplan(plan, graphs(mp), frames=30, warmup=2, max_in_flight=8,
-                               engine="threads")
-    finally:
-        fake_gpu.reset()
+    report, _ = run_on_fake_gpu(plan, mp, 0.002, 8)
     check(report, 30)
     a = next(r for r in report.apps if r.name == "a")
     assert a.latency["max"] < 0.008  # held by b's runs it would reach 2 + up to 14 ms
