@@ -34,18 +34,21 @@ def pinned(cores: Iterable[int]) -> Iterator[None]:
 
 
 def control_cores(elements: Iterable) -> set[int]:
-    """Cores for the runtime's own threads (frame sources, the output collector): ones no CPU
-    element computes on, so that a woken control thread never preempts a CPU stage's ONNX
-    Runtime pool thread (a parallel layer waits for its slowest thread; measured on the GPU
-    machine with several CNNs at once). GPU driver cores first: their worker mostly waits on
-    the device. Empty (leave the threads unpinned) when every core computes."""
+    """Cores for the runtime's own threads (frame sources, the output collector, an element
+    process's message and progress threads, the parent that watches): ones no element uses
+    first, then GPU driver cores, never a CPU element's. A woken control thread must not
+    preempt a CPU stage's ONNX Runtime pool thread (a parallel layer waits for its slowest
+    thread; measured on the GPU machine with several CNNs at once), nor a GPU driver that
+    polls its runs every fraction of a millisecond where a free core exists. Empty (leave the
+    threads unpinned) when every core computes."""
     elements = list(elements)
     allowed = current_affinity()
+    used = {c for e in elements for c in e.cores}
     cpu = {c for e in elements if e.kind == "cpu" for c in e.cores}
-    drivers = {c for e in elements if e.kind != "cpu" for c in e.cores} - cpu
-    if drivers:
-        return (drivers & allowed) if allowed else drivers
-    return allowed - cpu
+    if allowed and allowed - used:
+        return allowed - used
+    drivers = used - cpu
+    return (drivers & allowed) if allowed else drivers
 
 
 def caller_cores_of(runners: Iterable, element) -> set[int]:

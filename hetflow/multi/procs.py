@@ -31,7 +31,7 @@ from typing import Callable
 from hetflow import interrupt
 from hetflow.errors import RuntimeFault
 from hetflow.backends import caller_cores_of, control_cores, pin_current_thread, pinned
-from hetflow.backends.affinity import realtime_process
+from hetflow.backends.affinity import current_affinity, realtime_process
 from hetflow.runtime.api import load_plan_model
 from hetflow.runtime.channel import FrameChannel, QueueChannel
 from hetflow.runtime.engine import batch_windows, prepare
@@ -102,6 +102,8 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
     try:
         mp = MultiPlan.from_dict(plan)
         el = next(a.plan.elements[element] for a in mp.apps if a.name in names)
+        every = {e.name: e for a in mp.apps for e in a.plan.elements.values()}.values()
+        aside = control_cores(every) or current_affinity()  # (before this thread is pinned)
         pin_current_thread(el.cores)
         wake = threading.Event()
         warmup, n_check = settings["warmup"], settings["check_frames"]
@@ -132,6 +134,14 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
         # longer)
         cores = caller_cores_of((r for pp in prepared for r in pp.runners.values()), el)
         pin_current_thread(cores)
+        # a thread keeps the cores of the thread that started it: this process's helpers
+        # (below) and each queue's feeder thread (started by its first put) go to `aside`, off
+        # the driver's core, where a woken one would hold a due firing back (stalls of 1.5-2 ms
+        # in a GPU driver's launches on the GPU machine)
+        aside = aside - cores
+        with pinned(aside):
+            for q in inboxes.values():
+                q.put(("hello",))
         for r, pp in zip(runs, prepared):
             what = f"warm-up of {r.name}"
             prewarm(pp, settings["seed"] + r.index, only={element})
@@ -154,6 +164,8 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
                         channels[(msg[1], msg[2])].arrived(msg[3], msg[4])
                     elif msg[0] == "low":
                         channels[(msg[1], msg[2])].moved(msg[3])
+                    elif msg[0] == "hello":  # (a process started its queue's feeder)
+                        continue
                     elif msg[0] == "deliver":  # outputs of a frame delivered elsewhere
                         by_index[msg[1]].stream.deliver(*msg[2:])
                     else:  # ("done", app): a frame completed elsewhere: the next may enter
@@ -170,7 +182,8 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
         # frozen before the start: a full collection with torch loaded takes ~0.1 s, which
         # at the start made the first hundred frames late (measured on the GPU machine)
         with frozen_heap(), contextlib.ExitStack() as during:
-            out.put(("ready", element, None))  # (its first put starts the queue's thread)
+            with pinned(aside):  # (its first put starts the queue's thread)
+                out.put(("ready", element, None))
             rt = during.enter_context(realtime_process()) if settings["realtime"] else False
             while not go.value:  # flags, not multiprocessing Events: a killed waiter would
                 time.sleep(0.001)  # hang an Event's set() (it waits for every sleeper)
@@ -179,8 +192,9 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
             what = "the loop"
             helpers = [threading.Thread(target=f, name=f"hetflow-{element}-{f.__name__}",
                                         daemon=True) for f in (listen, report)]
-            for t in helpers:
-                t.start()
+            with pinned(aside):
+                for t in helpers:
+                    t.start()
             try:
                 drive_shared(element, [t for r in runs for t in r.tenants()], control, wake,
                              cores, dispatched, SPIN, mp.gpu_lanes == "shared")

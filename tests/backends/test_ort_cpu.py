@@ -190,8 +190,10 @@ def test_control_threads_go_where_no_cpu_stage_computes():
     c = sorted(allowed)
     cpu_all = E(kind="cpu", cores=tuple(c))
     gpu = E(kind="gpu", cores=(c[-1],))
-    # a GPU driver core that no CPU stage uses is preferred
+    # a GPU driver core that no CPU stage uses, where every other core computes
     assert control_cores([E(kind="cpu", cores=tuple(c[:-1])), gpu]) == {c[-1]}
+    if len(c) >= 2:  # a GPU-only plan: the cores no element uses, not its driver's
+        assert control_cores([gpu]) == allowed - {c[-1]}
     # every allowed core computes: leave the control threads unpinned
     assert control_cores([cpu_all]) == set()
     assert control_cores([cpu_all, gpu]) == set()  # its driver core computes for the CPU too
