@@ -314,7 +314,28 @@ def calibrate_to_whole(problem: Problem, profile, stat: str = "median"
     for e, table in profile.subnet_times.items():
         for key, st in table.items():
             subnets[(e, key)] = _stat(st, stat) or float(st["median"])
-    return replace(problem, layer_times=times, subnet_times=subnets), factors
+    return replace(problem, layer_times=times, subnet_times=subnets,
+                   lane_slowdown=lane_curves_at(problem, profile, stat)), factors
+
+
+def lane_curves_at(problem: Problem, profile, stat: str) -> dict[str, dict[int, float]]:
+    """`problem`'s lane curves with a firing at k > 1 lanes no shorter than the `stat` of the
+    firings the profile measured there (over the whole model's `stat`, the one-lane time the
+    layers were scaled to): the curves are of mean firings, and a bound at the largest
+    firing (`max`) must see that a device shared by k runs stretches some firings far more
+    than the mean does (squeezenet1_0 on an H200 at 8 lanes: mean 1.25 ms, largest 1.69)."""
+    curves = dict(problem.lane_slowdown)
+    if stat == "median":
+        return curves
+    for e, curve in curves.items():
+        table = getattr(profile, "gpu_lanes", {}).get(e, {})
+        base = _stat(profile.whole_model.get(e, {}), stat)
+        if not base:
+            continue
+        curves[e] = {k: max(r, (_stat(table[str(k)]["alone"], stat) or 0.0) / base)
+                     if k > 1 and "alone" in table.get(str(k), {}) else r
+                     for k, r in curve.items()}
+    return curves
 
 
 def find_profile(spec: AppSpec, profile_dir: Path | None, platform) -> Path:

@@ -37,6 +37,23 @@ def test_calibrate_to_a_chosen_statistic_of_the_whole_model(stat, expect):
     assert calibrate_to_whole(p, prof, stat)[1] == {"cpu0": pytest.approx(expect)}
 
 
+def test_a_bound_at_the_largest_firing_takes_the_largest_measured_at_each_lane_count():
+    a = app_problem(6, 1, 0.05, 1)
+    p = replace(a.problem, lane_slowdown={"gpu0": {1: 1.0, 2: 1.5, 4: 2.0, 8: 3.0}})
+
+    def row(med, mx):
+        return {"alone": {"median": med, "p90": med, "max": mx}}
+
+    # mean firings 1, 1.5, 2, 3 ms; the largest at 4 lanes 3 ms, at 8 lanes no more than the mean
+    prof = SimpleNamespace(whole_model={"gpu0": {"median": 1e-3, "max": 1e-3}}, subnet_times={},
+                           gpu_lanes={"gpu0": {"1": row(1e-3, 1.4e-3), "2": row(1.5e-3, 1.5e-3),
+                                               "4": row(2e-3, 3e-3), "8": row(3e-3, 2.5e-3)}})
+    assert calibrate_to_whole(p, prof, "max")[0].lane_slowdown["gpu0"] == pytest.approx(
+        {1: 1.0, 2: 1.5, 4: 3.0, 8: 3.0})  # (one lane: the whole model's own statistic)
+    assert calibrate_to_whole(p, prof, "median")[0].lane_slowdown == p.lane_slowdown
+    assert p.lane_slowdown["gpu0"][4] == 2.0  # the problem given is left as it was
+
+
 def test_profiles_without_a_max_fall_back_to_p90_and_unknown_statistics_are_refused():
     a = app_problem(6, 1, 0.05, 1)
     sums = a.problem.layer_times.sum(axis=0).copy()
