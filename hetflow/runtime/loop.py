@@ -450,7 +450,8 @@ def drive_shared(element: str, tenants: list[Tenant], control: Control, wake: th
     and by their frames' admission) until the next arrival, at most POLL. Their runs in flight
     are looked at in launch order, as `drive` does, where one application has them; with
     several, every run is (see `apart`). The last `spin` seconds before an arrival
-    are spun, not slept (a thread alone in its process: a sleeping one wakes late).
+    are spun, not slept, and so are runs in flight (a thread alone in its process: a sleeping
+    one wakes late).
     `shared_lanes`: a device element's lanes are the element's (below); else each tenant's
     own, every tenant's k lanes in flight at once."""
     clock = time.perf_counter
@@ -554,8 +555,9 @@ def _wait_shared(control: Control, element: str, waits: list[tuple | None], name
     first (polling for arrivals due meanwhile; with `poll`, for any run's end too: runs of
     several applications end out of order), else `wake` until `spin` seconds before the next
     arrival due (then not at all), at most POLL; says what each application's lanes wait on.
-    Stopped once the run stops. A frame not yet admitted (its arrival unknown: infinite) is
-    waited for on `wake`, which admits it."""
+    With `spin`, runs in flight are polled without sleeping. Stopped once the run stops. A
+    frame not yet admitted (its arrival unknown: infinite) is waited for on `wake`, which
+    admits it."""
     if control.stop.is_set():
         raise Stopped
     due = [d for w, a in zip(waits, arrive) if w is not None
@@ -565,7 +567,10 @@ def _wait_shared(control: Control, element: str, waits: list[tuple | None], name
         if not due and not poll:
             oldest_run.wait()
         elif not oldest_run.finished():
-            time.sleep(min(ahead, ARRIVAL_POLL))
+            # a thread alone in its process (`spin`) yields instead: on the GPU machine (a
+            # virtual machine) a 0.2 ms sleep of the driver's core took up to 3.4 ms to return,
+            # a few times a minute, the thread off the CPU throughout (its core woken late)
+            time.sleep(0.0 if spin else min(ahead, ARRIVAL_POLL))
         return
     if due and ahead <= spin:
         return
