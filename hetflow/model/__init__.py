@@ -25,5 +25,14 @@ def resolve_model(arg: str, input_shapes: dict[str, tuple[int, ...]] | None = No
     return load_model(zoo.cached_model_path(entry.name), input_shapes, fuse, name=entry.name)
 
 
-__all__ = ["CnnGraph", "Edge", "Layer", "TensorInfo", "load_model", "parse_input_shapes",
-           "resolve_model"]
+def is_zoo_model(name: str) -> bool:
+    """Whether `name` names a zoo model (built on demand on any machine)."""
+    try:
+        zoo.get_entry(name)
+    except InputError:
+        return False
+    return True
+
+
+__all__ = ["CnnGraph", "Edge", "Layer", "TensorInfo", "is_zoo_model", "load_model",
+           "parse_input_shapes", "resolve_model"]

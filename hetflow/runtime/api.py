@@ -13,7 +13,7 @@ from hetflow.plan.plan import Plan
 from hetflow.model.graph import CnnGraph
 
 from hetflow.runtime.report import RunReport
-from hetflow.model import resolve_model
+from hetflow.model import is_zoo_model, resolve_model
 from hetflow.model.accuracy import Tolerance
 from hetflow.runtime.check import check_precision_run
 from hetflow.runtime.inputs import image_dir_source, npz_source, random_source
@@ -24,6 +24,9 @@ def load_plan_model(plan: Plan, model: str | None = None) -> CnnGraph:
     """The plan's model (or `model`, a path or zoo name), refusing one with another hash."""
 
     arg = model or plan.model_source or plan.model_name
+    if model is None and plan.model_source and not Path(plan.model_source).exists() \
+            and is_zoo_model(plan.model_name):
+        arg = plan.model_name  # a zoo model's file on the machine that planned: built here
     shapes = {k: tuple(v) for k, v in plan.input_shapes.items()} or None
     graph = resolve_model(arg, shapes, plan.fuse)
     if plan.model_hash and graph.model_hash != plan.model_hash:
