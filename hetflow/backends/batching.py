@@ -112,11 +112,15 @@ def gather(frames: Sequence[Mapping[str, np.ndarray]], names: Sequence[str], bat
     return out
 
 
+def check_rows(n: int, batch: int, where: str) -> None:
+    """BackendError unless 1 <= `n` <= `batch` frames were given for a batch."""
+    if not 1 <= n <= batch:
+        raise BackendError(f"{where}: {n} frames for a batch of {batch} (give 1 to {batch})")
+
+
 def pad(rows: list[np.ndarray], batch: int, where: str) -> list[np.ndarray]:
     """`rows` (1..batch of them) and copies of the last up to `batch`."""
-    if not 1 <= len(rows) <= batch:
-        raise BackendError(f"{where}: {len(rows)} frames for a batch of {batch} (give 1 to "
-                           f"{batch})")
+    check_rows(len(rows), batch, where)
     return rows + [rows[-1]] * (batch - len(rows))
 
 

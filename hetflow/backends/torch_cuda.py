@@ -62,7 +62,7 @@ import numpy as np
 import onnx
 
 from hetflow.backends.base import Backend
-from hetflow.backends.batching import batched_subnet, check_batch, pad
+from hetflow.backends.batching import batched_subnet, check_batch, check_rows
 from hetflow.backends.registry import register_backend
 from hetflow.errors import BackendError, first_line
 
@@ -652,15 +652,20 @@ class TorchCudaRunner:
         self._launch()
 
     def submit_frames(self, frames) -> None:
-        """Launch one run of 1..batch frames (rows of the pinned buffers, the rest copies of
-        the last frame); `collect_frames` gives their outputs."""
+        """Launch one run of 1..batch frames (the first rows of the pinned buffers);
+        `collect_frames` gives their outputs. The rows past them are not staged: they hold
+        what they held (earlier frames; zeros at first), run, and their outputs are dropped,
+        as padding's would be (no row of a CNN at inference reads another). Staging copies of
+        the last frame instead cost mobilenet_v2's b32 firings of 5 frames on the H200 machine
+        about 3 ms of host copies (27 rows of 0.6 MB)."""
         if self._module is None:
             raise BackendError(f"{NAME}: runner of {self.subnet.name} is closed")
-        rows = pad(list(frames), self.batch, f"{self.subnet.name} on {self.element.name}")
+        rows = list(frames)
+        check_rows(len(rows), self.batch, f"{self.subnet.name} on {self.element.name}")
         for name, host_np in zip(self.inputs, self._host_in_np):
             for i, frame in enumerate(rows):
                 self._stage_input(name, frame, host_np[i:i + 1])
-        self._frames = len(frames)
+        self._frames = len(rows)
         self._launch()
 
     def _launch(self) -> None:
