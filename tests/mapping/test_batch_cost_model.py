@@ -296,3 +296,31 @@ def test_latency_at_a_rate_above_what_the_plan_takes_is_unbounded(factory):
     alone = full / 8  # each frame fired alone, padded
     assert math.isfinite(latency_at_rate(p, m, 0.5 * alone))
     assert latency_at_rate(p, m, 4 * full) == math.inf
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 300), b=st.sampled_from(BATCHES), k=st.sampled_from(LANES[1:]),
+       wait=st.sampled_from([1e-3, 4e-3]), log_rate=st.floats(1.0, 5.0),
+       per_byte=st.sampled_from([0.0, 1e-10]))
+def test_at_a_rate_one_lane_keeps_up_with_more_lanes_change_nothing(factory, seed, b, k, wait,
+                                                                     log_rate, per_byte):
+    p = batched_problem(factory, seed, affine=0.3)
+    p = dataclasses.replace(p, host_per_byte={"gpu0": per_byte})
+    one = dataclasses.replace(whole(p, "gpu0"), lanes={"gpu0": 1}, batch={"gpu0": b},
+                              batch_wait={"gpu0": wait})
+    rate = 10.0 ** log_rate
+    # a firing of the n frames that come within the wait, padded to b, on one lane, after
+    # their staging; frames at a rate whose firings keep one lane busy at most 95% of the time
+    n = min(b, math.floor(wait * rate + 1e-9) + 1)
+    borders = sum(p.graph.tensors[t].nbytes for t in (*p.graph.inputs, *p.graph.outputs))
+    firing = gpu_time(p) * (0.3 + 0.7 * b if b > 1 else 1.0) + per_byte * n * borders * (b > 1)
+    assume(rate / n * firing <= 0.95)
+    # the other lanes idle, so a firing runs as on one lane (the curve's slowdown at k is for
+    # k busy at once)
+    many = dataclasses.replace(one, lanes={"gpu0": k})
+    assert latency_at_rate(p, many, rate, median=True) == pytest.approx(
+        latency_at_rate(p, one, rate, median=True), rel=1e-9)
+    if b > 1:  # its frames are staged one by one before it runs: n frames' borders
+        cold = dataclasses.replace(p, host_per_byte={"gpu0": 0.0})
+        assert latency_at_rate(p, one, rate, median=True) - latency_at_rate(
+            cold, one, rate, median=True) == pytest.approx(per_byte * n * borders, abs=1e-12)
