@@ -447,10 +447,8 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
     its time) / period -- the rate its slowest member allows -- and with dynamic dispatch (the
     next frame to whichever member is free) 1 / the sum of the members' rates; `for_latency`,
     an actor with concurrency k whose phase takes the slowest member's time (what the worst
-    frame sees). All approximations. On the GPU machine the dynamic prediction of data-parallel
-    plans was 0.76-1.28 of measured (median 0.89), where the pattern bound had been low for all nine
-    CNNs (a 64-slot pattern gives each of 15 slow cores at least 1/64 of the frames, more than
-    they can take beside a GPU 70x faster).
+    frame sees). All approximations (the dynamic one read data-parallel plans on the GPU
+    machine at 0.76-1.28 of measured; the pattern bound was low for all nine CNNs).
 
     A GPU member with k lanes counts as k members (concurrency k) whose firing takes its
     one-lane time times the measured slowdown at k lanes; in a group of unlike members its rate
@@ -467,11 +465,10 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
     leaves only after it). `batched_rates` False: every actor at rate one, a batched firing
     serving one frame (a stream so slow that each frame fires alone, padded). `padded`
     ({element: b}): a firing of the mapping's batch there (a partial batch) runs padded to b,
-    taking t(b, k), after its frames' staging. `busy_lanes` ({element: j}, 1 <= j <= k, fractional): its firings are
-    timed as j of its k lanes busy see them (frames on a clock too slow to keep all busy).
+    taking t(b, k), after its frames' staging. `busy_lanes` ({element: j}, 1 <= j <= k,
+    fractional): its firings are timed as j of its k lanes busy see them (frames on a clock
+    too slow to keep all busy).
     """
-
-
     mapping = mapping or Mapping(app.assignment)
     fills = fills or {}
     uniform = {a: _is_uniform(problem, mapping, a) for a in app.phases}

@@ -108,26 +108,8 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
         wake = threading.Event()
         warmup, n_check = settings["warmup"], settings["check_frames"]
         channels: dict[tuple[int, str], QueueChannel] = {}
-        runs = []
-        for i, entry in enumerate(mp.apps):  # (highest priority first)
-            if entry.name not in names:
-                continue
-            pp = prepare(entry.plan, load_plan_model(entry.plan), only={element})
-            prepared.append(pp)
-            prioritise(pp, i, len(mp.apps))
-            chans = element_channels(i, entry, element, inboxes)
-            channels.update({(i, name): c for name, c in chans.items()})
-            others = sorted(loading_elements(entry) - {element})
-            tell = functools.partial(_tell_loaders, [inboxes[e] for e in others], i) \
-                if others else None
-            collector = collector_of(entry)
-            forward = None if element == collector else functools.partial(
-                _post, inboxes[collector], ("deliver", i))
-            runs.append(app_run(i, entry, pp, settings["frames"][i], control,
-                                settings["max_in_flight"],
-                                lambda k: warmup <= k < warmup + n_check, settings["seed"],
-                                {element: wake}, settings["trace"], {element}, chans, tell,
-                                forward))
+        runs = element_runs(mp, element, names, settings, control, wake, inboxes, prepared,
+                            channels)
         # this thread (the driver, and the caller of every run) on the runners' caller core:
         # ONNX Runtime's pool threads have the element's other cores, and the driver must not
         # share one with them (letting the pool threads spin as well made one run's tail 40x
@@ -218,6 +200,36 @@ def element_main(plan: dict, element: str, names: list[str], settings: dict, out
                 pp.close()
             except Exception:
                 pass
+
+
+def element_runs(mp: MultiPlan, element: str, names: list[str], settings: dict,
+                 control: Control, wake: threading.Event, inboxes: dict, prepared: list,
+                 channels: dict) -> list:
+    """`element`'s part of each application in `names` (highest priority first): its sessions
+    prepared (appended to `prepared`, which the caller closes), its channels (added to
+    `channels` by (application, name)), and the run that drives them there."""
+    warmup, n_check = settings["warmup"], settings["check_frames"]
+    runs = []
+    for i, entry in enumerate(mp.apps):
+        if entry.name not in names:
+            continue
+        pp = prepare(entry.plan, load_plan_model(entry.plan), only={element})
+        prepared.append(pp)
+        prioritise(pp, i, len(mp.apps))
+        chans = element_channels(i, entry, element, inboxes)
+        channels.update({(i, name): c for name, c in chans.items()})
+        others = sorted(loading_elements(entry) - {element})
+        tell = functools.partial(_tell_loaders, [inboxes[e] for e in others], i) \
+            if others else None
+        collector = collector_of(entry)
+        forward = None if element == collector else functools.partial(
+            _post, inboxes[collector], ("deliver", i))
+        runs.append(app_run(i, entry, pp, settings["frames"][i], control,
+                            settings["max_in_flight"],
+                            lambda k: warmup <= k < warmup + n_check, settings["seed"],
+                            {element: wake}, settings["trace"], {element}, chans, tell,
+                            forward))
+    return runs
 
 
 def _tell_loaders(inboxes: list, index: int) -> None:
