@@ -200,6 +200,8 @@ def map_multi(
     else:
         console.print("every deadline is met (predicted)" if mplan.predicted["schedulable"]
                       else "deadlines are MISSED (predicted)")
+    for note in mplan.search.get("notes", []):
+        console.print(f"note: {note}")
     for f in ([output] if output else []) + ([pareto] if pareto else []):
         console.print(f"wrote {f}")
 

@@ -14,7 +14,7 @@ from hetflow.plan.plan import Plan
 from hetflow.io import write_json
 from hetflow.mapping.planner import make_plan
 from hetflow.mapping.problem import Metrics
-from hetflow.multi.problem import device_of, own_servers, pool_name
+from hetflow.multi.problem import device_of, own_servers, pool_name, thin_bounds
 from hetflow.schema import validate
 
 if TYPE_CHECKING:
@@ -175,8 +175,9 @@ def make_multiplan(mp, result, strategy: str = "multi") -> MultiPlan:
     cand = result.chosen
     powers = own_servers(mp, cand.mappings, cand.device_frames)[2] if cand.own_lanes \
         else mp.powers()
-    apps = []
+    apps, uses = [], {}
     for a, mapping, sched in zip(mp.apps, cand.mappings, cand.schedules):
+        uses[a.name] = sorted(set(mapping.elements))
         # the lanes and batch analysed, written out (else make_plan would fit its own)
         used = set(mapping.elements)
         mine = {e: pool_name(e, a.name) if e in cand.device_frames else e for e in used}
@@ -201,5 +202,7 @@ def make_multiplan(mp, result, strategy: str = "multi") -> MultiPlan:
     search = {**result.notes, "evaluations": result.evaluations,
               "seconds": round(result.seconds, 3), "front_size": len(result.front),
               "objectives": result.objectives, "time_stat": mp.time_stat}
+    if (thin := thin_bounds(mp, uses)):
+        search["notes"] = thin
     return MultiPlan(mp.platform_name, sorted(apps, key=lambda e: e.priority), predicted, search,
                      "own" if cand.own_lanes else "shared")

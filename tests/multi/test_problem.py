@@ -105,3 +105,19 @@ def test_find_profile(tmp_path):
     assert find_profile(own, None, plat).name == "net.other.profile.json"
     with pytest.raises(InputError, match="no profile; give --profile-dir"):
         find_profile(AppSpec("net.onnx", 0.02, 1, "net"), None, plat)
+
+
+def test_a_bound_from_few_profiling_runs_is_said_to_be_thin():
+    from hetflow.multi.problem import FEW_RUNS, thin_bounds
+
+    def app(name, runs):
+        return SimpleNamespace(name=name, runs=runs,
+                               problem=SimpleNamespace(lane_slowdown={"gpu0": {1: 1.0}}))
+
+    apps = [app("a", {"cpu0-7": 5, "gpu0": 5}), app("b", {"cpu8-14": FEW_RUNS})]
+    used = {"a": ["cpu0-7", "gpu0"], "b": ["cpu8-14"]}
+    notes = thin_bounds(SimpleNamespace(time_stat="max", apps=apps), used)
+    # a's cores, timed 5 times; not its GPU (lane curves of thousands of firings), nor b's
+    assert len(notes) == 1 and "application a" in notes[0] and "cpu0-7" in notes[0]
+    assert "max of 5 profiling runs" in notes[0]
+    assert thin_bounds(SimpleNamespace(time_stat="median", apps=apps), used) == []
