@@ -177,9 +177,9 @@ def make_multiplan(mp, result, strategy: str = "multi") -> MultiPlan:
         else mp.powers()
     apps, uses = [], {}
     for a, mapping, sched in zip(mp.apps, cand.mappings, cand.schedules):
-        uses[a.name] = sorted(set(mapping.elements))
         # the lanes and batch analysed, written out (else make_plan would fit its own)
         used = set(mapping.elements)
+        uses[a.name] = sorted(used)
         mine = {e: pool_name(e, a.name) if e in cand.device_frames else e for e in used}
         mapping = replace(mapping, lanes={e: cand.lanes.get(mine[e], 1) for e in used
                                           if e in a.problem.lane_slowdown},

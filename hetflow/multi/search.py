@@ -191,11 +191,14 @@ def joint_servers(mappings: list[Mapping]) -> tuple[dict[str, int], dict[str, in
 
 def evaluate_joint(mp: MultiProblem, mappings: list[Mapping], config: list[str] | None = None,
                    with_energy: bool = True, schedules: list[AppSchedule] | None = None,
-                   own: bool = False) -> Candidate:
+                   own: bool = False, device: dict[str, int] | None = None) -> Candidate:
     """Analyse one joint mapping: schedules, Eq. 11, response bounds, energy, objectives.
     `own`: each application has lanes of its own on a laned element (else the element's are
-    shared by all of them)."""
-    device = device_frames(mp, mappings) if own else {}
+    shared by all of them); `device`: its `device_frames`, where the caller has them."""
+    if not own:
+        device = {}
+    elif device is None:
+        device = device_frames(mp, mappings)
     if device:
         lanes, batch, powers = own_servers(mp, mappings, device)
     else:
@@ -240,7 +243,7 @@ class _Evaluator:
         scheds = [self.schedule(i, x[lo:hi], server_genes, m, device)
                   for i, ((lo, hi), m) in enumerate(zip(self.enc.blocks, mappings))]
         return evaluate_joint(self.mp, mappings, self.enc.config, self.with_energy, scheds,
-                              self.enc.own)
+                              self.enc.own, device)
 
 
 class _PymooProblem(PymooProblem):
