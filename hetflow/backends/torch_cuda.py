@@ -34,7 +34,9 @@
   before conversion (`backends.batching`: a Reshape whose constant target pins batch 1 gets
   b), so each lane holds one pinned host buffer of b frames, one copy in, one CUDA graph
   captured at b, one copy out. `run_frames`/`submit_frames` stage 1..b frames into it (the
-  rest padded with the last frame), `collect_frames` splits the first n rows back. A module
+  rows past them run what they held; their outputs are dropped), `collect_frames` splits the
+  first n rows back. Where the element has cores besides its driving one, threads there
+  stage part of each batch (`backends.staging`). A module
   converted at b is shared only by lanes of the same b. The device memory the k lanes took
   at build (the peak allocated over the build) is `runner.memory_bytes`.
 - Precision is the element's (`gpu0@fp16`): fp32, tf32, fp16 or bf16 (bf16 where the device
@@ -63,6 +65,7 @@ import onnx
 
 from hetflow.backends.base import Backend
 from hetflow.backends.batching import batched_subnet, check_batch, check_rows
+from hetflow.backends.staging import Stager
 from hetflow.backends.registry import register_backend
 from hetflow.errors import BackendError, first_line
 
@@ -444,7 +447,8 @@ class TorchCudaRunner:
 
     def __init__(self, subnet: "Subnet", element: "ProcessingElement", module,
                  device_index: int, cuda_graph: bool = True, warmup: int = 3,
-                 sync: str = "spin", graph_copies: bool = True, batch: int = 1):
+                 sync: str = "spin", graph_copies: bool = True, batch: int = 1,
+                 stager: Stager | None = None):
         import torch
 
         if sync not in ("block", "spin"):
@@ -452,6 +456,7 @@ class TorchCudaRunner:
         self.subnet = subnet  # at leading dim `batch`
         self.element = element
         self.batch = batch
+        self._stager: Stager | None = None  # attached once built, released by close
         self.memory_bytes: int | None = None  # set by prepare_lanes
         self._frames = 0  # frames of the run in flight (rows of the buffers that are real)
         self.inputs = list(subnet.inputs)
@@ -483,6 +488,7 @@ class TorchCudaRunner:
             self._host_out_np = [h.numpy() for h in self._host_out]
             if cuda_graph:
                 self._capture(graph_copies)
+        self._stager = stager.attach() if stager is not None else None
 
     @property
     def caller_cores(self) -> tuple[int, ...]:
@@ -662,9 +668,16 @@ class TorchCudaRunner:
             raise BackendError(f"{NAME}: runner of {self.subnet.name} is closed")
         rows = list(frames)
         check_rows(len(rows), self.batch, f"{self.subnet.name} on {self.element.name}")
-        for name, host_np in zip(self.inputs, self._host_in_np):
-            for i, frame in enumerate(rows):
-                self._stage_input(name, frame, host_np[i:i + 1])
+
+        def stage_rows(start: int, end: int) -> None:
+            for name, host_np in zip(self.inputs, self._host_in_np):
+                for i in range(start, end):
+                    self._stage_input(name, rows[i], host_np[i:i + 1])
+
+        if self._stager is not None:
+            self._stager.stage(len(rows), stage_rows)
+        else:
+            stage_rows(0, len(rows))
         self._frames = len(rows)
         self._launch()
 
@@ -730,6 +743,9 @@ class TorchCudaRunner:
     def close(self) -> None:
         if self._module is not None:
             self._stream.synchronize()
+        if self._stager is not None:
+            self._stager.release()
+            self._stager = None
         self._graph = self._static_out = self._module = None
         self._host_in, self._host_in_np, self._dev_in = [], [], []
         self._host_out, self._host_out_np = [], []
@@ -794,11 +810,13 @@ class TorchCudaBackend(Backend):
             module = to_torch_module(subnet.model, subnet.name).to(
                 getattr(torch, COMPUTE_DTYPES[element.precision]))
         runners: list[TorchCudaRunner] = []
+        # the element's other cores help its driving thread stage a batch (backends.staging)
+        stager = Stager(element.cores[1:]) if batch > 1 and len(element.cores) > 1 else None
         try:
             for lane in range(max(1, lanes)):
                 try:
                     runners.append(TorchCudaRunner(subnet, element, module, index, cuda_graph,
-                                                   warmup, sync, graph_copies, batch))
+                                                   warmup, sync, graph_copies, batch, stager))
                 except torch.cuda.OutOfMemoryError:
                     free, total = torch.cuda.mem_get_info(index)
                     raise BackendError(

@@ -74,22 +74,23 @@ def show(platform: str = PLATFORM_ARG,
     for c in p.clusters:
         free = p.free_cores(c)
         cores = ",".join(map(str, c.cores)) + ("" if len(free) == len(c.cores)
-                                               else f" ({len(c.cores) - len(free)} driving devices)")
+                                               else f" ({len(c.cores) - len(free)} driving or staging for devices)")
         t.add_row(c.name, cores, c.core_type or "-", _num(c.max_freq_mhz),
                   _num(c.peak_gflops_per_core), _num(c.mem_gbps), _num(c.power_w_per_core))
     console.print(t)
     if p.gpus or p.accelerators:
         t = Table(title="Devices")
-        for col in ("element", "kind", "model", "driving core", "GFLOP/s*", "GB/s*", "W*", "backend"):
+        for col in ("element", "kind", "model", "driving core", "staging cores", "GFLOP/s*", "GB/s*", "W*", "backend"):
             t.add_column(col)
         for g in p.gpus:
-            t.add_row(g.element_name, "gpu", g.name, str(g.driver_core), _num(g.peak_gflops),
+            t.add_row(g.element_name, "gpu", g.name, str(g.driver_core),
+                      ",".join(map(str, g.staging_cores)) or "-", _num(g.peak_gflops),
                       _num(g.mem_gbps), _num(g.power_w), g.backend or "default")
         for a in p.accelerators:
             model = a.model or "-"
             if a.speed_factor:
                 model += f" ({a.speed_factor:g}x {a.relative_to})"
-            t.add_row(a.name, "accel", model, _num(a.driver_core), _num(a.peak_gflops),
+            t.add_row(a.name, "accel", model, _num(a.driver_core), "-", _num(a.peak_gflops),
                       _num(a.mem_gbps), _num(a.power_w), a.backend or "none")
         console.print(t)
     console.print("* nominal estimates, used by estimated profiles only")

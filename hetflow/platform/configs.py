@@ -101,7 +101,8 @@ def device_elements(platform: Platform) -> list[ProcessingElement]:
     for g in platform.gpus:
         cl = platform.cluster_of(g.driver_core)
         out.append(ProcessingElement(
-            name=element_name(g.element_name, g.precision), kind="gpu", cores=(g.driver_core,),
+            name=element_name(g.element_name, g.precision), kind="gpu",
+            cores=(g.driver_core, *g.staging_cores),
             precision=g.precision,
             cluster=cl.name if cl else None, device_index=g.index, freq_mhz=g.freq_mhz,
             power_w=g.power_w, peak_gflops=g.peak_gflops, mem_gbps=g.mem_gbps,

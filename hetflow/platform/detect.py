@@ -8,6 +8,7 @@ import importlib.util
 import os
 import platform as _pyplatform
 from pathlib import Path
+from typing import Sequence
 
 from hetflow.errors import InputError
 from hetflow.platform.spec import CpuCluster, Gpu, Platform, format_cores
@@ -90,15 +91,32 @@ def cuda_gpus() -> list[tuple[int, str]]:
     return [(i, torch.cuda.get_device_name(i)) for i in range(torch.cuda.device_count())]
 
 
+# Cores a machine has per GPU before each GPU also gets a staging core: one core copying
+# frames caps a batched GPU near 20,000 224 x 224 frames/s (backends.staging), a cost worth a
+# core where cores are many, not on a phone-class board.
+STAGING_FROM_CORES = 8
+
+
+def gpu_host_cores(cores: Sequence[int], gpus: int) -> list[tuple[int, tuple[int, ...]]]:
+    """(driver core, staging cores) of GPU i = 0..gpus-1: GPU i is driven by the i-th core
+    from the end and, where the machine has STAGING_FROM_CORES cores a GPU, staged for by the
+    i-th core before the drivers."""
+    staged = gpus > 0 and len(cores) >= STAGING_FROM_CORES * gpus
+    return [(cores[-1 - i % len(cores)], (cores[-1 - gpus - i],) if staged else ())
+            for i in range(gpus)]
+
+
 def detect_platform(name: str | None = None) -> Platform:
-    """The platform of this machine. GPU i is driven by the i-th core from the end."""
+    """The platform of this machine: its cores grouped into clusters by clock, each CUDA GPU
+    with its host cores (`gpu_host_cores`)."""
     cores = usable_cores()
     freqs = {c: core_max_freq_mhz(c) for c in cores}
     model = _cpu_model_name()
     clusters = tuple(CpuCluster(name=n, cores=cs, core_type=model, max_freq_mhz=f)
                      for n, cs, f in group_clusters(freqs))
-    gpus = tuple(Gpu(index=i, name=gname, driver_core=cores[-1 - i % len(cores)])
-                 for i, gname in cuda_gpus())
+    found = cuda_gpus()
+    gpus = tuple(Gpu(index=i, name=gname, driver_core=driver, staging_cores=staging)
+                 for (i, gname), (driver, staging) in zip(found, gpu_host_cores(cores, len(found))))
     return Platform(name=name or _pyplatform.node() or "local", clusters=clusters, gpus=gpus,
                     description=f"detected by hetflow on {_pyplatform.node()}",
                     source="auto")

@@ -105,7 +105,8 @@ _TOP = {"name": True, "description": False, "clusters": False, "gpus": False,
 _CLUSTER = {"name": True, "cores": True, "core_type": False, "max_freq_mhz": False,
             "power_w_per_core": False, "peak_gflops_per_core": False, "mem_gbps": False,
             "precision": False}
-_GPU = {"index": True, "name": True, "driver_core": False, "freq_mhz": False, "power_w": False,
+_GPU = {"index": True, "name": True, "driver_core": False, "staging_cores": False,
+        "freq_mhz": False, "power_w": False,
         "peak_gflops": False, "mem_gbps": False, "backend": False, "precision": False}
 _ACCEL = {"name": True, "driver_core": False, "model": False, "freq_mhz": False,
           "power_w": False, "peak_gflops": False, "mem_gbps": False, "speed_factor": False,
@@ -131,7 +132,7 @@ def platform_from_dict(doc: Any, source: str = "<platform>") -> Platform:
         if core not in core_owner:
             ck.fail(where, f"core {core} is in no cluster")
         if core in drivers:
-            ck.fail(where, f"core {core} already drives {drivers[core]}")
+            ck.fail(where, f"core {core} already drives or stages for {drivers[core]}")
         drivers[core] = device
         return core
 
@@ -145,14 +146,19 @@ def platform_from_dict(doc: Any, source: str = "<platform>") -> Platform:
         index = ck.integer(g["index"], f"{w}.index")
         if any(x.index == index for x in gpus):
             ck.fail(f"{w}.index", f"GPU index {index} listed twice")
+        staging = g.get("staging_cores")
+        staging = () if staging is None else ck.cores(staging, f"{w}.staging_cores")
         if g.get("driver_core") is None:
-            free = [c for c in sorted(core_owner) if c not in drivers]
+            free = [c for c in sorted(core_owner) if c not in drivers and c not in staging]
             if not free:
                 ck.fail(f"{w}.driver_core", "missing, and no free core is left to drive the GPU")
             g["driver_core"] = free[-1]  # convention: the last free core drives the GPU
+        driving = driver(g["driver_core"], f"{w}.driver_core", f"gpu{index}")
+        for core in staging:
+            driver(core, f"{w}.staging_cores", f"gpu{index}")
         gpus.append(Gpu(
-            index=index, name=ck.string(g["name"], f"{w}.name"),
-            driver_core=driver(g["driver_core"], f"{w}.driver_core", f"gpu{index}"),
+            index=index, name=ck.string(g["name"], f"{w}.name"), driver_core=driving,
+            staging_cores=staging,
             freq_mhz=_opt(g, "freq_mhz", ck.positive, w), power_w=_opt(g, "power_w", ck.nonneg, w),
             peak_gflops=_opt(g, "peak_gflops", ck.positive, w),
             mem_gbps=_opt(g, "mem_gbps", ck.positive, w),

@@ -80,7 +80,8 @@ class ProcessingElement:
         """Elements with equal keys run a layer equally fast: profile one, copy to the others."""
         if self.kind == "cpu":
             return ("cpu", self.cluster, len(self.cores), self.precision)
-        return (self.kind, self.model or self.base_name, self.precision)
+        # a GPU's host cores stage its batches (backends.staging): part of its rate
+        return (self.kind, self.model or self.base_name, self.precision, len(self.cores))
 
     @property
     def base_name(self) -> str:
@@ -120,9 +121,14 @@ class CpuCluster:
 
 @dataclass(frozen=True)
 class Gpu:
+    """A CUDA device. `driver_core` runs the thread that launches its work; `staging_cores`
+    run threads that help it copy a batch's frames into pinned host memory
+    (`backends.staging`). Neither is ever part of a CPU element."""
+
     index: int
     name: str
     driver_core: int
+    staging_cores: tuple[int, ...] = ()
     freq_mhz: float | None = None
     power_w: float | None = None
     peak_gflops: float | None = None
@@ -171,8 +177,10 @@ class Platform:
 
     @property
     def driver_cores(self) -> frozenset[int]:
-        """Cores that drive a GPU or accelerator; they are never part of a CPU element."""
+        """Cores that drive a GPU or accelerator or stage its frames; they are never part of a
+        CPU element."""
         ds = [g.driver_core for g in self.gpus] + [a.driver_core for a in self.accelerators]
+        ds += [c for g in self.gpus for c in g.staging_cores]
         return frozenset(d for d in ds if d is not None)
 
     def free_cores(self, cluster: CpuCluster) -> tuple[int, ...]:
@@ -214,8 +222,9 @@ class Platform:
     def to_dict(self) -> dict[str, Any]:
         def clean(obj: Any) -> dict[str, Any]:
             d = asdict(obj)
-            if "cores" in d:
-                d["cores"] = list(d["cores"])
+            for key in ("cores", "staging_cores"):
+                if key in d:
+                    d[key] = list(d[key]) or None  # none: left out, the hash as before
             # fp32 is left out: a platform hashes as it did before precisions existed
             return {k: v for k, v in d.items() if v not in (None, {}) and not (
                 k == "backend" and v == "none" and isinstance(obj, Accelerator)) and not (

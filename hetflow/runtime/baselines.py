@@ -24,7 +24,7 @@ from hetflow.platform.spec import ProcessingElement
 
 from hetflow.runtime.harness import frozen_heap
 from hetflow.runtime.report import RunReport, latency_stats
-from hetflow.backends import pin_current_thread
+from hetflow.backends import caller_cores_of, pin_current_thread
 from hetflow.backends.inflight import InFlight
 from hetflow.backends.reuse import release, runners_for, runners_for_many
 from hetflow.backends.together import frames_in_window, run_together
@@ -104,7 +104,7 @@ def measure_parallel(graph: CnnGraph, elements: list[ProcessingElement],
     firings: list[list[tuple[float, float]]] = [[] for _ in elements]  # a run's each
 
     def prepare(i: int) -> None:
-        pin_current_thread(elements[i].cores)
+        pin_current_thread(caller_cores_of(built[i], elements[i]))
         for r in built[i]:
             for w in range(warmup):
                 r.run(inputs(w))

@@ -81,3 +81,23 @@ def test_batched_lanes_match_the_cpu_reference(model, batch, lanes):
     finally:
         for r in runners:
             r.close()
+
+
+def test_batches_staged_on_the_elements_other_cores_match_the_cpu_reference(model):
+    """A GPU element with a staging core: its lanes stage each batch on two threads
+    (backends.staging), and every frame still equals the reference, full and partial."""
+    name, sub, frames, want = model
+    staged = ProcessingElement(name="gpu0", kind="gpu", cores=(0, 1), device_index=0)
+    runners = get_backend("gpu").prepare_lanes(sub, staged, 2, batch=8)
+    try:
+        assert all(r._stager is not None for r in runners)
+        for r, n in ((runners[0], 8), (runners[1], 5)):
+            got = r.run_frames(frames[:n])
+            for i, out in enumerate(got):
+                for t in sub.outputs:
+                    assert_close(out[t], want[i][t], f"{name} staged b8 frame {i} {t}")
+        print(f"\n{name} x2 b8, staged on 2 cores: "
+              f"{frames_per_second(runners, frames[:8], SECONDS):,.0f} frames/s")
+    finally:
+        for r in runners:
+            r.close()

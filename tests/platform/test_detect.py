@@ -4,7 +4,7 @@ import os
 import pytest
 
 from hetflow.platform import detect_platform, platform_from_dict
-from hetflow.platform.detect import core_max_freq_mhz, group_clusters
+from hetflow.platform.detect import core_max_freq_mhz, gpu_host_cores, group_clusters
 from hetflow.platform.load import dump_platform
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
@@ -52,3 +52,14 @@ def test_core_max_freq_reads_sysfs(tmp_path):
     (tmp_path / "cpu3" / "cpufreq" / "cpuinfo_max_freq").write_text("2360000\n")
     assert core_max_freq_mhz(3, tmp_path) == 2360.0
     assert core_max_freq_mhz(4, tmp_path) is None
+
+
+@pytest.mark.parametrize("cores, gpus, want", [
+    (range(16), 1, [(15, (14,))]),
+    (range(32), 2, [(31, (29,)), (30, (28,))]),
+    (range(6), 1, [(5, ())]),  # a phone-class board keeps its cores for CPU elements
+    (range(12), 2, [(11, ()), (10, ())]),
+    (range(4), 0, []),
+])
+def test_gpu_host_cores(cores, gpus, want):
+    assert gpu_host_cores(tuple(cores), gpus) == want

@@ -98,7 +98,7 @@ def test_duplicate_gpu_index_and_shared_driver_core():
     with pytest.raises(InputError, match=r"gpus\[1\].index: GPU index 0 listed twice"):
         platform_from_dict(doc, "platform.yaml")
     doc["gpus"][1] = {"index": 1, "name": "other", "driver_core": 7}
-    with pytest.raises(InputError, match=r"gpus\[1\].driver_core: core 7 already drives gpu0"):
+    with pytest.raises(InputError, match=r"gpus\[1\].driver_core: core 7 already drives or stages for gpu0"):
         platform_from_dict(doc, "platform.yaml")
 
 
@@ -147,3 +147,39 @@ def test_check_devices_refuses_missing_cores_and_gpus():
     # a GPU without a hetflow backend is only described, never checked
     doc["gpus"][0]["backend"] = "none"
     platform_from_dict(doc, "x.yaml").check_devices()
+
+
+def test_staging_cores_belong_to_the_gpu_element_and_to_no_cpu_element():
+    doc = copy.deepcopy(BASE)
+    doc["gpus"][0]["staging_cores"] = "5-6"
+    p = platform_from_dict(doc, "platform.yaml")
+    assert p.gpus[0].staging_cores == (5, 6)
+    assert p.driver_cores == {5, 6, 7}
+    gpu = next(e for e in p.all_elements() if e.kind == "gpu")
+    assert gpu.cores == (7, 5, 6) and gpu.driver_core == 7
+    assert all(not {5, 6, 7} & set(e.cores) for e in p.all_elements() if e.kind == "cpu")
+    again = platform_from_dict(yaml.safe_load(dump_platform(p)), "again.yaml")
+    assert again.gpus == p.gpus and again.platform_hash == p.platform_hash
+    # none given: the document, and so the hash, of a platform from before staging cores
+    assert "staging_cores" not in platform_from_dict(BASE, "p.yaml").to_dict()["gpus"][0]
+
+
+@pytest.mark.parametrize("staging, message", [
+    ([9], "gpus[0].staging_cores: core 9 is in no cluster"),
+    ([7], "gpus[0].staging_cores: core 7 already drives or stages for gpu0"),
+    ([], "gpus[0].staging_cores: no cores"),
+    ("x", "gpus[0].staging_cores: bad core range 'x'"),
+])
+def test_bad_staging_cores_name_the_setting(staging, message):
+    doc = copy.deepcopy(BASE)
+    doc["gpus"][0]["staging_cores"] = staging
+    with pytest.raises(InputError) as e:
+        platform_from_dict(doc, "platform.yaml")
+    assert message in str(e.value)
+
+
+def test_a_default_driver_core_avoids_the_gpus_own_staging_cores():
+    doc = with_change(("gpus", 0, "driver_core"), None)
+    doc["gpus"][0]["staging_cores"] = [7]
+    p = platform_from_dict(doc, "p.yaml")
+    assert (p.gpus[0].driver_core, p.gpus[0].staging_cores) == (6, (7,))
