@@ -23,6 +23,7 @@ from hetflow.model.graph import CnnGraph
 from hetflow.platform.spec import ProcessingElement
 
 from hetflow.plan.mapping import Mapping, group_members
+from hetflow.backends.staging import row_chunks
 from hetflow.dataflow.analysis import (
     StateSpaceLimitError,
     latency,
@@ -171,16 +172,24 @@ class Problem:
 
     # ---- lanes ----
     def host_seconds(self, element: str, border_bytes: int, busy: bool,
-                     lanes: int = 1) -> float | None:
-        """CPU time of `element`'s driving thread per firing of a phase whose inputs and
-        outputs hold `border_bytes`, with `lanes` lanes on it: the fixed part measured at that
-        lane count (linear between measured counts, the nearest beyond them) plus the host
-        copies of its borders (inputs staged into pinned memory, outputs copied out of it)."""
+                     lanes: int = 1, rows: int = 1) -> float | None:
+        """CPU time of `element`'s driving thread per firing of `rows` frames of a phase whose
+        inputs and outputs hold `border_bytes`, with `lanes` lanes on it: the fixed part
+        measured at that lane count (linear between measured counts, the nearest beyond them)
+        plus its share of the host copies of its borders (`staging_seconds`)."""
         curve = (self.host_time_busy if busy else {}).get(element) or \
             self.host_time.get(element)
         if not curve:
             return None
-        return _between(curve, lanes) + self.host_per_byte.get(element, 0.0) * border_bytes
+        return _between(curve, lanes) + self.staging_seconds(element, border_bytes, rows)
+
+    def staging_seconds(self, element: str, border_bytes: int, rows: int = 1) -> float:
+        """Wall time of the host copies of a firing's borders (inputs staged into pinned
+        memory, outputs copied out of it): a batch's rows are split between the driving
+        thread and the element's other cores (`backends.staging`; the outputs, small
+        beside a frame, are split with them here)."""
+        stagers = len(row_chunks(rows, len(self.element(element).cores)))
+        return self.host_per_byte.get(element, 0.0) * border_bytes / stagers
 
     def relative_rate(self, element: str, batch: int, lanes: int) -> float | None:
         """`element`'s frames/s flat out at (`batch`, `lanes`) alone, over its rate at one
@@ -487,26 +496,25 @@ def timed_graph(problem: Problem, app: CsdfApp, mapping: Mapping | None = None,
             t *= problem.batch_factor(e, run, k, busy)
             border_bytes *= b
         if padded and e in padded:
-            # a batch on a clock: its b frames are staged one by one from wherever each
-            # landed before it runs (the profile's batches restaged one frame, cache-hot)
-            t += problem.host_per_byte.get(e, 0.0) * border_bytes
+            # a batch on a clock: its b frames are staged from wherever each landed before
+            # it runs (the profile's batches restaged one frame, cache-hot)
+            t += problem.staging_seconds(e, border_bytes, b)
         whole = len(layers) == len(problem.graph.layers)  # timed with its borders and host work
         if (e in problem.border_cost and not whole
                 and not (problem.loaded_times
                          and (e, subnet_key(layers)) in problem.loaded_times)):
-            a, b = problem.border_cost[e]
-            t += (a + b * border_bytes) * problem.contention.get(e, 1.0)
-        host = problem.host_seconds(e, border_bytes, busy, k)
-        if k > 1 and host:  # the lanes' host work shares the driving cores
-            cores = max(1, len(problem.element(e).cores))
-            return max(t + problem.call_overhead, k * (host + problem.call_overhead) / cores)
+            fixed, per_byte = problem.border_cost[e]
+            t += (fixed + per_byte * border_bytes) * problem.contention.get(e, 1.0)
+        host = problem.host_seconds(e, border_bytes, busy, k, rows=b)
+        if k > 1 and host:  # one driving thread launches and collects every lane's firings
+            return max(t + problem.call_overhead, k * (host + problem.call_overhead))
         one = problem.host_time.get(e, {}).get(1)
         if k == 1 and one is not None and not whole:
             # one lane: the host stages the inputs, launches, waits and copies the outputs out
             # before and after the device work, not beside it (a whole-model firing was timed
             # with all of that in it). Phases of googlenet and densenet121 fired frame by frame
             # on one lane took 0.33-0.35 ms each above their device time on the H200 machine
-            t += one + problem.host_per_byte.get(e, 0.0) * border_bytes
+            t += one + problem.staging_seconds(e, border_bytes, b)
         return t + problem.call_overhead
 
     def phase_time(p):
@@ -714,9 +722,9 @@ def lanes_busy_at(problem: Problem, app: CsdfApp, held: Mapping, rate: float,
             continue
         firings = rate / held.batch_of(e)  # a second
         # a lane's device work, its frames' staging left out (the device is not busy then)
-        staged = problem.host_per_byte.get(e, 0.0) * held.batch_of(e) * sum(
+        staged = problem.staging_seconds(e, held.batch_of(e) * sum(
             problem.graph.tensors[t].nbytes for p in app.phases[e]
-            for t in (*p.inputs, *p.outputs)) if e in padded else 0.0
+            for t in (*p.inputs, *p.outputs)), held.batch_of(e)) if e in padded else 0.0
         j = 1.0
         for _ in range(30):
             lg = timed_graph(problem, app, held, for_latency=True, padded=padded,

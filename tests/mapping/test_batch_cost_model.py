@@ -324,3 +324,33 @@ def test_at_a_rate_one_lane_keeps_up_with_more_lanes_change_nothing(factory, see
         cold = dataclasses.replace(p, host_per_byte={"gpu0": 0.0})
         assert latency_at_rate(p, one, rate, median=True) - latency_at_rate(
             cold, one, rate, median=True) == pytest.approx(per_byte * n * borders, abs=1e-12)
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(b=st.sampled_from([1, 2, 4, 8, 16, 32]), k=st.sampled_from([2, 4, 8]),
+       helpers=st.integers(0, 3))
+def test_staging_cores_divide_a_host_bound_batchs_copies_by_its_row_split(factory, b, k,
+                                                                          helpers):
+    """A GPU whose frames' copies dwarf its device time, at k > 1 lanes (one lane of the whole
+    model was timed with its copies in it): its rate is bound by the driving thread, which stages its share of each batch's rows (backends.staging.row_chunks) while
+    the element's other cores stage the rest, so the rate rises by exactly that split; one
+    frame a firing is staged by the driving thread alone."""
+    from hetflow.backends.staging import row_chunks
+
+    p = batched_problem(factory)
+    nbytes = sum(p.graph.tensors[t].nbytes for t in (*p.graph.inputs, *p.graph.outputs))
+
+    def rate(cores):
+        gpu = dataclasses.replace(p.element("gpu0"), cores=cores)
+        q = dataclasses.replace(p, elements=[gpu if e.name == "gpu0" else e for e in p.elements],
+                                host_time={"gpu0": {1: 0.0}},
+                                host_per_byte={"gpu0": 1e3 * gpu_time(p) / nbytes})
+        m = whole(q, "gpu0")
+        m.lanes, m.batch = {"gpu0": k}, {"gpu0": b}
+        return evaluate(q, m).throughput
+
+    alone = rate((90,))
+    assert alone == pytest.approx(1 / (1e3 * gpu_time(p)), rel=1e-6)  # the driver's copies
+    assert rate((90, *range(91, 91 + helpers))) / alone == pytest.approx(
+        len(row_chunks(b, 1 + helpers)), rel=1e-6)
