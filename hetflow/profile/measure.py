@@ -456,7 +456,7 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
             phase_s["contention"] = round(time.perf_counter() - t2, 2)
         # the shapes measured so far (under a time limit, the others may not be at all)
         _measure_power(prof, graph, [e for ms in first.values() for e in ms], bar,
-                       power_seconds, phase_s)
+                       power_seconds, phase_s, every_batch=time_limit_s is None)
         for rep, members in later.items():  # only with a time limit
             why = _past_the_limit(rep, first, phase_s, time.perf_counter() - started,
                                   time_limit_s)
@@ -483,9 +483,9 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
 
 
 def _measure_power(prof, graph, elements: list[ProcessingElement], bar, seconds: float | None,
-                   phase_s: dict[str, float]) -> None:
+                   phase_s: dict[str, float], every_batch: bool = True) -> None:
     """The idle and busy power of `elements` into `prof.power` (`profile.power`; seconds a
-    window, None: its default, 0: none)."""
+    window, None: its default, 0: none; `every_batch`: see `power.gpu_settings`)."""
     from hetflow.profile.power import POWER_WINDOW_S, measure_power  # power imports lanes
 
     seconds = POWER_WINDOW_S if seconds is None else seconds
@@ -493,7 +493,7 @@ def _measure_power(prof, graph, elements: list[ProcessingElement], bar, seconds:
         return
     t0 = time.perf_counter()
     task = bar.task("power: idle, then each element busy")
-    prof.power = measure_power(graph, elements, prof, seconds)
+    prof.power = measure_power(graph, elements, prof, seconds, every_batch)
     task.advance()
     if prof.power.get("idle"):
         phase_s["power"] = round(time.perf_counter() - t0, 2)

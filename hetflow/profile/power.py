@@ -87,11 +87,13 @@ def disjoint(members: list[ProcessingElement]) -> list[ProcessingElement]:
     return out
 
 
-def gpu_settings(prof: Profile, element: str) -> list[tuple[int, int]]:
+def gpu_settings(prof: Profile, element: str, every_batch: bool = True) -> list[tuple[int, int]]:
     """(batch, lanes) a GPU's busy power is read at: one lane, the best lane count alone of its
     lane table, and each batch of its batch table at that batch's best lane count, the best
     (b, k) first (a plan may take any batch: the energy model interpolates between these by
-    rate, and a GPU's watts at a batch are not the lane curve's)."""
+    rate, and a GPU's watts at a batch are not the lane curve's). Without `every_batch`, the
+    best (b, k) only: three points spanning the element's rates (a profile under a time
+    limit, where each window costs a runner's build besides the window)."""
     out = [(1, 1)]
     lanes = prof.gpu_lanes.get(element, {})
     rates = {int(k): v["alone_fps"] if v.get("alone_fps") else int(k) / v["alone"]["median"]
@@ -105,12 +107,12 @@ def gpu_settings(prof: Profile, element: str) -> list[tuple[int, int]]:
     best_at = {}
     for (b, k), rate in sorted(batches.items(), key=lambda kv: -kv[1]):
         best_at.setdefault(b, (b, k))
-    out.extend(best_at.values())
+    out.extend(list(best_at.values())[:None if every_batch else 1])
     return list(dict.fromkeys(out))
 
 
 def measure_power(graph: "CnnGraph", elements: list[ProcessingElement], prof: Profile,
-                  seconds: float = POWER_WINDOW_S, powercap=None,
+                  seconds: float = POWER_WINDOW_S, every_batch: bool = True, powercap=None,
                   sleep: Callable[[float], None] = time.sleep,
                   log: Callable[[str], None] = lambda msg: None) -> dict[str, Any]:
     """The power table of `elements` (see the module's doc). Parts without a counter are listed
@@ -130,7 +132,7 @@ def measure_power(graph: "CnnGraph", elements: list[ProcessingElement], prof: Pr
         for rep, members in distinct_elements(elements).items():
             if part_of(rep) not in meters:
                 continue
-            settings = ([(b, k, [rep]) for b, k in gpu_settings(prof, rep.name)]
+            settings = ([(b, k, [rep]) for b, k in gpu_settings(prof, rep.name, every_batch)]
                         if rep.kind == "gpu" else [(1, 1, disjoint(members))])
             for b, k, copies in settings:
                 report = measure_parallel(graph, copies, source, warmup=2,

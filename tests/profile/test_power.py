@@ -160,6 +160,8 @@ def test_a_gpu_is_read_at_one_lane_its_best_lanes_and_each_batch_at_its_best_lan
     # the best (b, k) first, then each other batch at its fastest lane count
     assert gpu_settings(prof, "gpu0") == [(1, 1), (1, 8), (8, 4), (16, 4)]
     assert gpu_settings(prof, "gpu1") == [(1, 1)]
+    # under a time limit: the best (b, k) only, beside one lane and the best lanes
+    assert gpu_settings(prof, "gpu0", every_batch=False) == [(1, 1), (1, 8), (8, 4)]
 
 
 def test_the_power_table_survives_the_profile_file(tmp_path):
