@@ -20,7 +20,8 @@ from hetflow.bench import plans
 from hetflow.bench.baselines import run_baselines
 from hetflow.bench.head_to_head import bench_head_to_head
 from hetflow.bench.rows import compared
-from hetflow.bench.precisions import against_same_precision, precision_baselines
+from hetflow.bench.precisions import (against_same_precision, precision_baselines,
+                                      with_precision_copies)
 from hetflow.errors import InfeasibleError
 from hetflow.mapping import pilot
 from hetflow.mapping.calibration import calibrate
@@ -152,14 +153,16 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
     ctx.frame_s = max(alone.values(), default=0.01)
     source = random_source(ctx.graph)
     baselines = run_baselines(ctx, base, prof, source)
-    calibration = dict(baselines.calibration)
+    # before the search: their GPUs' rates beside the busy cores calibrate the cost model too
+    precision_rows, precision_busy = precision_baselines(ctx, base, prof, source,
+                                                         settings.baseline_seconds)
+    calibration = with_precision_copies(dict(baselines.calibration), precision_busy)
     problem, steps = calibrate(base, prof, calibration)
     for step in steps[1:]:
         said(step_line(step))
     basis = prediction_basis(problem, alone, baselines)
     kind_rows, plans = bench_kinds(ctx, prof, problem, steps, calibration, baselines, basis)
-    rows = baselines.rows + precision_baselines(ctx, base, prof, source,
-                                                settings.baseline_seconds)
+    rows = baselines.rows + precision_rows
     rows = against_same_precision(compared(rows + kind_rows, baselines.parallel,
                                            baselines.best_single))
     notes: dict[str, Any] = {"layers": len(ctx.graph.layers),

@@ -50,13 +50,17 @@ def recorded_deviation(prof, names, tolerance: Tolerance | None) -> dict[str, An
                         for o in record["outputs"]}}
 
 
-def precision_baselines(ctx, problem, prof, source, seconds: float) -> list[dict[str, Any]]:
+def precision_baselines(ctx, problem, prof, source, seconds: float
+                        ) -> tuple[list[dict[str, Any]], dict[str, dict]]:
     """Rows 'peak single @P' and 'parallel copies @P' for each precision P the search may
     choose besides fp32 (`searched_precisions`), with the deviation the profile's check found
     on their elements; an element the search may not use at P (its deviation missed the
-    tolerance, or it was not profiled at P) stays out of P's copies."""
+    tolerance, or it was not profiled at P) stays out of P's copies. Also what the copies
+    measured of each GPU element at P beside the busy cores, in the form of the calibration's
+    "contention" step ({"busy_fps", "busy_lanes", "busy_batch"}: `mapping.calibration`)."""
     tolerance = ctx.settings.tolerance
     rows = []
+    busy: dict[str, dict] = {"busy_fps": {}, "busy_lanes": {}, "busy_batch": {}}
     for p in searched_precisions(problem):
         singles, parallel = baseline_elements(at_precision(ctx.platform, p))
         singles = [e for e in singles if e.precision == p and e.name in problem.element_index]
@@ -92,7 +96,28 @@ def precision_baselines(ctx, problem, prof, source, seconds: float) -> list[dict
                          "precision_of": p,
                          "deviation": recorded_deviation(prof, [e.name for e in parallel],
                                                          tolerance)})
-    return rows
+            fps = r.notes.get("per_element_fps", {})
+            for e in parallel:
+                if e.kind == "gpu" and e.precision == p and fps.get(e.name):
+                    busy["busy_fps"][e.name] = fps[e.name]
+                    busy["busy_lanes"][e.name] = lanes.get(e.name, 1)
+                    busy["busy_batch"][e.name] = batch.get(e.name, 1)
+    return rows, busy
+
+
+def with_precision_copies(calibration: dict[str, Any], busy: dict[str, dict]) -> dict[str, Any]:
+    """`calibration` with the GPUs at other precisions, as their copies measured them beside
+    the busy cores (`precision_baselines`), in its "contention" step beside the fp32 copies'
+    elements: the fp16 copies of resnet18 on the H200 machine ran the GPU at about 0.75x its rate
+    alone, which a plan batching it among core copies pays as well. Without that step (the
+    bench's contention off), as it was."""
+    if "contention" not in calibration or not busy.get("busy_fps"):
+        return calibration
+    step = dict(calibration["contention"])
+    for key in ("busy_fps", "busy_lanes", "busy_batch"):
+        step[key] = {**(step.get(key) or {}), **busy[key]}
+    step["source"] = f"{step.get('source', 'the copies')}, and the copies at each precision"
+    return {**calibration, "contention": step}
 
 
 def against_same_precision(rows: list[dict]) -> list[dict]:
