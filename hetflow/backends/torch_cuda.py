@@ -65,8 +65,8 @@ import onnx
 
 from hetflow.backends.base import Backend
 from hetflow.backends.batching import batched_subnet, check_batch, check_rows
-from hetflow.backends.staging import Stager
 from hetflow.backends.registry import register_backend
+from hetflow.backends.staging import Stager
 from hetflow.errors import BackendError, first_line
 
 if TYPE_CHECKING:
