@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from hetflow.backends import get_backend
-from hetflow.backends.quantize import int8_model_path, random_calibration
+from hetflow.backends.quantize import float32_copy, int8_model_path, random_calibration
 from hetflow.errors import BackendError
 from hetflow.model import load_model
 from hetflow.model.accuracy import Tolerance, compare_runs
@@ -23,11 +23,11 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
-@pytest.fixture(scope="module")
-def graph(tmp_path_factory):
-    """x -> conv -> relu -> conv -> flatten -> gemm -> y (a tiny classifier)."""
+def classifier(tmp_path_factory, dtype=np.float32):
+    """x -> conv -> relu -> conv -> flatten -> gemm -> y (a tiny classifier) in `dtype`."""
     rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in (
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    inits = [numpy_helper.from_array(a.astype(dtype), n) for n, a in (
         ("w1", rng.standard_normal((8, 3, 3, 3)) * 0.3),
         ("w2", rng.standard_normal((8, 8, 3, 3)) * 0.2),
         ("wf", rng.standard_normal((10, 8 * 8 * 8)) * 0.05), ("bf", np.zeros(10)))]
@@ -37,13 +37,24 @@ def graph(tmp_path_factory):
              helper.make_node("Flatten", ["c"], ["d"], name="flat"),
              helper.make_node("Gemm", ["d", "wf", "bf"], ["y"], name="fc", transB=1)]
     g = helper.make_graph(nodes, "tinycls",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
+                          [helper.make_tensor_value_info("x", elem, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", elem, [1, 10])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     path = tmp_path_factory.mktemp("m") / "tinycls.onnx"
     onnx.save(m, path)
     return load_model(path)
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    return classifier(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def graph16(tmp_path_factory):
+    """The classifier as an fp16 export: float16 weights, input and output."""
+    return classifier(tmp_path_factory, np.float16)
 
 
 def cpu(precision="fp32"):
@@ -112,5 +123,41 @@ def test_random_calibration_needs_float_inputs():
     g = helper.make_graph([helper.make_node("Cast", ["x"], ["y"], name="c", to=1)], "c",
                           [helper.make_tensor_value_info("x", TensorProto.INT64, [1, 2])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])])
-    with pytest.raises(BackendError, match="input 'x' of cast is INT64"):
+    with pytest.raises(BackendError, match="input 'x' of cast is INT64; int8 quantizes float32 "
+                                           "and float16"):
         random_calibration(Subnet("cast", ("c",), helper.make_model(g), ["x"], ["y"]))
+
+
+@pytest.mark.parametrize("layers", [None, ["conv1", "relu1"], ["relu1", "conv2", "flat"]])
+def test_a_float32_copy_computes_the_fp16_model_and_keeps_its_borders(graph16, layers):
+    import onnxruntime as ort
+
+    sub = extract_subnet(graph16, layers or [layer.name for layer in graph16.layers])
+    copy = float32_copy(sub.model)
+    onnx.checker.check_model(copy)
+    assert not any(t.data_type == TensorProto.FLOAT16 for t in copy.graph.initializer)
+    for mine, theirs in ((copy.graph.input, sub.model.graph.input),
+                         (copy.graph.output, sub.model.graph.output)):
+        assert [(v.name, v.type.tensor_type.elem_type) for v in mine] == \
+            [(v.name, v.type.tensor_type.elem_type) for v in theirs]
+    feeds = random_calibration(sub, frames=1, seed=3)[0]
+    assert all(a.dtype == np.float16 for a in feeds.values())
+    want = ort.InferenceSession(sub.serialized()).run(None, feeds)
+    got = ort.InferenceSession(copy.SerializeToString()).run(None, feeds)
+    for g, w in zip(got, want):
+        assert g.dtype == np.float16
+        np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), rtol=2e-2,
+                                   atol=2e-2 * float(np.abs(w).max()))
+
+
+def test_an_fp16_model_runs_at_int8_taking_and_giving_float16(graph16):
+    sub = whole(graph16)
+    ref = get_backend("cpu").prepare(sub, cpu())
+    int8 = get_backend("cpu").prepare(sub, cpu("int8"))
+    frames = random_calibration(sub, frames=16, seed=1)
+    got = [int8.run(f) for f in frames]
+    assert all(g["y"].dtype == np.float16 for g in got)  # as the fp16 model's neighbours want
+    report = compare_runs(got, [ref.run(f) for f in frames], Tolerance(rel_l2=0.5,
+                                                                       top1_flips=0.25))
+    assert report.passed, report.to_dict()
+    assert 0 < report.outputs[0].rel_l2_median < 0.05
