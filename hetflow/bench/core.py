@@ -21,7 +21,7 @@ from hetflow.bench.baselines import run_baselines
 from hetflow.bench.head_to_head import bench_head_to_head
 from hetflow.bench.rows import compared
 from hetflow.bench.precisions import (against_same_precision, precision_baselines,
-                                      with_precision_copies)
+                                      refused_precisions, with_precision_copies)
 from hetflow.errors import InfeasibleError
 from hetflow.mapping import pilot
 from hetflow.mapping.calibration import calibrate
@@ -165,7 +165,9 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
     rows = baselines.rows + precision_rows
     rows = against_same_precision(compared(rows + kind_rows, baselines.parallel,
                                            baselines.best_single))
+    refused = refused_precisions(prof, settings.tolerance)
     notes: dict[str, Any] = {"layers": len(ctx.graph.layers),
+                             **({"precisions_refused": refused} if refused else {}),
                              "parallel_elements": [e.name for e in
                                                    baseline_elements(platform)[1]],
                              "prediction_basis": basis}

@@ -8,7 +8,7 @@ from typing import Any
 
 from hetflow.model.accuracy import Tolerance, report_failures
 from hetflow.platform.precision import DEFAULT_PRECISION, PRECISIONS_OF_KIND, with_precisions
-from hetflow.profile.deviation import META_KEY
+from hetflow.profile.deviation import META_KEY, deviation_failures
 from hetflow.runtime.baselines import measure_parallel, measure_single
 from hetflow.runtime.energy import with_energy
 
@@ -28,6 +28,18 @@ def at_precision(platform, precision: str):
     kinds = {"gpu": bool(platform.gpus), "cpu": bool(platform.clusters)}
     return with_precisions(platform, {k: precision for k, present in kinds.items()
                                       if present and precision in PRECISIONS_OF_KIND[k]})
+
+
+def refused_precisions(prof, tolerance: Tolerance | None) -> dict[str, str]:
+    """{element: why} of the elements that the profile checked at another precision than fp32
+    and found outside `tolerance`: the search does not offer them (`precision_configurations`)."""
+    tolerance = tolerance or Tolerance()
+    out = {}
+    for name in prof.meta.get(META_KEY, {}):
+        failures = deviation_failures(prof, name, tolerance)
+        if failures:
+            out[name] = "; ".join(failures)
+    return out
 
 
 def recorded_deviation(prof, names, tolerance: Tolerance | None) -> dict[str, Any] | None:

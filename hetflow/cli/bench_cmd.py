@@ -60,6 +60,10 @@ def print_bench(mb) -> None:
     for r in mb.rows:
         if r.get("pilots"):
             console.print(f"{r['name']}: " + pilot_summary(r["pilots"]), highlight=False)
+    for why, names in refused_lines(mb.notes.get("precisions_refused", {})):
+        console.print(f"not offered to the search, outside the tolerance on the profile's "
+                      f"check: {', '.join(names)}: {why} (--tolerance loosens it)",
+                      highlight=False)
     if mb.notes.get("head_to_head"):
         from hetflow.bench.rows import head_to_head_line
 
@@ -70,6 +74,14 @@ def print_bench(mb) -> None:
         from hetflow.bench.budget import summary
 
         console.print(summary(mb.notes["budget"]), highlight=False)
+
+
+def refused_lines(refused: dict[str, str]) -> list[tuple[str, list[str]]]:
+    """(why, the elements refused for it) of a bench's refused precisions, one per reason."""
+    by_why: dict[str, list[str]] = {}
+    for name, why in refused.items():
+        by_why.setdefault(why, []).append(name)
+    return list(by_why.items())
 
 
 def precision_lines(rows: list[dict]) -> list[str]:
