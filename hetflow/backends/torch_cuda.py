@@ -41,10 +41,11 @@
   at build (the peak allocated over the build) is `runner.memory_bytes`.
 - Precision is the element's (`gpu0@fp16`): fp32, tf32, fp16 or bf16 (bf16 where the device
   computes it natively, `native_bf16`). fp16/bf16: the module's weights are cast once; the
-  border tensors stay float32, and the casts to and from the compute dtype run on the device
-  inside the CUDA graph, so channels, the CPU stages beside and the reference check see float32
-  whatever a GPU computes in (an fp16 tensor would halve the bus bytes between two fp16 stages;
-  that is not done). tf32: PyTorch's TF32 switches are process-wide, so a runner sets them
+  border tensors keep the model's own type (float32; float16 for an fp16 file), and the casts
+  to and from the compute dtype run on the device inside the CUDA graph, so channels, the CPU
+  stages beside and the reference check see the model's types whatever a GPU computes in (an
+  fp16 tensor would halve the bus bytes between two fp16 stages of a float32 model; that is
+  not done). tf32: PyTorch's TF32 switches are process-wide, so a runner sets them
   only while it launches work from Python (warm-up, capture, eager runs), under one lock, and
   sets them back; a CUDA graph keeps the kernels chosen at its capture, so a tf32 runner and
   an fp32 one replay side by side in one process, each with its own math. The process default
@@ -425,16 +426,26 @@ def to_torch_module(model: onnx.ModelProto, name: str = "sub-network"):
 
 # ---- the runner --------------------------------------------------------------------------
 
+BORDER_TYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16"}
+
+
+def _border_types(subnet: "Subnet", names: list[str]) -> list[str]:
+    """The float type each of the sub-network's inputs or outputs crosses its border in: the
+    model's own (float16 for an fp16 file), whatever the element computes in."""
+    infos = {v.name: v for v in (*subnet.model.graph.input, *subnet.model.graph.output)}
+    return [BORDER_TYPES[infos[n].type.tensor_type.elem_type] for n in names]
+
+
 def _border_shapes(subnet: "Subnet", names: list[str], what: str) -> list[tuple[int, ...]]:
-    """Static fp32 shapes of the sub-network's inputs or outputs (a CUDA graph needs them)."""
+    """Static shapes of the sub-network's inputs or outputs (a CUDA graph needs them)."""
     infos = {v.name: v for v in (*subnet.model.graph.input, *subnet.model.graph.output)}
     shapes = []
     for n in names:
         t = infos[n].type.tensor_type
-        if t.elem_type != onnx.TensorProto.FLOAT:
+        if t.elem_type not in BORDER_TYPES:
             raise BackendError(f"{NAME}: {what} {n!r} of {subnet.name} is "
                                f"{onnx.TensorProto.DataType.Name(t.elem_type)}; only float32 "
-                               "tensors can cross a GPU stage border")
+                               "and float16 tensors can cross a GPU stage border")
         dims = [d.dim_value if d.HasField("dim_value") else 0 for d in t.shape.dim]
         if not t.HasField("shape") or min(dims, default=1) <= 0:
             raise BackendError(f"{NAME}: {what} {n!r} of {subnet.name} has no static shape")
@@ -471,16 +482,19 @@ class TorchCudaRunner:
         self._device = torch.device("cuda", device_index)
         self.input_shapes = shapes = _border_shapes(subnet, self.inputs, "input")
         _border_shapes(subnet, self.outputs, "output")
+        in_types = [getattr(torch, t) for t in _border_types(subnet, self.inputs)]
+        self._out_types = [getattr(torch, t) for t in _border_types(subnet, self.outputs)]
         with torch.cuda.device(self._device):
             self._stream = torch.cuda.Stream()
             self._stream_ids = (self._stream.stream_id, self._stream.device_index,
                                 self._stream.device_type)
             self._done = torch.cuda.Event(blocking=sync == "block")  # a spin event waits busily
             self._module = module.to(self._device)  # no copy when already there (lanes)
-            self._host_in = [torch.zeros(s, dtype=torch.float32, pin_memory=True) for s in shapes]
+            self._host_in = [torch.zeros(s, dtype=t, pin_memory=True)
+                             for s, t in zip(shapes, in_types)]
             self._host_in_np = [h.numpy() for h in self._host_in]
-            self._dev_in = [torch.zeros(s, dtype=torch.float32, device=self._device)
-                            for s in shapes]
+            self._dev_in = [torch.zeros(s, dtype=t, device=self._device)
+                            for s, t in zip(shapes, in_types)]
             self._graph = None
             self._static_out: list | None = None
             outs = self._warm_up(max(1, warmup))
@@ -495,10 +509,8 @@ class TorchCudaRunner:
         return self.element.cores[:1]
 
     def _module_inputs(self) -> list:
-        """The float32 device inputs in the compute dtype (casts on the device)."""
-        if self._dtype == self._torch.float32:
-            return self._dev_in
-        return [x.to(self._dtype) for x in self._dev_in]
+        """The device inputs in the compute dtype (casts on the device, where they differ)."""
+        return [x if x.dtype == self._dtype else x.to(self._dtype) for x in self._dev_in]
 
     def _forward(self) -> list:
         torch = self._torch
@@ -508,9 +520,10 @@ class TorchCudaRunner:
         if len(outs) != len(self.outputs):
             raise BackendError(f"{NAME}: {self.subnet.name} gave {len(outs)} outputs, expected "
                                f"{len(self.outputs)} ({self.outputs})")
-        # float32 again at the border: channels carry float32 whatever the stage computes in
-        return [o.float() if o.is_floating_point() and o.dtype != torch.float32 else o
-                for o in outs]
+        # the model's own type again at the border (float32, or float16 for an fp16 file):
+        # channels carry it whatever the stage computes in
+        return [o.to(t) if o.is_floating_point() and o.dtype != t else o
+                for o, t in zip(outs, self._out_types)]
 
     def _warm_up(self, n: int) -> list:
         """Eager runs on the runner's (side) stream: cuDNN picks its algorithms, lazy inits

@@ -580,3 +580,69 @@ def test_a_runner_on_a_stream_of_higher_priority_gives_the_same_outputs():
         np.testing.assert_array_equal(runner.run({"x": -x})["y"], np.maximum(-x, 0))
     finally:
         runner.close()
+
+
+def fp16_file(path) -> str:
+    """A small CNN as `model.half()` exports it: float16 weights, input and output."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float16), n)
+             for n, shape in (("w1", (8, 3, 3, 3)), ("w2", (16, 8, 3, 3)))]
+    nodes = [helper.make_node("Conv", ["input", "w1"], ["a"], name="conv1", pads=[1] * 4),
+             helper.make_node("Relu", ["a"], ["b"], name="relu1"),
+             helper.make_node("Conv", ["b", "w2"], ["c"], name="conv2", pads=[1] * 4),
+             helper.make_node("Relu", ["c"], ["d"], name="relu2"),
+             helper.make_node("GlobalAveragePool", ["d"], ["e"], name="gap"),
+             helper.make_node("Flatten", ["e"], ["output"], name="flat")]
+    g = helper.make_graph(nodes, "half", [helper.make_tensor_value_info(
+        "input", TensorProto.FLOAT16, [1, 3, 16, 16])], [helper.make_tensor_value_info(
+            "output", TensorProto.FLOAT16, [1, 16])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, path)
+    return str(path)
+
+
+@needs_cuda
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_an_fp16_file_crosses_its_borders_in_float16_and_feeds_a_cpu_stage(precision,
+                                                                             tmp_path):
+    """An fp16 file split in two: the GPU stage (computing at `precision`) takes and gives
+    float16, as the file's tensors are, and the CPU stage after it runs on what it gave; the
+    output is within fp16 rounding of ONNX Runtime running the file whole."""
+    from hetflow.model import load_model
+
+    graph = load_model(fp16_file(tmp_path / "half.onnx"))
+    first, second = chunks(graph, 2)
+    feeds = {"input": np.random.default_rng(0).standard_normal((1, 3, 16, 16))
+             .astype(np.float16)}
+    gpu = ProcessingElement(name="gpu0", kind="gpu", cores=(0,), device_index=0,
+                            precision=precision)
+    runner = get_backend("gpu").prepare(first, gpu)
+    try:
+        mid = runner.run(feeds)
+    finally:
+        runner.close()
+    assert all(a.dtype == np.float16 for a in mid.values())
+    cpu = get_backend("cpu").prepare(second, ProcessingElement("cpu0", "cpu", (0,)))
+    out = cpu.run({**feeds, **mid})["output"]
+    want = ort_reference(extract_subnet(graph, [l.name for l in graph.layers]), feeds)["output"]
+    assert out.dtype == np.float16
+    np.testing.assert_allclose(out.astype(np.float32), want.astype(np.float32), rtol=2e-2,
+                               atol=2e-2 * float(np.abs(want).max()))
+
+
+def test_the_fp16_file_runs_on_cpu_split_as_the_gpu_test_splits_it(tmp_path):
+    """The CPU half of the test above, where there is no GPU: the file's two stages on ONNX
+    Runtime give the whole file's output (so a failure there is the GPU stage's)."""
+    from hetflow.model import load_model
+
+    graph = load_model(fp16_file(tmp_path / "half.onnx"))
+    feeds = {"input": np.ones((1, 3, 16, 16), np.float16)}
+    local = dict(feeds)
+    for sub in chunks(graph, 2):
+        local.update(ort_reference(sub, local))
+    want = ort_reference(extract_subnet(graph, [l.name for l in graph.layers]), feeds)
+    assert local["output"].dtype == np.float16
+    np.testing.assert_allclose(local["output"].astype(np.float32),
+                               want["output"].astype(np.float32), rtol=1e-2,
+                               atol=1e-3 * float(np.abs(want["output"]).max()))
