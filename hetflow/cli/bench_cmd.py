@@ -101,7 +101,8 @@ def precision_lines(rows: list[dict]) -> list[str]:
             line += (f", rel L2 {worst} worst over {dev['frames']} {dev['inputs']} "
                      f"({'within' if dev['passed'] else 'OUTSIDE'} the tolerance)")
         if r.get("vs_parallel_same_precision"):
-            line += f", {r['vs_parallel_same_precision']:.2f}x the copies at its precision"
+            line += (f", {r['vs_parallel_same_precision']:.2f}x the copies at its precision "
+                     "(one run each, not a head to head)")
         lines.append(line)
     return lines
 
