@@ -823,8 +823,11 @@ class TorchCudaBackend(Backend):
             module = to_torch_module(subnet.model, subnet.name).to(
                 getattr(torch, COMPUTE_DTYPES[element.precision]))
         runners: list[TorchCudaRunner] = []
-        # the element's other cores help its driving thread stage a batch (backends.staging)
-        stager = Stager(element.cores[1:]) if batch > 1 and len(element.cores) > 1 else None
+        # the element's other cores help its driving thread stage a batch (backends.staging):
+        # one stager for all its lanes, those added to `like`'s pool included
+        stager = None
+        if batch > 1 and len(element.cores) > 1:
+            stager = getattr(like, "_stager", None) or Stager(element.cores[1:])
         try:
             for lane in range(max(1, lanes)):
                 try:
