@@ -56,6 +56,9 @@ class Backend(ABC):
     name: ClassVar[str]
     kinds: ClassVar[tuple[str, ...]]  # element kinds it can run on
     precisions: ClassVar[tuple[str, ...]] = ("fp32",)  # element precisions it can run
+    # raised where a change makes the backend's runs time differently: a profile records it for
+    # each element, and one made at another revision is not reused (`bench.profiles`)
+    revision: ClassVar[int] = 1
 
     def check_precision(self, subnet: "Subnet", element: "ProcessingElement") -> None:
         """BackendError unless this backend runs `element`'s precision."""

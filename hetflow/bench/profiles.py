@@ -11,7 +11,7 @@ from typing import Callable
 
 from hetflow.errors import HetflowError
 from contextlib import nullcontext
-from hetflow.backends import pinned
+from hetflow.backends import backend_for, pinned
 from hetflow.backends.reuse import release, runners_for
 from hetflow.mapping.from_profile import searched_elements
 from hetflow.platform.configs import default_config, finest_config
@@ -63,6 +63,11 @@ def cached_profile(graph, platform, log: Callable[[str], None], partial: bool = 
                            if "gpu" in link)
             # else made before lanes, the firings' border costs, the GPU links' hand-offs,
             # lane counts past 8 or the engine's cost per firing were measured
+            stale = stale_elements(prof, profiled_elements(platform, precision))
+            if stale:
+                log(f"not reusing profile {path}: {stale[0]} was timed by an older version "
+                    "of its backend")
+                return None
             if (all(g in prof.gpu_lanes and lanes_complete(prof.gpu_lanes[g]) for g in gpus)
                     and all(c in borders for c in cpus) and handoffs
                     and "engine_firing_s" in prof.calibration):
@@ -71,6 +76,23 @@ def cached_profile(graph, platform, log: Callable[[str], None], partial: bool = 
         except HetflowError:
             pass
     return None
+
+
+def stale_elements(prof, elements) -> list[str]:
+    """Elements of `prof` that its backend timed at another revision than this one's (not
+    those derived from another element or imported from a table)."""
+    stale = []
+    for e in elements:
+        info = prof.elements.get(e.name)
+        if info is None or e.backend == "none" or "derived" in info or "imported" in info:
+            continue
+        try:
+            now = backend_for(e).revision
+        except HetflowError:
+            continue
+        if info.get("backend_revision", 1) != now:
+            stale.append(e.name)
+    return stale
 
 
 def profiled_elements(platform, precision: str | None = None) -> list:

@@ -269,6 +269,12 @@ def _element_info(e: ProcessingElement, profiled_as: str, **extra: Any) -> dict[
     return {k: v for k, v in d.items() if v is not None}
 
 
+def _revision(e: ProcessingElement) -> dict[str, int]:
+    """{"backend_revision": n} of the backend that times `e`, where above the first."""
+    n = backend_for(e).revision
+    return {"backend_revision": n} if n > 1 else {}
+
+
 def _measure_layers(graph: "CnnGraph", element: ProcessingElement, method: str, repeats: int,
                     warmup: int, backend_opts: Mapping[str, Any], task: "_Task"
                     ) -> tuple[dict[str, Stats], Stats, float | None, float]:
@@ -430,7 +436,7 @@ def profile_model(graph: "CnnGraph", platform: "Platform",
         for e in members:
             prof.layer_times[e.name] = {k: dict(v) for k, v in layers.items()}
             prof.whole_model[e.name] = dict(whole)
-            prof.elements[e.name] = _element_info(e, rep.name)
+            prof.elements[e.name] = _element_info(e, rep.name, **_revision(e))
             prof.cpu_freq_mhz[e.name] = freq
 
     with _Progress(progress) as bar, _kept_on_interrupt(keep_partial, prof):
@@ -747,6 +753,6 @@ def profile_subnets(graph: "CnnGraph", platform: "Platform", groups: Iterable,
             st = stats(times)
             for e in members:
                 profile.subnet_times.setdefault(e.name, {})[sub.key] = dict(st)
-                profile.elements.setdefault(e.name, _element_info(e, rep.name))
+                profile.elements.setdefault(e.name, _element_info(e, rep.name, **_revision(e)))
             task.advance()
     return profile

@@ -95,8 +95,8 @@ def chunks(graph, n: int) -> list[Subnet]:
             for i in range(0, len(names), size)]
 
 
-def model_input(graph) -> dict:
-    rng = np.random.default_rng(0)
+def model_input(graph, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
     return {n: rng.standard_normal(graph.tensors[n].shape, dtype=np.float32)
             for n in graph.inputs}
 
@@ -398,6 +398,35 @@ def test_gpu_subnets_match_ort(name, parts):
             assert out[t].dtype == np.float32
             assert_close(out[t], ref[t], t)
         feeds.update(out)  # the next stage reads what this GPU stage produced
+
+
+@needs_cuda
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_channels_last_stages_equal_nchw_ones_and_keep_nchw_borders(precision):
+    """googlenet in three stages, each run channels-last (its 4-D borders too): every output
+    has the NCHW shape and layout of the stage's ONNX outputs and is within the precision's
+    rounding of the same stage run NCHW, at a batch of 2."""
+    graph = resolve_model("googlenet")
+    backend = get_backend("gpu")
+    el = ProcessingElement(name="gpu0", kind="gpu", cores=(0,), device_index=0,
+                           precision=precision)
+    frames = [model_input(graph, seed) for seed in (0, 1)]
+    for sub in chunks(graph, 3):
+        got = {}
+        for cl in (False, True):
+            runner = backend.prepare_lanes(sub, el, 1, batch=2, channels_last=cl)[0]
+            try:
+                assert runner.mode == "cuda_graph", runner.fallback_reason
+                got[cl] = runner.run_frames(frames)
+            finally:
+                runner.close()
+        for nchw, nhwc in zip(got[False], got[True]):
+            for t in sub.outputs:
+                assert nhwc[t].shape == nchw[t].shape and nhwc[t].flags.c_contiguous
+                scale = float(np.abs(nchw[t]).max()) or 1.0
+                tol = 1e-3 if precision == "fp32" else 3e-2
+                np.testing.assert_allclose(nhwc[t], nchw[t], atol=tol * scale, rtol=tol)
+        frames = [{**f, **o} for f, o in zip(frames, got[False])]
 
 
 @needs_cuda

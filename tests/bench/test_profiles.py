@@ -29,3 +29,25 @@ def test_every_gpu_precision_is_required_under_a_time_limit(monkeypatch, tmp_pat
     assert gpus <= set(asked["required"])
     # the CPU shapes that are not the baselines' stay optional
     assert set(asked["elements"]) - set(asked["required"])
+
+
+def test_a_profile_timed_by_another_backend_revision_is_not_reused():
+    """Elements that their backend timed at another revision are stale (a GPU element of a
+    profile made before the GPU backend's revision 2 has none recorded, so it read as 1);
+    CPU elements at revision 1 and elements derived from another one are not."""
+    from hetflow.backends import backend_for
+
+    plat = Platform("t", (CpuCluster("c", (0, 1)),), (Gpu(0, "gpu", 1),))
+    elements = profiles.profiled_elements(plat, "auto")
+    gpus = [e for e in elements if e.kind == "gpu"]
+    assert gpus and backend_for(gpus[0]).revision == 2
+    graph = random_cnn_graph(3, 0)
+    prof = Profile(graph.name, graph.model_hash, plat.name, plat.platform_hash)
+    for e in elements:
+        prof.elements[e.name] = {"kind": e.kind}
+    assert sorted(profiles.stale_elements(prof, elements)) == sorted(e.name for e in gpus)
+    for e in gpus:
+        prof.elements[e.name]["backend_revision"] = 2
+    assert profiles.stale_elements(prof, elements) == []
+    prof.elements[gpus[0].name] = {"kind": "gpu", "derived": "cpu0 / speed_factor 2"}
+    assert profiles.stale_elements(prof, elements) == []
