@@ -50,9 +50,9 @@
   sets them back; a CUDA graph keeps the kernels chosen at its capture, so a tf32 runner and
   an fp32 one replay side by side in one process, each with its own math. The process default
   stays TF32 off, so fp32 results match the CPU reference closely; cudnn.benchmark is on.
-- Layout: fp16 and bf16 modules run channels-last (`CHANNELS_LAST`): weights and 4-D inputs
-  are laid out NHWC on the device, inside the graph, and 4-D outputs made NCHW again before
-  they leave, so the borders and pinned buffers stay the model's NCHW.
+- Layout: tf32, fp16 and bf16 modules run channels-last (`CHANNELS_LAST`): weights and 4-D
+  inputs are laid out NHWC on the device, inside the graph, and 4-D outputs made NCHW again
+  before they leave, so the borders and pinned buffers stay the model's NCHW.
 - torch and onnx2torch are imported inside functions: this module imports without them (CI has
   no torch), and `prepare` raises BackendError saying what is missing.
 """
@@ -124,8 +124,10 @@ def _missing_reason() -> str | None:
 COMPUTE_DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 # precisions whose modules run channels-last (NHWC), the tensor cores' own layout: on the H200
 # machine fp16 and bf16 lanes replayed 1.12-1.65x faster so on resnet18, googlenet, alexnet,
-# mobilenet_v2, densenet121 and vgg19 (b8-16, 4-8 lanes), outputs within their rounding
-CHANNELS_LAST = ("fp16", "bf16")
+# mobilenet_v2, densenet121 and vgg19 (b8-16, 4-8 lanes), tf32 1.14-1.43x on resnet18,
+# googlenet and mobilenet_v2 (b32 x4), outputs within their rounding; fp32 without tensor
+# cores ran resnet18 and googlenet 0.92x and 0.89x so, and stays NCHW
+CHANNELS_LAST = ("tf32", "fp16", "bf16")
 _MATH_FLAGS = threading.Lock()  # torch's TF32 switches are process-wide: one runner at a time
 
 
@@ -783,7 +785,7 @@ class TorchCudaBackend(Backend):
     name = NAME
     kinds = ("gpu",)
     precisions = tuple(COMPUTE_DTYPES)
-    revision = 2  # 2: fp16 and bf16 modules run channels-last
+    revision = 2  # 2: tf32, fp16 and bf16 modules run channels-last
 
     @classmethod
     def available(cls) -> tuple[bool, str]:

@@ -17,6 +17,7 @@ a frame faster in a batch than alone, by CPU_BATCH_MARGIN.
 """
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from contextlib import contextmanager
@@ -433,10 +434,12 @@ def measure_batches(graph: "CnnGraph", element: "ProcessingElement",
     firing stats beside busy single-thread copies on `busy_elements`, "busy_fps",
     "memory_bytes" (where the device reports it)}} of the whole model on `element`, plus
     {"skipped": {"b": why}} for the batches not timed and {"seconds": {part: seconds}}.
-    Batches are timed in increasing order, each at every lane count of `counts` (two passes
-    of `seconds`, as the lane table), alone then beside the busy copies; a batch is left out
-    when the time spent (`budget_s`) would not hold it, judged by the batch before it, or
-    when the device cannot hold its lanes (and then every larger batch)."""
+    Batches are timed coarse to fine (`coarse_to_fine`: the largest, then halfway down in
+    turn), each at every lane count of `counts` (two passes of `seconds`, as the lane table),
+    alone then beside the busy copies; a batch is left out when the time spent (`budget_s`)
+    would not hold it, judged by the batch before it, so that a time limit drops the batches
+    between those timed, not the large ones a throughput plan needs, or when the device
+    cannot hold its lanes (and then every larger batch)."""
     with reusing_runners():  # the busy copies: the bench's scope where there is one
         return _measure_batches(graph, element, busy_elements, batches, counts, seconds,
                                 warmup, budget_s)
@@ -456,17 +459,20 @@ def _measure_batches(graph, element, busy_elements, batches, counts, seconds, wa
                                                     for e in busy_elements])]
     spent["busy copies built"] = round(time.perf_counter() - started, 2)
     try:
-        for n, b in enumerate(sorted(set(batches))):
+        order = coarse_to_fine(batches)
+        for n, b in enumerate(order):
             t0 = time.perf_counter()
+            if str(b) in skipped:  # a smaller batch did not fit
+                continue
             if budget_s is not None and n and t0 - started + last > budget_s:
                 skipped.update({str(x): f"the batch table's {budget_s:.1f} s would be passed"
-                                for x in sorted(set(batches)) if x >= b})
+                                for x in order[n:] if str(x) not in skipped})
                 break
             try:
                 lanes, memory = _build_lanes(graph, whole, element, max(counts), b)
             except BackendError as e:
-                skipped.update({str(x): str(e) for x in sorted(set(batches)) if x >= b})
-                break
+                skipped.update({str(x): str(e) for x in order if x >= b})
+                continue
             try:
                 _time_batch(out, element, lanes, memory, feeds, b, counts, seconds, warmup,
                             busy)
@@ -480,6 +486,24 @@ def _measure_batches(graph, element, busy_elements, batches, counts, seconds, wa
         out["skipped"] = skipped
     out["seconds"] = spent
     return out
+
+
+def coarse_to_fine(batches: Sequence[int]) -> list[int]:
+    """`batches` in the order a time limit should cut them: the largest, then the one halfway
+    (by index) between it and batch 1 (the lane table's), then halfway into each gap in turn:
+    (2, 4, 8, 16, 32) -> 32, 8, 4, 16, 2."""
+    vs = sorted(set(batches))
+    order, gaps = [], collections.deque([(-1, len(vs) - 1)])
+    if vs:
+        order.append(vs[-1])
+    while gaps:
+        lo, hi = gaps.popleft()
+        if hi - lo < 2:
+            continue
+        mid = (lo + hi + 1) // 2
+        order.append(vs[mid])
+        gaps.extend([(lo, mid), (mid, hi)])
+    return order
 
 
 def _time_batch(out, element, lanes, memory, feeds, b, counts, seconds, warmup, busy):

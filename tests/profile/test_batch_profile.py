@@ -13,7 +13,7 @@ from hetflow.backends import Backend, get_backend, register_backend
 from hetflow.errors import InputError
 from hetflow.model.synthetic import random_cnn_graph
 from hetflow.platform.spec import ProcessingElement
-from hetflow.profile.lanes import (batch_key, batch_one_from_lanes, measure_batches,
+from hetflow.profile.lanes import (batch_key, batch_one_from_lanes, coarse_to_fine, measure_batches,
                                    measure_cpu_batches, measure_stage_batches, parse_batch_key)
 from hetflow.profile.profile import Profile
 
@@ -53,9 +53,29 @@ def test_batch_table_times_each_batch_and_lane_count_alone_and_busy(slow_gpu):
 def test_budget_leaves_out_the_batches_it_cannot_hold(slow_gpu):
     table = measure_batches(GRAPH, slow_gpu, batches=(2, 4, 8), counts=(1,), seconds=0.1,
                             warmup=1, budget_s=0.01)
-    assert {k for k in table if "," in k} == {"2,1"}  # the first batch is always timed
-    assert set(table["skipped"]) == {"4", "8"}
+    # the largest batch is always timed: a time limit drops the ones between it and batch 1
+    assert {k for k in table if "," in k} == {"8,1"}
+    assert set(table["skipped"]) == {"2", "4"}
     assert "0.0 s would be passed" in table["skipped"]["4"]
+
+
+@given(st.sets(st.integers(1, 512), max_size=12))
+def test_coarse_to_fine_orders_every_batch_once_largest_first(batches):
+    """Each batch once; the largest first; after it, each batch is the one nearest the middle
+    (by index, from batch 1's place below the smallest) of a gap left by those before it, so
+    no batch comes before one that halves the gap it falls in."""
+    order = coarse_to_fine(batches)
+    assert sorted(order) == sorted(batches)
+    if batches:
+        assert order[0] == max(batches)
+    assert coarse_to_fine((2, 4, 8, 16, 32)) == [32, 8, 4, 16, 2]
+    vs = sorted(batches)
+    for n, b in enumerate(order[1:], start=1):  # b is the middle of the gap it falls in
+        i = vs.index(b)
+        placed = [-1] + sorted(vs.index(x) for x in order[:n])
+        lo = max(p for p in placed if p < i)
+        hi = min(p for p in placed if p > i)
+        assert i == (lo + hi + 1) // 2
 
 
 def test_a_backend_without_batches_gets_no_batch_entries():
@@ -154,9 +174,9 @@ def test_profile_model_adds_the_batch_table_beside_the_lane_table(monkeypatch, s
                          batch_budget_s=0.5)
     table = prof.gpu_batches["gpu0"]
     lanes = prof.gpu_lanes["gpu0"]
-    # batch 1 is the lane table's; batch 2 always timed; the rest as the budget allows
+    # batch 1 is the lane table's; the largest always timed; the rest as the budget allows
     assert {parse_batch_key(k) for k in table if k.startswith("1,")} == {
         (1, int(k)) for k in lanes if k.isdigit()}
     assert table["1,2"]["alone_fps"] == lanes["2"]["alone_fps"]
-    assert {"2,1", "2,8"} <= set(table) and "32" in table["skipped"]
+    assert {"32,1", "32,8"} <= set(table) and "2" in table["skipped"]
     assert Profile.from_dict(prof.to_dict()).gpu_batches == prof.gpu_batches
