@@ -3,6 +3,7 @@ beside busy CPU copies, turned into the slowdown curves the cost model reads."""
 import os
 import time
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,6 +12,7 @@ import fake_gpu
 from hetflow.model.synthetic import random_cnn_graph
 from hetflow.platform.spec import ProcessingElement
 from hetflow.profile.lanes import measure_lanes, slowdown_curves
+from hetflow.runtime.inputs import SOURCE_POOL
 
 
 def test_lane_table_has_every_count_alone_and_busy_and_curves_follow():
@@ -31,7 +33,10 @@ def test_lane_table_has_every_count_alone_and_busy_and_curves_follow():
     # 2 x 3 lane counts of 0.3 / 2 s each, alone and busy
     assert 0.85 <= table["seconds"]["timed alone"] and 0.85 <= table["seconds"][
         "timed beside busy copies"]
-    # four lanes copying 8 MiB inputs on one core: some CPU time per byte, below a second a MiB
+    # four lanes copying a frame's input from a pool like the frame source's, on one core:
+    # some CPU time per byte, below a second a MiB
+    frame_bytes = sum(4 * int(np.prod(graph.tensors[t].shape)) for t in graph.inputs)
+    assert table["staging"]["nbytes"] == frame_bytes and table["staging"]["pool"] == SOURCE_POOL
     assert table["staging"]["lanes"] == 4 and 0 < table["staging"]["per_byte"] < 1e-6
     for k in ("1", "2", "4"):
         assert table[k]["alone"]["n"] > 0 and table[k]["busy"]["n"] > 0
@@ -185,3 +190,22 @@ def test_the_lane_tables_lanes_stay_in_the_scope_for_the_runs_after_it():
         lanes = runners_for(graph, [l.name for l in graph.layers], gpu, 4)
         assert scope.built == built and len(lanes) == 4
         release(lanes)
+
+
+@given(st.lists(st.floats(1e-11, 1e-9), min_size=1, max_size=5), st.floats(1e-11, 1e-9))
+def test_the_precisions_of_one_gpu_share_the_median_staging_cost(costs, other):
+    """The precision variants of one GPU on the same driving cores get one staging cost, the
+    median of what each measured; a GPU of another device keeps its own."""
+    from hetflow.profile.measure import _share_staging
+    from hetflow.profile.profile import Profile
+
+    variants = [ProcessingElement(f"gpu0@v{i}", "gpu", (3, 2), device_index=0)
+                for i in range(len(costs))]
+    apart = ProcessingElement("gpu1", "gpu", (5,), device_index=1)
+    prof = Profile("m", "h", "p", "ph")
+    for e, c in zip(variants + [apart], costs + [other]):
+        prof.gpu_lanes[e.name] = {"staging": {"per_byte": c, "lanes": 8, "nbytes": 1}}
+    _share_staging(prof, variants + [apart])
+    got = {prof.gpu_lanes[e.name]["staging"]["per_byte"] for e in variants}
+    assert got == {float(np.median(costs))}
+    assert prof.gpu_lanes["gpu1"]["staging"]["per_byte"] == other
