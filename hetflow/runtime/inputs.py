@@ -14,11 +14,7 @@ _NP = {"float32": np.float32, "float16": np.float16, "float64": np.float64, "int
        "int32": np.int32, "uint8": np.uint8, "int8": np.int8, "bool": np.bool_}
 
 
-SOURCE_POOL = 8  # random frames a source holds, reused cyclically
-
-
-def random_source(graph: CnnGraph, seed: int = 0, pool: int = SOURCE_POOL
-                  ) -> Callable[[int], dict]:
+def random_source(graph: CnnGraph, seed: int = 0, pool: int = 8) -> Callable[[int], dict]:
     rng = np.random.default_rng(seed)
     frames = [{t: rng.standard_normal(graph.tensors[t].shape).astype(_NP.get(graph.tensors[t].dtype, np.float32))
                for t in graph.inputs} for _ in range(pool)]

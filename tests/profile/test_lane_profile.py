@@ -12,7 +12,6 @@ import fake_gpu
 from hetflow.model.synthetic import random_cnn_graph
 from hetflow.platform.spec import ProcessingElement
 from hetflow.profile.lanes import measure_lanes, slowdown_curves
-from hetflow.runtime.inputs import SOURCE_POOL
 
 
 def test_lane_table_has_every_count_alone_and_busy_and_curves_follow():
@@ -33,10 +32,7 @@ def test_lane_table_has_every_count_alone_and_busy_and_curves_follow():
     # 2 x 3 lane counts of 0.3 / 2 s each, alone and busy
     assert 0.85 <= table["seconds"]["timed alone"] and 0.85 <= table["seconds"][
         "timed beside busy copies"]
-    # four lanes copying a frame's input from a pool like the frame source's, on one core:
-    # some CPU time per byte, below a second a MiB
-    frame_bytes = sum(4 * int(np.prod(graph.tensors[t].shape)) for t in graph.inputs)
-    assert table["staging"]["nbytes"] == frame_bytes and table["staging"]["pool"] == SOURCE_POOL
+    # four lanes copying 8 MiB inputs on one core: some CPU time per byte, below a second a MiB
     assert table["staging"]["lanes"] == 4 and 0 < table["staging"]["per_byte"] < 1e-6
     for k in ("1", "2", "4"):
         assert table[k]["alone"]["n"] > 0 and table[k]["busy"]["n"] > 0
