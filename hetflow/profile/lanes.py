@@ -174,8 +174,8 @@ def measure_staging(element: "ProcessingElement", lanes: int, nbytes: int = 8 <<
     together), into the thread's own buffer. The whole model's host time covers its own small
     input; a stage fed a large activation pays this per byte on top. (Copies from a ring of
     eight 224 x 224 frames, as the runs' random frame source holds them, cost 3-4x less a byte
-    on the H200 machine, and predicted batched GPU plans at 1.5-1.7x their runs; this ring
-    predicted them within 2%.)"""
+    on the H200 machine, and predicted two batched GPU plans at 1.5-1.7x their runs; with this
+    ring the plans of googlenet and alexnet the run before were predicted within 2%.)"""
     src = [np.full(nbytes, i, dtype=np.uint8) for i in range(pool)]
     cpu: list[float] = []
     lock = threading.Lock()
