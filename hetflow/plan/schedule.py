@@ -192,6 +192,10 @@ class InOrder:
     def complete(self, f: int, at: float) -> None:
         self.finished[f] = at
 
+    def complete_frames(self, fs: list[int], at: float) -> None:
+        """`complete` for several frames at once (a batch's)."""
+        self.finished[fs] = at
+
     @property
     def completed_at(self) -> np.ndarray:
         """When each released frame completed, in release (frame) order."""

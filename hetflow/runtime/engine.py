@@ -140,6 +140,23 @@ class Delivery:
             self.by[f] = by
             self.order.complete(f, now)
             return
+        self._deliver_part(f, outs, by, now)
+
+    def deliver_frames(self, fs: list[int], outs: list[dict[str, np.ndarray]], by: int) -> None:
+        """`deliver` for a batch's frames, which complete together."""
+        now = time.perf_counter()
+        if self.n_out == 1:
+            for f, o in zip(fs, outs):
+                if self.keep(f):
+                    self.outputs[f] = o
+            self.by[fs] = by
+            self.order.complete_frames(fs, now)
+            return
+        for f, o in zip(fs, outs):
+            self._deliver_part(f, o, by, now)
+
+    def _deliver_part(self, f: int, outs: dict[str, np.ndarray], by: int, now: float) -> None:
+        """Frame f's outputs of one of several output actors."""
         with self.lock:
             if self.keep(f):
                 self.outputs.setdefault(f, {}).update(outs)
@@ -220,7 +237,7 @@ def run_prepared(pp: PreparedPlan, inputs: Callable[[int], dict[str, np.ndarray]
     control, state, order = Control(), RunState(), InOrder(frames)
     sink = Delivery(order, frames, len(set(plan.app.model_outputs.values())), keep_outputs)
     stream = Stream(inputs, control, sink.deliver, [math.nan] * frames,
-                    state.events if trace else None)
+                    state.events if trace else None, deliver_frames=sink.deliver_frames)
     threads = [threading.Thread(target=drive, args=(stream, w), daemon=True,
                                 name=f"hetflow-{w.program.element}")
                for w in bind(pp, programs, frames, delivering)]

@@ -59,6 +59,9 @@ class Stream:
     # list, or what takes `append` and `+=` as one (the multi-CNN engines sum each frame's)
     arrive_at: np.ndarray | None = None  # absolute arrival times; None: all there at once
     busy: dict[tuple[str, int], float] = field(default_factory=dict)  # (element, lane) -> s
+    # a batch's frames handed on at once: (frames, their outputs, index); None: `deliver`
+    # frame by frame
+    deliver_frames: Callable[[list[int], list[dict], int], None] | None = None
 
 
 @dataclass
@@ -225,7 +228,11 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
                 ok, item = ch.try_get(f)
             local[t] = item
 
-    needed = [*loads[:1], *(a.tensors[0] for a in first_recv)]  # a frame's, to join a batch
+    needed = {*loads[:1], *(a.tensors[0] for a in first_recv)}  # a frame's, to join a batch
+    # frames that are all there at once (no clock, no channel into the first phase) are
+    # gathered without a generator a frame: at tens of thousands of frames a second the
+    # driving thread's time a frame is what bounds a batched GPU
+    at_once = bool(loads) and arrive_at is None and not first_recv
     try:
         while True:
             batch: list[tuple[int, dict]] = []  # (frame, its tensors) in the order taken
@@ -237,13 +244,20 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
                         break
                 f, local = taken[0]
                 try:
-                    yield from gather(f, local, due)
+                    if at_once and not local:
+                        x = inputs(f)
+                        for t in loads:
+                            local[t] = x[t]
+                        if first_start[f] != first_start[f]:  # not yet entered (NaN)
+                            first_start[f] = clock()
+                    else:
+                        yield from gather(f, local, due)
                 except (GeneratorExit, Stopped):
                     raise
                 except BaseException as e:
                     control.fail(f"frame source, frame {f}: {type(e).__name__}: {e}")
                     return
-                if not all(t in local for t in needed):  # waited enough: it fires without f
+                if not needed <= local.keys():  # waited enough: it fires without f
                     break
                 taken.popleft()
                 if due is None:  # its arrival at the element
@@ -286,9 +300,13 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
                             while not ch.try_put(f, local[t]):
                                 yield PUT, ch, f, f"space in channel {pa.channel} (to {pa.peer})"
                     else:  # DELIVER
-                        for f, local in batch:
-                            if pa.tensors:
+                        if pa.tensors and s.deliver_frames is not None:
+                            s.deliver_frames(fs, [{t: local[t] for t in pa.tensors}
+                                                  for _, local in batch], index)
+                        elif pa.tensors:
+                            for f, local in batch:
                                 deliver(f, {t: local[t] for t in pa.tensors}, index)
+                        for _, local in batch:
                             local.clear()
             if stop.is_set():
                 return

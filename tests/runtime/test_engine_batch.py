@@ -168,3 +168,24 @@ def test_batched_copies_beside_a_cpu_copy_count_every_frame_of_a_batch(monkeypat
     single = baselines.measure_single(graph, gpu, random_source(graph), frames=12, warmup=1,
                                       batch=4)
     assert single.frames == 12 and single.name == "single:gpu0 b4"
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 39), min_size=1, max_size=12, unique=True),
+       st.integers(1, 2), st.integers(0, 3))
+def test_a_batch_delivered_at_once_leaves_what_its_frames_one_by_one_leave(fs, outputs, by):
+    """`Delivery.deliver_frames` keeps the same outputs, counts the same element and completes
+    the same frames as `deliver` called for each frame (each output actor once)."""
+    from hetflow.plan.schedule import InOrder
+    from hetflow.runtime.engine import Delivery
+
+    outs = [{f"t{f}": np.full(2, f)} for f in fs]
+    one, block = (Delivery(InOrder(40), 40, outputs, lambda f: f % 3 == 0) for _ in range(2))
+    for _ in range(outputs):
+        for f, o in zip(fs, outs):
+            one.deliver(f, o, by)
+        block.deliver_frames(fs, outs, by)
+    assert one.outputs.keys() == block.outputs.keys() == {f for f in fs if f % 3 == 0}
+    assert np.array_equal(one.by, block.by)
+    assert np.array_equal(np.isnan(one.order.finished), np.isnan(block.order.finished))
+    assert not np.isnan(block.order.finished[fs]).any() and one.parts == block.parts == {}
