@@ -189,7 +189,7 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
     ones open the next batch); then phase by phase it receives each frame's inputs, fires once
     on them all (`run_frames`, or `submit_frames`/`collect_frames` on a laned device), sends
     and delivers each frame. It yields where it must wait, as `lane_loop` does."""
-    prog, control, stop, deliver = w.program, s.control, s.control.stop, s.deliver
+    prog, control, stop = w.program, s.control, s.control.stop
     inputs, first_start, arrive_at, events = s.inputs, s.first_start, s.arrive_at, s.events
     clock, on_device, index, b, patience = (time.perf_counter, w.on_device, w.index,
                                              prog.batch, prog.batch_wait)
@@ -200,6 +200,13 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
     # frames taken, oldest first, with what was gathered of them, not yet in a batch
     taken: collections.deque[tuple[int, dict]] = collections.deque()
 
+    def load(f: int, local: dict) -> None:
+        x = inputs(f)
+        for t in loads:
+            local[t] = x[t]
+        if first_start[f] != first_start[f]:  # not yet entered (NaN)
+            first_start[f] = clock() if arrive_at is None else arrive_at[f]
+
     def gather(f: int, local: dict, due: float | None) -> Iterator[tuple]:
         """Frame f's first-phase inputs into `local`; stops early (leaving `local` short) once
         `due` passes with an input not yet there."""
@@ -209,11 +216,7 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
                     return
                 yield ((DUE, (due, ARRIVE, None), f, f"frame {f}'s arrival") if due is not None
                        else (ARRIVE, None, f, f"frame {f}'s arrival"))
-            x = inputs(f)
-            for t in loads:
-                local[t] = x[t]
-            if first_start[f] != first_start[f]:  # not yet entered (NaN)
-                first_start[f] = clock() if arrive_at is None else arrive_at[f]
+            load(f, local)
         for a in first_recv:
             t = a.tensors[0]
             if t in local:
@@ -229,10 +232,7 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
             local[t] = item
 
     needed = {*loads[:1], *(a.tensors[0] for a in first_recv)}  # a frame's, to join a batch
-    # frames that are all there at once (no clock, no channel into the first phase) are
-    # gathered without a generator a frame: at tens of thousands of frames a second the
-    # driving thread's time a frame is what bounds a batched GPU
-    at_once = bool(loads) and arrive_at is None and not first_recv
+    at_once = bool(loads) and arrive_at is None and not first_recv  # no `gather` a frame
     try:
         while True:
             batch: list[tuple[int, dict]] = []  # (frame, its tensors) in the order taken
@@ -245,11 +245,7 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
                 f, local = taken[0]
                 try:
                     if at_once and not local:
-                        x = inputs(f)
-                        for t in loads:
-                            local[t] = x[t]
-                        if first_start[f] != first_start[f]:  # not yet entered (NaN)
-                            first_start[f] = clock()
+                        load(f, local)
                     else:
                         yield from gather(f, local, due)
                 except (GeneratorExit, Stopped):
@@ -269,14 +265,7 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
             fs = [f for f, _ in batch]
             for n, (pre, fire, post, a, runner) in enumerate(phases):
                 firing = a
-                for pa in pre if n else ():
-                    ch, t = w.channels[pa.channel], pa.tensors[0]
-                    for f, local in batch:
-                        ok, item = ch.try_get(f)
-                        while not ok:
-                            yield GET, ch, f, f"channel {pa.channel} (from {pa.peer})"
-                            ok, item = ch.try_get(f)
-                        local[t] = item
+                yield from _receive(w, pre if n else (), batch)
                 feeds = [{t: local[t] for t in a.inputs} for _, local in batch]
                 if w.turns:  # its inputs are there: the element's driver says when
                     yield TURN, a, fs[0], ""
@@ -300,14 +289,7 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
                             while not ch.try_put(f, local[t]):
                                 yield PUT, ch, f, f"space in channel {pa.channel} (to {pa.peer})"
                     else:  # DELIVER
-                        if pa.tensors and s.deliver_frames is not None:
-                            s.deliver_frames(fs, [{t: local[t] for t in pa.tensors}
-                                                  for _, local in batch], index)
-                        elif pa.tensors:
-                            for f, local in batch:
-                                deliver(f, {t: local[t] for t in pa.tensors}, index)
-                        for _, local in batch:
-                            local.clear()
+                        _hand_on(s, batch, pa.tensors, index)
             if stop.is_set():
                 return
     except GeneratorExit:  # closed by its driver: the run stopped
@@ -316,6 +298,33 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
         _fail(control, prog, lane, firing, e)
     finally:
         s.busy[(prog.element, lane)] = spent
+
+
+def _receive(w: Worker, actions, batch: list[tuple[int, dict]]) -> Iterator[tuple]:
+    """Each frame of a batch receives what `actions` (a phase's receives) bring it, waiting
+    (yielding GET) where it is not yet in its channel."""
+    for pa in actions:
+        ch, t = w.channels[pa.channel], pa.tensors[0]
+        for f, local in batch:
+            ok, item = ch.try_get(f)
+            while not ok:
+                yield GET, ch, f, f"channel {pa.channel} (from {pa.peer})"
+                ok, item = ch.try_get(f)
+            local[t] = item
+
+
+def _hand_on(s: Stream, batch: list[tuple[int, dict]], tensors: list[str], index: int) -> None:
+    """A batch's frames' model outputs `tensors` to the stream, at once where it takes them
+    so (at tens of thousands of frames a second the driving thread's time a frame bounds a
+    batched GPU); each frame's tensors are then let go."""
+    if tensors and s.deliver_frames is not None:
+        s.deliver_frames([f for f, _ in batch],
+                         [{t: local[t] for t in tensors} for _, local in batch], index)
+    elif tensors:
+        for f, local in batch:
+            s.deliver(f, {t: local[t] for t in tensors}, index)
+    for _, local in batch:
+        local.clear()
 
 
 def _fail(control, prog, lane: int, firing, e: BaseException) -> None:
