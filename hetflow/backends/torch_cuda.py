@@ -123,8 +123,8 @@ def _missing_reason() -> str | None:
 
 COMPUTE_DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 # precisions whose modules run channels-last (NHWC), the tensor cores' own layout: on the H200
-# machine fp16 and bf16 lanes replayed 1.12-1.65x faster so on resnet18, googlenet, alexnet,
-# mobilenet_v2, densenet121 and vgg19 (b8-16, 4-8 lanes), tf32 1.14-1.43x on resnet18,
+# machine fp16 lanes replayed 1.12-1.64x faster so, bf16 1.03-1.54x, on resnet18, googlenet,
+# alexnet, mobilenet_v2, densenet121 and vgg19 (b8-16, 4-8 lanes), tf32 1.14-1.43x on resnet18,
 # googlenet and mobilenet_v2 (b32 x4), outputs within their rounding; fp32 without tensor
 # cores ran resnet18 and googlenet 0.92x and 0.89x so, and stays NCHW
 CHANNELS_LAST = ("tf32", "fp16", "bf16")
