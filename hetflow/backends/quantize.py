@@ -64,7 +64,7 @@ def input_dtypes(model: onnx.ModelProto, subnet: "Subnet") -> dict[str, type]:
 def random_calibration(subnet: "Subnet", frames: int = CALIBRATION_FRAMES,
                        seed: int = 0) -> list[dict[str, np.ndarray]]:
     """`frames` feeds of standard normal values in the sub-network's input shapes and types."""
-    infos = {v.name: v for v in subnet.model.graph.input}
+    infos = subnet.border_infos()
     dtypes = input_dtypes(subnet.model, subnet)
     rng = np.random.default_rng(seed)
     shapes = {n: [d.dim_value if d.dim_value > 0 else 1

@@ -441,13 +441,13 @@ BORDER_TYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "fl
 def _border_types(subnet: "Subnet", names: list[str]) -> list[str]:
     """The float type each of the sub-network's inputs or outputs crosses its border in: the
     model's own (float16 for an fp16 file), whatever the element computes in."""
-    infos = {v.name: v for v in (*subnet.model.graph.input, *subnet.model.graph.output)}
+    infos = subnet.border_infos()
     return [BORDER_TYPES[infos[n].type.tensor_type.elem_type] for n in names]
 
 
 def _border_shapes(subnet: "Subnet", names: list[str], what: str) -> list[tuple[int, ...]]:
     """Static shapes of the sub-network's inputs or outputs (a CUDA graph needs them)."""
-    infos = {v.name: v for v in (*subnet.model.graph.input, *subnet.model.graph.output)}
+    infos = subnet.border_infos()
     shapes = []
     for n in names:
         t = infos[n].type.tensor_type

@@ -55,6 +55,11 @@ class Subnet:
     def key(self) -> str:
         return subnet_key(self.layers)
 
+    def border_infos(self) -> dict[str, onnx.ValueInfoProto]:
+        """{name: value info} of the model's graph inputs and outputs (types and shapes)."""
+        g = self.model.graph
+        return {v.name: v for v in (*g.input, *g.output)}
+
     def serialized(self) -> bytes:
         """The model's bytes (cached: backends need them, and serialising is slow: vgg19's
         548 MB take 2.5-5 s)."""
