@@ -289,7 +289,7 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
                             while not ch.try_put(f, local[t]):
                                 yield PUT, ch, f, f"space in channel {pa.channel} (to {pa.peer})"
                     else:  # DELIVER
-                        _hand_on(s, batch, pa.tensors, index)
+                        _hand_on(s, fs, batch, pa.tensors, index)
             if stop.is_set():
                 return
     except GeneratorExit:  # closed by its driver: the run stopped
@@ -313,13 +313,13 @@ def _receive(w: Worker, actions, batch: list[tuple[int, dict]]) -> Iterator[tupl
             local[t] = item
 
 
-def _hand_on(s: Stream, batch: list[tuple[int, dict]], tensors: list[str], index: int) -> None:
-    """A batch's frames' model outputs `tensors` to the stream, at once where it takes them
-    so (at tens of thousands of frames a second the driving thread's time a frame bounds a
+def _hand_on(s: Stream, fs: list[int], batch: list[tuple[int, dict]], tensors: list[str],
+             index: int) -> None:
+    """A batch's frames' (`fs`) model outputs `tensors` to the stream, at once where it takes
+    them so (at tens of thousands of frames a second the driving thread's time a frame bounds a
     batched GPU); each frame's tensors are then let go."""
     if tensors and s.deliver_frames is not None:
-        s.deliver_frames([f for f, _ in batch],
-                         [{t: local[t] for t in tensors} for _, local in batch], index)
+        s.deliver_frames(fs, [{t: local[t] for t in tensors} for _, local in batch], index)
     elif tensors:
         for f, local in batch:
             s.deliver(f, {t: local[t] for t in tensors}, index)
