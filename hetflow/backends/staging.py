@@ -20,7 +20,9 @@ from typing import Callable, Sequence
 
 from hetflow.backends.affinity import pin_current_thread
 
-MIN_ROWS = 2  # rows a thread stages at least: a hand-off costs about as much as a frame's copy
+MIN_ROWS = 4  # rows a thread stages at least: each hand-off wakes a sleeping thread, which on
+# the GPU machine (a virtual machine) is now and then late by a millisecond; a b8 firing of
+# alexnet (3,000 a second) split three ways ran slower than split two ways
 
 
 def row_chunks(rows: int, stagers: int) -> list[tuple[int, int]]:

@@ -207,6 +207,22 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
         if first_start[f] != first_start[f]:  # not yet entered (NaN)
             first_start[f] = clock() if arrive_at is None else arrive_at[f]
 
+    def load_block(fs: list[int]) -> list[tuple[int, dict]]:
+        """Frames `fs` with their loads, entered now (a frame the source fails on raises
+        _SourceFault naming it)."""
+        out = []
+        for f in fs:
+            try:
+                x = inputs(f)
+            except BaseException as e:
+                raise _SourceFault(f"frame source, frame {f}: {type(e).__name__}: {e}") from e
+            out.append((f, {t: x[t] for t in loads}))
+        now = clock()
+        for f in fs:
+            if first_start[f] != first_start[f]:  # not yet entered (NaN)
+                first_start[f] = now
+        return out
+
     def gather(f: int, local: dict, due: float | None) -> Iterator[tuple]:
         """Frame f's first-phase inputs into `local`; stops early (leaving `local` short) once
         `due` passes with an input not yet there."""
@@ -232,22 +248,36 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
             local[t] = item
 
     needed = {*loads[:1], *(a.tensors[0] for a in first_recv)}  # a frame's, to join a batch
-    at_once = bool(loads) and arrive_at is None and not first_recv  # no `gather` a frame
+    # every frame's inputs are there (no clock, no channel into the first phase): a batch is
+    # its block of frames loaded at once (`load_block`), no gathering frame by frame
+    at_once = bool(loads) and arrive_at is None and not first_recv
+    # what a phase's run takes and gives as they are: its inputs the frames' loads, its
+    # outputs what it delivers and nothing else (a whole model's lane: no dict a frame)
+    as_loaded = [n == 0 and at_once and set(a.inputs) == set(loads)
+                 for n, (_, _, _, a, _) in enumerate(phases)]
+    as_given = [[pa.kind for pa in post] == [DELIVER] and bool(post[0].tensors)
+                and set(getattr(runner, "outputs", ())) == set(post[0].tensors)
+                for _, _, post, _, runner in phases]
     try:
         while True:
             batch: list[tuple[int, dict]] = []  # (frame, its tensors) in the order taken
             due = None  # when the oldest frame of the batch has waited long enough
-            while len(batch) < b:
+            if at_once:
+                try:
+                    batch = load_block(w.block(b))
+                except (GeneratorExit, Stopped):
+                    raise
+                except _SourceFault as e:
+                    control.fail(str(e))
+                    return
+            while len(batch) < b and not at_once:
                 if not taken:
                     taken.extend((f, {}) for f in w.block(b - len(batch)))
                     if not taken:  # the stream's end
                         break
                 f, local = taken[0]
                 try:
-                    if at_once and not local:
-                        load(f, local)
-                    else:
-                        yield from gather(f, local, due)
+                    yield from gather(f, local, due)
                 except (GeneratorExit, Stopped):
                     raise
                 except BaseException as e:
@@ -266,7 +296,8 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
             for n, (pre, fire, post, a, runner) in enumerate(phases):
                 firing = a
                 yield from _receive(w, pre if n else (), batch)
-                feeds = [{t: local[t] for t in a.inputs} for _, local in batch]
+                feeds = ([local for _, local in batch] if as_loaded[n] else
+                         [{t: local[t] for t in a.inputs} for _, local in batch])
                 if w.turns:  # its inputs are there: the element's driver says when
                     yield TURN, a, fs[0], ""
                 t0 = clock()
@@ -280,6 +311,9 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
                 spent += t1 - t0
                 if events is not None:
                     events += [(me, prog.actor, a.phase, f, t0, t1) for f in fs]
+                if as_given[n]:  # handed on as the run gave them
+                    _hand_on_given(s, fs, outs, index)
+                    continue
                 for (_, local), out in zip(batch, outs):
                     local.update(out)
                 for pa in post:
@@ -325,6 +359,20 @@ def _hand_on(s: Stream, fs: list[int], batch: list[tuple[int, dict]], tensors: l
             s.deliver(f, {t: local[t] for t in tensors}, index)
     for _, local in batch:
         local.clear()
+
+
+def _hand_on_given(s: Stream, fs: list[int], outs: list[dict], index: int) -> None:
+    """A batch's frames' (`fs`) outputs to the stream as the run gave them (`outs`: each
+    frame's model outputs and nothing else)."""
+    if s.deliver_frames is not None:
+        s.deliver_frames(fs, outs, index)
+    else:
+        for f, out in zip(fs, outs):
+            s.deliver(f, out, index)
+
+
+class _SourceFault(Exception):
+    """The frame source failed on a frame (the message names it)."""
 
 
 def _fail(control, prog, lane: int, firing, e: BaseException) -> None:

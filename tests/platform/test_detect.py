@@ -2,9 +2,11 @@ import importlib.util
 import os
 
 import pytest
+from hypothesis import given, strategies as st
 
 from hetflow.platform import detect_platform, platform_from_dict
-from hetflow.platform.detect import core_max_freq_mhz, gpu_host_cores, group_clusters
+from hetflow.platform.detect import (MAX_STAGING, core_max_freq_mhz, gpu_host_cores,
+                                     group_clusters, staging_count)
 from hetflow.platform.load import dump_platform
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
@@ -55,11 +57,25 @@ def test_core_max_freq_reads_sysfs(tmp_path):
 
 
 @pytest.mark.parametrize("cores, gpus, want", [
-    (range(16), 1, [(15, (14,))]),
-    (range(32), 2, [(31, (29,)), (30, (28,))]),
+    (range(16), 1, [(15, (14, 13, 12))]),
+    (range(8), 1, [(7, (6,))]),
+    (range(32), 2, [(31, (29, 27, 25)), (30, (28, 26, 24))]),
+    (range(16), 2, [(15, (13,)), (14, (12,))]),
     (range(6), 1, [(5, ())]),  # a phone-class board keeps its cores for CPU elements
     (range(12), 2, [(11, ()), (10, ())]),
     (range(4), 0, []),
 ])
 def test_gpu_host_cores(cores, gpus, want):
     assert gpu_host_cores(tuple(cores), gpus) == want
+
+
+@given(cores=st.integers(1, 96), gpus=st.integers(0, 8))
+def test_host_cores_of_gpus_never_overlap(cores, gpus):
+    """Drivers and staging cores are distinct cores of the machine, as many staging cores a
+    GPU as `staging_count` says, never more than MAX_STAGING."""
+    got = gpu_host_cores(tuple(range(cores)), gpus) if gpus <= cores else None
+    if got is None:
+        return
+    used = [c for d, st_ in got for c in (d, *st_)]
+    assert len(used) == len(set(used)) and set(used) <= set(range(cores))
+    assert all(len(st_) == staging_count(cores, gpus) <= MAX_STAGING for _, st_ in got)

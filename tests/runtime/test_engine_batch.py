@@ -189,3 +189,27 @@ def test_a_batch_delivered_at_once_leaves_what_its_frames_one_by_one_leave(fs, o
     assert np.array_equal(one.by, block.by)
     assert np.array_equal(np.isnan(one.order.finished), np.isnan(block.order.finished))
     assert not np.isnan(block.order.finished[fs]).any() and one.parts == block.parts == {}
+
+
+def test_a_frame_the_source_fails_on_stops_a_batched_lane_naming_the_frame(firings):
+    """A whole model batched on one element loads each batch's frames at once: the frame the
+    source fails on is still the one named."""
+    from hetflow.errors import RuntimeFault
+    from hetflow.runtime.engine import prepare, run_prepared
+
+    graph = GRAPHS[0]
+    plan = laned_plan(graph, {l.name: "gpu0" for l in graph.layers}, {"gpu0": 2})
+    plan.mapping.batch = {"gpu0": 4}
+    good = random_source(graph)
+
+    def failing(f):
+        if f == 6:
+            raise ValueError("no frame 6")
+        return good(f)
+
+    pp = prepare(plan, graph)
+    try:
+        with pytest.raises(RuntimeFault, match="frame source, frame 6: ValueError: no frame 6"):
+            run_prepared(pp, failing, frames=16)
+    finally:
+        pp.close()
