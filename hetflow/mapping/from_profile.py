@@ -136,7 +136,8 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
                       border_cost={e.name: profile.border_cost(e.name) for e in elements
                                    if e.kind == "cpu" and any(profile.border_cost(e.name))})
     if lanes:
-        from hetflow.profile.lanes import host_seconds, slowdown_curves, staging_per_byte
+        from hetflow.profile.lanes import (host_seconds, slowdown_curves, staged_per_byte,
+                                           staging_per_byte)
 
         for e in elements:
             table = profile.gpu_lanes.get(e.name)
@@ -155,6 +156,9 @@ def problem_from_profile(graph: CnnGraph, profile, platform, capacity_frames: in
                     if curve:
                         into[e.name] = curve
                 problem.host_per_byte[e.name] = per_byte
+                staged = staged_per_byte(table)
+                if staged:
+                    problem.host_staged_per_byte[e.name] = staged
                 if "memory" in table:
                     problem.lane_limit[e.name] = int(table["memory"]["max_lanes"])
                 for key, stage in profile.stage_lanes.get(e.name, {}).items():

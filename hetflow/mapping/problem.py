@@ -122,6 +122,8 @@ class Problem:
     # is host-bound long before the device is (a 11 MB input: 1.4 ms of copying per firing on
     # the H100 host)
     host_per_byte: dict[str, float] = field(default_factory=dict)
+    # wall seconds per byte of a full batch staged by all of an element's threads together
+    host_staged_per_byte: dict[str, float] = field(default_factory=dict)
     # CPU element -> (a, b): a firing pays a + b * its border bytes beyond its layers' profiled
     # time (inputs another core wrote, fresh output arrays; profile.measure.border_cost). Not
     # for a whole-model firing, whose time was taken as the runtime calls it, borders included,
@@ -189,7 +191,10 @@ class Problem:
         thread and the element's other cores (`backends.staging`; the outputs, small
         beside a frame, are split with them here)."""
         stagers = len(row_chunks(rows, len(self.element(element).cores)))
-        return self.host_per_byte.get(element, 0.0) * border_bytes / stagers
+        split = self.host_per_byte.get(element, 0.0) * border_bytes / stagers
+        # threads copying at once share the memory's bandwidth: never faster than all of
+        # them were seen to stage a full batch together
+        return max(split, self.host_staged_per_byte.get(element, 0.0) * border_bytes)
 
     def relative_rate(self, element: str, batch: int, lanes: int) -> float | None:
         """`element`'s frames/s flat out at (`batch`, `lanes`) alone, over its rate at one

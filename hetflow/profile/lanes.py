@@ -167,7 +167,8 @@ def running_beside(busy: Sequence, feeds: dict) -> Iterator[Callable[[], int]]:
 
 
 def measure_staging(element: "ProcessingElement", lanes: int, nbytes: int = 8 << 20,
-                    pool: int = 16, seconds: float = 0.3) -> dict[str, float]:
+                    pool: int = 16, seconds: float = 0.3, rows: int = 1,
+                    row_bytes: int = 0) -> dict[str, Any]:
     """{"per_byte": CPU seconds per byte, "lanes", "nbytes"}: what `lanes` threads on the
     element's driving core pay to copy a firing's input, as a lane stages it into its pinned
     buffer: from a ring of `pool` arrays written by another core (larger than the caches
@@ -175,7 +176,8 @@ def measure_staging(element: "ProcessingElement", lanes: int, nbytes: int = 8 <<
     input; a stage fed a large activation pays this per byte on top. (Copies from a ring of
     eight 224 x 224 frames, as the runs' random frame source holds them, cost 3-4x less a byte
     on the H200 machine, and predicted two batched GPU plans at 1.5-1.7x their runs; with this
-    ring the plans of googlenet and alexnet the run before were predicted within 2%.)"""
+    ring the plans of googlenet and alexnet the run before were predicted within 2%.)
+    With `rows` > 1 and `row_bytes`, also {"staged": measure_stager's} for such batches."""
     src = [np.full(nbytes, i, dtype=np.uint8) for i in range(pool)]
     cpu: list[float] = []
     lock = threading.Lock()
@@ -197,7 +199,46 @@ def measure_staging(element: "ProcessingElement", lanes: int, nbytes: int = 8 <<
         t.start()
     for t in threads:
         t.join()
-    return {"per_byte": float(np.median(cpu)) / nbytes, "lanes": lanes, "nbytes": nbytes}
+    out = {"per_byte": float(np.median(cpu)) / nbytes, "lanes": lanes, "nbytes": nbytes}
+    if row_bytes and rows > 1:
+        out["staged"] = measure_stager(element, rows, row_bytes, seconds=seconds)
+    return out
+
+
+def measure_stager(element: "ProcessingElement", rows: int, row_bytes: int,
+                   ring_bytes: int = 160 << 20, seconds: float = 0.3) -> dict[str, float]:
+    """{"rows", "stagers", "per_byte": wall seconds per byte}: a batch of `rows` frames of
+    `row_bytes` staged as a lane stages it (`backends.staging.Stager`: the driving thread and
+    the element's other cores), from a ring larger than the caches. The cost model divides a
+    thread's copy cost by the threads that share a batch (`Problem.staging_seconds`); threads
+    copying at once share the memory's bandwidth, and hand-offs cost, so that split is bounded
+    by what they were seen to do together: on the H200 machine four threads staged b32 batches
+    of 224 x 224 frames at 1.3-1.5x what two did, not 2x."""
+    from hetflow.backends.staging import Stager, row_chunks
+
+    n = max(rows, -(-ring_bytes // max(1, row_bytes)))
+    ring = np.ones((n, max(1, row_bytes)), dtype=np.uint8)
+    dst = np.zeros((rows, max(1, row_bytes)), dtype=np.uint8)
+    stager = Stager(element.cores[1:]).attach()
+    walls: list[float] = []
+    start = [0]
+
+    def stage_rows(a: int, b: int) -> None:
+        for i in range(a, b):
+            np.copyto(dst[i], ring[(start[0] + i) % n])
+
+    try:
+        with pinned(element.cores[:1]):
+            t_end = time.perf_counter() + seconds
+            while time.perf_counter() < t_end or len(walls) < 3:
+                t0 = time.perf_counter()
+                stager.stage(rows, stage_rows)
+                walls.append(time.perf_counter() - t0)
+                start[0] += rows
+    finally:
+        stager.release()
+    return {"rows": rows, "stagers": len(row_chunks(rows, len(element.cores))),
+            "per_byte": float(np.median(walls)) / (rows * row_bytes)}
 
 
 def lanes_complete(table: dict[str, Any]) -> bool:
@@ -278,7 +319,9 @@ def _measure_lanes(graph, element, busy_elements, counts, seconds, warmup, more,
                              "free_bytes": after[1],
                              "max_lanes": max(counts) + int(0.9 * after[1] // per_lane)}
         took("lanes built")
-        out["staging"] = measure_staging(element, max(counts))
+        out["staging"] = measure_staging(
+            element, max(counts), rows=max(BATCHES),
+            row_bytes=sum(graph.tensors[t].nbytes for t in graph.inputs))
         limit = out.get("memory", {}).get("max_lanes")
 
         def alone_at(k: int, sec: float) -> dict[str, Any]:
@@ -334,6 +377,13 @@ def measure_stage_lanes(graph: "CnnGraph", layers: Sequence[str], element: "Proc
 def staging_per_byte(table: dict[str, Any]) -> float | None:
     """CPU seconds per input byte a lane's staging copy costs (measure_staging), if measured."""
     st = table.get("staging")
+    return float(st["per_byte"]) if st else None
+
+
+def staged_per_byte(table: dict[str, Any]) -> float | None:
+    """Wall seconds per byte of a full batch staged by all of the element's staging threads
+    (measure_stager), if measured."""
+    st = (table.get("staging") or {}).get("staged")
     return float(st["per_byte"]) if st else None
 
 

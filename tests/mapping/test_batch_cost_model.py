@@ -354,3 +354,32 @@ def test_staging_cores_divide_a_host_bound_batchs_copies_by_its_row_split(factor
     assert alone == pytest.approx(1 / (1e3 * gpu_time(p)), rel=1e-6)  # the driver's copies
     assert rate((90, *range(91, 91 + helpers))) / alone == pytest.approx(
         len(row_chunks(b, 1 + helpers)), rel=1e-6)
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(b=st.sampled_from([1, 2, 4, 8, 16, 32]), helpers=st.integers(0, 3),
+       floor=st.floats(0.0, 3.0))
+def test_staging_is_never_faster_than_all_its_threads_were_seen_to_stage(factory, b, helpers,
+                                                                          floor):
+    """The row split is bounded by the stager's measured wall time a byte (`floor` x one
+    thread's cost over the threads of a full batch): a host-bound GPU's rate is the lower of
+    the split and that bound, and no floor leaves the split as it was."""
+    from hetflow.backends.staging import row_chunks
+
+    p = batched_problem(factory)
+    nbytes = sum(p.graph.tensors[t].nbytes for t in (*p.graph.inputs, *p.graph.outputs))
+    per_byte = 1e3 * gpu_time(p) / nbytes
+    cores = (90, *range(91, 91 + helpers))
+    full = len(row_chunks(32, len(cores)))
+    gpu = dataclasses.replace(p.element("gpu0"), cores=cores)
+    q = dataclasses.replace(p, elements=[gpu if e.name == "gpu0" else e for e in p.elements],
+                            host_time={"gpu0": {1: 0.0}}, host_per_byte={"gpu0": per_byte},
+                            host_staged_per_byte={"gpu0": floor * per_byte / full})
+    split = per_byte * nbytes / len(row_chunks(b, len(cores)))
+    assert q.staging_seconds("gpu0", nbytes, b) == pytest.approx(
+        max(split, floor * per_byte * nbytes / full), rel=1e-9)
+    m = whole(q, "gpu0")
+    m.lanes, m.batch = {"gpu0": 4}, {"gpu0": b}
+    assert evaluate(q, m).throughput == pytest.approx(
+        1 / max(split, floor * per_byte * nbytes / full), rel=1e-6)

@@ -34,6 +34,9 @@ def test_lane_table_has_every_count_alone_and_busy_and_curves_follow():
         "timed beside busy copies"]
     # four lanes copying 8 MiB inputs on one core: some CPU time per byte, below a second a MiB
     assert table["staging"]["lanes"] == 4 and 0 < table["staging"]["per_byte"] < 1e-6
+    # a full batch of the model's input frames staged by the element's one thread
+    staged = table["staging"]["staged"]
+    assert staged["rows"] == 32 and staged["stagers"] == 1 and 0 < staged["per_byte"] < 1e-6
     for k in ("1", "2", "4"):
         assert table[k]["alone"]["n"] > 0 and table[k]["busy"]["n"] > 0
         assert table[k]["alone_fps"] > 0 and table[k]["busy_fps"] > 0
