@@ -29,6 +29,7 @@ from hetflow.backends import pin_current_thread, pinned
 from hetflow.backends.inflight import InFlight
 from hetflow.backends.batching import gather
 from hetflow.backends.registry import backend_for
+from hetflow.backends.staging import Stager, row_chunks
 from hetflow.backends.reuse import release, reusing_runners, runners_for, runners_for_many
 from hetflow.backends.together import frames_in_window, run_together
 from hetflow.errors import BackendError, RuntimeFault
@@ -214,8 +215,6 @@ def measure_stager(element: "ProcessingElement", rows: int, row_bytes: int,
     copying at once share the memory's bandwidth, and hand-offs cost, so that split is bounded
     by what they were seen to do together: on the H200 machine four threads staged b32 batches
     of 224 x 224 frames at 1.3-1.5x what two did, not 2x."""
-    from hetflow.backends.staging import Stager, row_chunks
-
     n = max(rows, -(-ring_bytes // max(1, row_bytes)))
     ring = np.ones((n, max(1, row_bytes)), dtype=np.uint8)
     dst = np.zeros((rows, max(1, row_bytes)), dtype=np.uint8)

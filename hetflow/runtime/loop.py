@@ -190,7 +190,7 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
     on them all (`run_frames`, or `submit_frames`/`collect_frames` on a laned device), sends
     and delivers each frame. It yields where it must wait, as `lane_loop` does."""
     prog, control, stop = w.program, s.control, s.control.stop
-    inputs, first_start, arrive_at, events = s.inputs, s.first_start, s.arrive_at, s.events
+    arrive_at, events = s.arrive_at, s.events
     clock, on_device, index, b, patience = (time.perf_counter, w.on_device, w.index,
                                              prog.batch, prog.batch_wait)
     phases = [(pre, fire, post, w.firings[fire.phase], w.runners[lane][fire.phase])
@@ -200,71 +200,20 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
     # frames taken, oldest first, with what was gathered of them, not yet in a batch
     taken: collections.deque[tuple[int, dict]] = collections.deque()
 
-    def load(f: int, local: dict) -> None:
-        x = inputs(f)
-        for t in loads:
-            local[t] = x[t]
-        if first_start[f] != first_start[f]:  # not yet entered (NaN)
-            first_start[f] = clock() if arrive_at is None else arrive_at[f]
-
-    def load_block(fs: list[int]) -> list[tuple[int, dict]]:
-        """Frames `fs` with their loads, entered now (a frame the source fails on raises
-        _SourceFault naming it)."""
-        out = []
-        for f in fs:
-            try:
-                x = inputs(f)
-            except BaseException as e:
-                raise _SourceFault(f"frame source, frame {f}: {type(e).__name__}: {e}") from e
-            out.append((f, {t: x[t] for t in loads}))
-        now = clock()
-        for f in fs:
-            if first_start[f] != first_start[f]:  # not yet entered (NaN)
-                first_start[f] = now
-        return out
-
-    def gather(f: int, local: dict, due: float | None) -> Iterator[tuple]:
-        """Frame f's first-phase inputs into `local`; stops early (leaving `local` short) once
-        `due` passes with an input not yet there."""
-        if loads and not local:
-            while arrive_at is not None and clock() < arrive_at[f]:
-                if due is not None and clock() >= due:
-                    return
-                yield ((DUE, (due, ARRIVE, None), f, f"frame {f}'s arrival") if due is not None
-                       else (ARRIVE, None, f, f"frame {f}'s arrival"))
-            load(f, local)
-        for a in first_recv:
-            t = a.tensors[0]
-            if t in local:
-                continue
-            ch = w.channels[a.channel]
-            ok, item = ch.try_get(f)
-            while not ok:
-                if due is not None and clock() >= due:
-                    return
-                what = f"channel {a.channel} (from {a.peer})"
-                yield (DUE, (due, GET, ch), f, what) if due is not None else (GET, ch, f, what)
-                ok, item = ch.try_get(f)
-            local[t] = item
-
     needed = {*loads[:1], *(a.tensors[0] for a in first_recv)}  # a frame's, to join a batch
     # every frame's inputs are there (no clock, no channel into the first phase): a batch is
     # its block of frames loaded at once (`load_block`), no gathering frame by frame
     at_once = bool(loads) and arrive_at is None and not first_recv
     # what a phase's run takes and gives as they are: its inputs the frames' loads, its
     # outputs what it delivers and nothing else (a whole model's lane: no dict a frame)
-    as_loaded = [n == 0 and at_once and set(a.inputs) == set(loads)
-                 for n, (_, _, _, a, _) in enumerate(phases)]
-    as_given = [[pa.kind for pa in post] == [DELIVER] and bool(post[0].tensors)
-                and set(getattr(runner, "outputs", ())) == set(post[0].tensors)
-                for _, _, post, _, runner in phases]
+    as_loaded, as_given = _as_they_are(phases, loads, at_once)
     try:
         while True:
             batch: list[tuple[int, dict]] = []  # (frame, its tensors) in the order taken
             due = None  # when the oldest frame of the batch has waited long enough
             if at_once:
                 try:
-                    batch = load_block(w.block(b))
+                    batch = _load_block(s, loads, w.block(b))
                 except (GeneratorExit, Stopped):
                     raise
                 except _SourceFault as e:
@@ -277,7 +226,7 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
                         break
                 f, local = taken[0]
                 try:
-                    yield from gather(f, local, due)
+                    yield from _gather(s, w, loads, first_recv, f, local, due)
                 except (GeneratorExit, Stopped):
                     raise
                 except BaseException as e:
@@ -332,6 +281,73 @@ def batch_lane_loop(s: Stream, w: Worker, lane: int, me: str) -> Iterator[tuple]
         _fail(control, prog, lane, firing, e)
     finally:
         s.busy[(prog.element, lane)] = spent
+
+
+def _as_they_are(phases: list[tuple], loads: tuple[str, ...], at_once: bool
+                 ) -> tuple[list[bool], list[bool]]:
+    """Per phase of a batched lane: whether its run takes the frames' loads as they are (the
+    first phase, every input loaded and nothing else), and whether what its run gives is
+    handed on as it is (its outputs exactly what it delivers, nothing sent): a whole model's
+    lane then builds no dict a frame."""
+    as_loaded = [n == 0 and at_once and set(a.inputs) == set(loads)
+                 for n, (_, _, _, a, _) in enumerate(phases)]
+    as_given = [[pa.kind for pa in post] == [DELIVER] and bool(post[0].tensors)
+                and set(getattr(runner, "outputs", ())) == set(post[0].tensors)
+                for _, _, post, _, runner in phases]
+    return as_loaded, as_given
+
+
+def _load(s: Stream, loads: tuple[str, ...], f: int, local: dict) -> None:
+    """Frame f's model inputs `loads` into `local`; it enters now (or at its arrival)."""
+    x = s.inputs(f)
+    for t in loads:
+        local[t] = x[t]
+    if s.first_start[f] != s.first_start[f]:  # not yet entered (NaN)
+        s.first_start[f] = time.perf_counter() if s.arrive_at is None else s.arrive_at[f]
+
+
+def _load_block(s: Stream, loads: tuple[str, ...], fs: list[int]) -> list[tuple[int, dict]]:
+    """Frames `fs` with their model inputs `loads`, entered now (a frame the source fails on
+    raises _SourceFault naming it)."""
+    out, inputs, first_start = [], s.inputs, s.first_start
+    for f in fs:
+        try:
+            x = inputs(f)
+        except BaseException as e:
+            raise _SourceFault(f"frame source, frame {f}: {type(e).__name__}: {e}") from e
+        out.append((f, {t: x[t] for t in loads}))
+    now = time.perf_counter()
+    for f in fs:
+        if first_start[f] != first_start[f]:  # not yet entered (NaN)
+            first_start[f] = now
+    return out
+
+
+def _gather(s: Stream, w: Worker, loads: tuple[str, ...], first_recv, f: int, local: dict,
+            due: float | None) -> Iterator[tuple]:
+    """Frame f's first-phase inputs (its `loads`, what `first_recv` brings) into `local`;
+    stops early (leaving `local` short) once `due` passes with an input not yet there."""
+    clock, arrive_at = time.perf_counter, s.arrive_at
+    if loads and not local:
+        while arrive_at is not None and clock() < arrive_at[f]:
+            if due is not None and clock() >= due:
+                return
+            yield ((DUE, (due, ARRIVE, None), f, f"frame {f}'s arrival") if due is not None
+                   else (ARRIVE, None, f, f"frame {f}'s arrival"))
+        _load(s, loads, f, local)
+    for a in first_recv:
+        t = a.tensors[0]
+        if t in local:
+            continue
+        ch = w.channels[a.channel]
+        ok, item = ch.try_get(f)
+        while not ok:
+            if due is not None and clock() >= due:
+                return
+            what = f"channel {a.channel} (from {a.peer})"
+            yield (DUE, (due, GET, ch), f, what) if due is not None else (GET, ch, f, what)
+            ok, item = ch.try_get(f)
+        local[t] = item
 
 
 def _receive(w: Worker, actions, batch: list[tuple[int, dict]]) -> Iterator[tuple]:
