@@ -17,7 +17,7 @@ from hetflow.plan.mapping import group_members
 from hetflow.plan.program import batch_cycle, compile_programs
 from hetflow.runtime.inputs import random_source
 from test_engine_arrivals import observed_run
-from test_engine_lanes import GRAPHS, laned_plan
+from test_engine_lanes import GRAPHS, failing_at, laned_plan
 
 
 @pytest.fixture
@@ -200,16 +200,9 @@ def test_a_frame_the_source_fails_on_stops_a_batched_lane_naming_the_frame(firin
     graph = GRAPHS[0]
     plan = laned_plan(graph, {l.name: "gpu0" for l in graph.layers}, {"gpu0": 2})
     plan.mapping.batch = {"gpu0": 4}
-    good = random_source(graph)
-
-    def failing(f):
-        if f == 6:
-            raise ValueError("no frame 6")
-        return good(f)
-
     pp = prepare(plan, graph)
     try:
         with pytest.raises(RuntimeFault, match="frame source, frame 6: ValueError: no frame 6"):
-            run_prepared(pp, failing, frames=16)
+            run_prepared(pp, failing_at(random_source(graph), 6), frames=16)
     finally:
         pp.close()

@@ -132,6 +132,15 @@ def test_baselines_run_the_gpu_at_its_lanes():
     assert set(par.notes["per_element_fps"]) == {"gpu0", "cpu1"} and par.frames >= 30
 
 
+def failing_at(source, frame: int):
+    """`source`, failing with ValueError("no frame N") on frame N."""
+    def failing(f):
+        if f == frame:
+            raise ValueError(f"no frame {frame}")
+        return source(f)
+    return failing
+
+
 def test_a_stopped_run_leaves_its_lanes_free_for_the_next():
     """A fault while four lanes have runs in flight stops the run; the same prepared plan then
     runs again (each lane takes one run at a time: one left in flight would refuse the next)."""
@@ -142,16 +151,10 @@ def test_a_stopped_run_leaves_its_lanes_free_for_the_next():
     plan = laned_plan(graph, {l.name: "gpu0" for l in graph.layers}, {"gpu0": 4})
     fake_gpu.reset(slow=0.02)
     good = random_source(graph)
-
-    def failing(f):
-        if f == 9:
-            raise ValueError("no frame 9")
-        return good(f)
-
     pp = prepare(plan, graph)
     try:
         with pytest.raises(RuntimeFault, match="frame source, frame 9: ValueError: no frame 9"):
-            run_prepared(pp, failing, frames=20)
+            run_prepared(pp, failing_at(good, 9), frames=20)
         report, _, _ = run_prepared(pp, good, frames=12)
         assert report.frames == 12
     finally:
