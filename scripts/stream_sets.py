@@ -1,7 +1,7 @@
 """Random sets of camera streams against the admission test, on the machine they run on.
 
 `plan` draws random stream sets of the models whose profiles are in PROFILE_DIR (2 or 3
-applications, each 1 to 128 streams of one model at a period of 5 to 100 ms, the deadline 0.5
+applications, each 1 to 127 streams (`--max-streams`) of one model at a period of 5 to 100 ms, the deadline 0.5
 to 3 times the period) and asks `hetflow map-multi` whether each is admitted (with the
 profile's worst measured times, `--time-stat max`, by default), until `--sets`
 are or `--tries` were drawn; it writes each admitted multi-plan and `index.json` (every set
@@ -33,14 +33,15 @@ MISS_LIMIT = 0.001  # the most of any stream's deadlines an admitted set may mis
 STREAM_FRAMES = round(1 / MISS_LIMIT)  # a stream's frames for one miss to read as the limit
 
 
-def draw_set(rng: np.random.Generator, models: list[str]) -> list[str]:
-    """One random set: `MODEL:period=..:deadline=..:streams=..:name=..` specs."""
+def draw_set(rng: np.random.Generator, models: list[str], max_streams: int = 128) -> list[str]:
+    """One random set: `MODEL:period=..:deadline=..:streams=..:name=..` specs, each of 1 to
+    `max_streams` - 1 streams (log-uniform; the default draws what the rounds before drew)."""
     specs = []
     for k in range(int(rng.integers(2, 4))):
         model = str(rng.choice(models))
         period = float(rng.choice(PERIODS_MS))
         deadline = period * float(rng.choice(DEADLINE_FACTORS))
-        streams = int(np.exp(rng.uniform(0.0, np.log(128.0))))
+        streams = int(np.exp(rng.uniform(0.0, np.log(max_streams))))
         specs.append(f"{model}:period={period:g}ms:deadline={deadline:g}ms:streams={streams}"
                      f":name=a{k}_{model}")
     return specs
@@ -63,7 +64,7 @@ def plan(args) -> int:
     for i in range(args.tries):
         if admitted >= args.sets:
             break
-        specs = draw_set(rng, models)
+        specs = draw_set(rng, models, args.max_streams)
         path = out / f"set{i:02d}.json"
         r = hetflow("map-multi", *specs, "--profile-dir", args.profile_dir, "-p", args.platform,
                     "-o", str(path), "--seed", str(args.seed), "--time-stat", args.time_stat)
@@ -136,6 +137,9 @@ def main() -> int:
     p.add_argument("--sets", type=int, default=10, help="admitted sets wanted")
     p.add_argument("--tries", type=int, default=40, help="most sets drawn")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-streams", type=int, default=128,
+                   help="streams of one application stay below it (fewer for a small machine: "
+                        "on 2 cores, 128 admitted 3 sets in 80)")
     p.add_argument("--time-stat", default="max", choices=("median", "p90", "max"),
                    help="the profile's whole-model time the admission scales to (max: the "
                         "measured worst case, what a bound on the worst response needs)")
