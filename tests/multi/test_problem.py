@@ -37,6 +37,22 @@ def test_calibrate_to_a_chosen_statistic_of_the_whole_model(stat, expect):
     assert calibrate_to_whole(p, prof, stat)[1] == {"cpu0": pytest.approx(expect)}
 
 
+@pytest.mark.parametrize("stat, expect", [("median", 2.0), ("p90", 3.0), ("max", 4.0)])
+def test_a_whole_model_measured_as_one_piece_costs_the_chosen_statistic(stat, expect):
+    """A whole-model mapping costs the whole model's measured time as one piece (the problem's
+    subnet time, its median): at p90 or max it is that statistic, never the median."""
+    from hetflow.model.subnet import subnet_key
+
+    a = app_problem(6, 1, 0.05, 1)
+    layers = [l.name for l in a.graph.layers]
+    sums = a.problem.layer_times.sum(axis=0).copy()
+    p = replace(a.problem, subnet_times={("cpu0", subnet_key(layers)): 2 * sums[0]})
+    whole = {"median": 2 * sums[0], "p90": 3 * sums[0], "max": 4 * sums[0]}
+    prof = SimpleNamespace(whole_model={"cpu0": whole}, subnet_times={})
+    scaled, _ = calibrate_to_whole(p, prof, stat)
+    assert scaled.actor_time(layers, "cpu0") == pytest.approx(expect * sums[0])
+
+
 def test_a_bound_at_the_largest_firing_takes_the_largest_measured_at_each_lane_count():
     a = app_problem(6, 1, 0.05, 1)
     p = replace(a.problem, lane_slowdown={"gpu0": {1: 1.0, 2: 1.5, 4: 2.0, 8: 3.0}})

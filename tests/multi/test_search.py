@@ -147,6 +147,29 @@ def test_naive_is_each_app_on_its_fastest_element(two_apps):
         assert m.elements == ["gpu0"]
 
 
+def test_naive_never_puts_applications_on_elements_that_share_cores():
+    """Two cores as one element (cpu0-1) or as two (cpu0, cpu1): an application faster on the
+    pair and one faster on a single core are both put in the first's configuration."""
+    from dataclasses import replace as dc_replace
+
+    from hetflow.platform.spec import ProcessingElement
+
+    els = [ProcessingElement("cpu0-1", "cpu", (0, 1), cluster="cpu", power_w=4.0),
+           ProcessingElement("cpu0", "cpu", (0,), cluster="cpu", power_w=2.0),
+           ProcessingElement("cpu1", "cpu", (1,), cluster="cpu", power_w=2.0)]
+    first, second = app_problem(6, 1, 0.05, 1, els), app_problem(6, 2, 0.08, 2, els)
+    # first: the pair is fastest; second: a single core is (the pair scales badly for it)
+    first.problem.layer_times[:, 0] /= 2
+    second.problem.layer_times[:, 0] *= 3
+    configs = [["cpu0-1"], ["cpu0", "cpu1"]]
+    for a in (first, second):
+        a.problem = dc_replace(a.problem, configurations=configs)
+    mp = MultiProblem([first, second])
+    used = {e for m in naive_mappings(mp) for e in m.elements}
+    assert any(used <= set(c) for c in configs), used
+    assert used == {"cpu0-1"}  # the first application's fastest element's configuration
+
+
 def test_margin_ties_are_broken_by_the_next_largest_ratio():
     from types import SimpleNamespace as NS
 
