@@ -593,12 +593,12 @@ def _share_staging(prof: Profile, gpus: list[ProcessingElement]) -> None:
     for tables in by_host.values():
         if len(tables) > 1:
             shared = float(np.median([t["per_byte"] for t in tables]))
-            staged = [t["staged"] for t in tables if "staged" in t]
+            staged = [t["staged"]["per_byte"] for t in tables if "staged" in t]
+            shared_staged = float(np.median(staged)) if staged else None
             for t in tables:
                 t.update(per_byte=shared, measured_by=len(tables))
-                if staged and "staged" in t:
-                    t["staged"] = {**t["staged"], "per_byte": float(np.median(
-                        [x["per_byte"] for x in staged]))}
+                if "staged" in t:
+                    t["staged"] = {**t["staged"], "per_byte": shared_staged}
 
 
 def _measure_cpu_batches(prof: Profile, graph: "CnnGraph",

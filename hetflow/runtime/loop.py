@@ -368,11 +368,8 @@ def _hand_on(s: Stream, fs: list[int], batch: list[tuple[int, dict]], tensors: l
     """A batch's frames' (`fs`) model outputs `tensors` to the stream, at once where it takes
     them so (at tens of thousands of frames a second the driving thread's time a frame bounds a
     batched GPU); each frame's tensors are then let go."""
-    if tensors and s.deliver_frames is not None:
-        s.deliver_frames(fs, [{t: local[t] for t in tensors} for _, local in batch], index)
-    elif tensors:
-        for f, local in batch:
-            s.deliver(f, {t: local[t] for t in tensors}, index)
+    if tensors:
+        _hand_on_given(s, fs, [{t: local[t] for t in tensors} for _, local in batch], index)
     for _, local in batch:
         local.clear()
 
