@@ -53,12 +53,16 @@ def hetflow(*args: str) -> subprocess.CompletedProcess:
 
 
 def plan(args) -> int:
-    out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
+    if args.max_streams < 2:
+        print(f"--max-streams {args.max_streams}: at least 2 (streams stay below it)",
+              file=sys.stderr)
+        return 2
     models = sorted({p.name.split(".")[0] for p in Path(args.profile_dir).glob("*.profile.json")})
     if not models:
         print(f"{args.profile_dir}: no *.profile.json", file=sys.stderr)
         return 2
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(args.seed)
     index, admitted = [], 0
     for i in range(args.tries):
