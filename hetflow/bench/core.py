@@ -14,7 +14,7 @@ from hetflow.rules import BALANCED_TAIL
 
 from hetflow.bench.budget import MINIMUMS, Budget, Facts, over, plan_extra, summary as budget_summary
 # the profile cache, imported from here by the other benches
-from hetflow.bench.profiles import baseline_elements, cache_dir, cached_profile, get_profile, measure_profile, probe, profiled_elements
+from hetflow.bench.profiles import baseline_elements, cache_dir, cached_profile, expected_elements, get_profile, measure_profile, probe
 from hetflow.backends.reuse import reusing_runners
 from hetflow.bench import plans
 from hetflow.bench.baselines import run_baselines
@@ -190,14 +190,14 @@ def bench_profile(ctx: Context):
     budget allows, the baselines' element shapes first) and cached."""
     graph, platform, settings, budget = ctx.graph, ctx.platform, ctx.settings, ctx.budget
     prof = cached_profile(graph, platform, ctx.log, partial=budget is not None,
-                          precision=settings.precision)
+                          precision=settings.precision, tolerance=settings.tolerance)
     if prof is not None:
         return prof
     repeats, lane_s, limit_s = settings.profile_repeats, settings.lane_seconds, None
     if budget is not None:
         from hetflow.platform.configs import distinct_elements
 
-        needed = profiled_elements(platform, settings.precision)
+        needed = expected_elements(platform, settings.precision)
         singles, parallel = baseline_elements(platform)
         gpus = sum(e.kind == "gpu" for e in needed)
         # the profile's cost, estimated from one frame on its slowest element (the runner is
@@ -216,7 +216,7 @@ def bench_profile(ctx: Context):
         repeats, lane_s = int(k["profile_repeats"]), k["lane_seconds"]
         limit_s = max(0.0, budget.allowance(facts, got, "profile"))
     prof, ctx.profile_s = measure_profile(graph, platform, repeats, ctx.log, lane_s, limit_s,
-                                          settings.precision)
+                                          settings.precision, settings.tolerance)
     return prof
 
 

@@ -15,8 +15,11 @@ from hetflow.backends import backend_for, pinned
 from hetflow.backends.reuse import release, runners_for
 from hetflow.mapping.from_profile import searched_elements
 from hetflow.platform.configs import default_config, finest_config
-from hetflow.platform.precision import DEFAULT_PRECISION, precision_variants
-from hetflow.profile.deviation import record_deviations
+from hetflow.model.accuracy import Tolerance
+from hetflow.platform.precision import (AUTO, DEFAULT_PRECISION, GPU_PREFERENCE,
+                                        precision_variants)
+from hetflow.profile.deviation import (META_KEY, deviation_failures, record_deviations,
+                                       screen_gpu_precisions)
 from hetflow.profile import profile_model
 from hetflow.profile.lanes import lanes_complete
 from hetflow.profile.measure import random_feeds, time_runner
@@ -42,10 +45,11 @@ def _profile_path(graph, platform, precision: str | None = None) -> Path:
 
 
 def cached_profile(graph, platform, log: Callable[[str], None], partial: bool = False,
-                   precision: str | None = None):
+                   precision: str | None = None, tolerance: Tolerance | None = None):
     """The cached profile made for this model and platform (at `precision`: see
     `profiled_elements`), or None; one that a time limit cut short (some element shapes not
-    measured) only where `partial`."""
+    measured) only where `partial`; one whose screen of GPU precisions kept a precision that
+    `tolerance` refuses (`screen_gpu_precisions`: those after it were never measured) not."""
 
     path = _profile_path(graph, platform, precision)
     if path.exists():
@@ -53,6 +57,9 @@ def cached_profile(graph, platform, log: Callable[[str], None], partial: bool = 
             prof = Profile.load(path)
             prof.check_matches(graph, platform)
             if prof.meta.get("partial") and not partial:
+                return None
+            if (why := _screen_outdated(prof, tolerance)):
+                log(f"not reusing profile {path}: {why}")
                 return None
             gpus = [e.name for e in platform.all_elements() if e.kind == "gpu"
                     and e.name in prof.layer_times]
@@ -75,6 +82,19 @@ def cached_profile(graph, platform, log: Callable[[str], None], partial: bool = 
                 return prof
         except HetflowError:
             pass
+    return None
+
+
+def _screen_outdated(prof, tolerance: Tolerance | None) -> str | None:
+    """Why a profile whose GPU precisions were screened cannot serve `tolerance`: a precision
+    it kept now misses it, and those the screen left out after it were never measured."""
+    screened = prof.meta.get("screened")
+    if not screened:
+        return None
+    for name in prof.meta.get(META_KEY, {}):
+        if name in prof.layer_times and deviation_failures(prof, name, tolerance or Tolerance()):
+            return (f"{name} misses this tolerance, and the precisions after it "
+                    f"({', '.join(sorted(screened))}) were not profiled")
     return None
 
 
@@ -102,18 +122,41 @@ def profiled_elements(platform, precision: str | None = None) -> list:
                  for e in searched_elements(v) if e.backend != "none"}.values())
 
 
+def expected_elements(platform, precision: str | None = None) -> list:
+    """The elements a bench's profile will measure, for its time estimate: under 'auto' a GPU
+    at fp32 and at one reduced precision (`screen_gpu_precisions` keeps one at most)."""
+    every = profiled_elements(platform, precision)
+    if precision is None or precision.strip() != AUTO:
+        return every
+    rank = {p: i for i, p in enumerate(GPU_PREFERENCE)}
+    first: dict[str, object] = {}  # a GPU -> its reduced precision tried first
+    for e in every:
+        if e.kind == "gpu" and e.precision in rank:
+            if e.base_name not in first or rank[e.precision] < rank[first[e.base_name].precision]:
+                first[e.base_name] = e
+    return [e for e in every if not (e.kind == "gpu" and e.precision in rank)
+            or first[e.base_name] is e]
+
+
 def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
                     lane_seconds: float = 1.0, time_limit_s: float | None = None,
-                    precision: str | None = None):
+                    precision: str | None = None, tolerance: Tolerance | None = None):
     """Measure the profile of this model on this platform and cache it: (profile, seconds).
     With `time_limit_s`, the baselines' element shapes come first and the others only while
     the limit holds (profile_model). `precision`: also the elements at the precisions it
     allows, each checked against the fp32 reference (`record_deviations`); a GPU at each of
     them is required like the baselines' shapes (its layers take a second or two, and
-    without them the search cannot offer that precision at all)."""
+    without them the search cannot offer that precision at all). Under 'auto' each GPU is
+    profiled at fp32 and at the first reduced precision within `tolerance`
+    (`screen_gpu_precisions`)."""
 
     path = _profile_path(graph, platform, precision)
-    needed = profiled_elements(platform, precision)
+    needed, left_out, records = profiled_elements(platform, precision), {}, {}
+    if precision is not None and precision.strip() == AUTO:
+        needed, left_out, records = screen_gpu_precisions(graph, needed,
+                                                          tolerance or Tolerance())
+        for name, why in left_out.items():
+            log(f"{name}: {why}")
     log(f"profiling {graph.name} on {platform.name} ({len(graph.layers)} layers, "
         f"{len(needed)} elements)")
     t0 = time.perf_counter()
@@ -126,6 +169,9 @@ def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
                          + [e.name for e in needed if e.kind == "gpu"],
                          # under a budget, the shortest power windows NVML resolves
                          power_seconds=None if time_limit_s is None else 1.0)
+    prof.meta.setdefault(META_KEY, {}).update(records)
+    if left_out:
+        prof.meta["screened"] = left_out
     record_deviations(prof, graph, needed)
     if precision not in (None, DEFAULT_PRECISION):
         prof.meta["precision"] = precision

@@ -215,6 +215,9 @@ def bench(
             if budget is not None:  # an equal share of what is left
                 left = budget - (time.perf_counter() - started)
                 ms = replace(s, budget_seconds=max(0.0, left) / (len(models) - i))
+            elif quick and i == 0:  # --quick bounds a model's wall: what ran before it counts
+                ms = replace(s, budget_seconds=max(0.0, s.budget_seconds
+                                                   - (time.perf_counter() - started)))
             steps: list[str] = []
             try:
                 with progress(f"bench {m}") as log:

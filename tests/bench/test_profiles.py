@@ -2,6 +2,7 @@
 first, and so is every GPU at every precision the search may choose (without its layer times
 the search could not offer that precision at all)."""
 from hetflow.bench import profiles
+from hetflow.model.accuracy import Tolerance
 from hetflow.model.synthetic import random_cnn_graph
 from hetflow.platform import CpuCluster, Platform
 from hetflow.platform.spec import Gpu
@@ -11,6 +12,8 @@ from tests.patching import patch_everywhere
 
 
 def test_every_gpu_precision_is_required_under_a_time_limit(monkeypatch, tmp_path):
+    """... every GPU precision the screen keeps: here fp16 misses the tolerance, so bf16 is
+    profiled, and tf32 (no faster than bf16) is not."""
     monkeypatch.setenv("HETFLOW_CACHE", str(tmp_path))
     graph = random_cnn_graph(6, 1)
     plat = Platform("t", (CpuCluster("c", (0, 1)),), (Gpu(0, "gpu", 1),))
@@ -20,15 +23,37 @@ def test_every_gpu_precision_is_required_under_a_time_limit(monkeypatch, tmp_pat
         asked.update(elements=[e.name for e in elements], required=list(required))
         return Profile(graph.name, graph.model_hash, platform.name, platform.platform_hash)
 
+    def deviation(graph, element):
+        error = 0.3 if element.precision == "fp16" else 0.001
+        return {"frames": 8, "passed": True, "outputs": [
+            {"name": "y", "frames": 8, "rel_l2_worst": error, "rel_l2_median": error,
+             "max_abs_worst": 0.1, "max_abs_median": 0.1, "top1_agreement": None}]}
+
     patch_everywhere(monkeypatch, "hetflow.bench.profiles", "profile_model", profile_model)
+    patch_everywhere(monkeypatch, "hetflow.profile.deviation", "whole_model_deviation",
+                     deviation)
     patch_everywhere(monkeypatch, "hetflow.bench.profiles", "record_deviations",
                      lambda *a, **k: None)
-    profiles.measure_profile(graph, plat, 2, lambda m: None, time_limit_s=1.0, precision="auto")
+    prof, _ = profiles.measure_profile(graph, plat, 2, lambda m: None, time_limit_s=1.0,
+                                       precision="auto")
     gpus = {n for n in asked["elements"] if n.startswith("gpu0")}
-    assert {"gpu0", "gpu0@fp16"} <= gpus
+    assert gpus == {"gpu0", "gpu0@bf16"}
     assert gpus <= set(asked["required"])
+    assert set(prof.meta["screened"]) == {"gpu0@fp16", "gpu0@tf32"}
+    assert "misses the tolerance" in prof.meta["screened"]["gpu0@fp16"]
+    # the deviations the screen measured are the profile's record of them
+    assert set(prof.meta["deviation"]) == {"gpu0@fp16", "gpu0@bf16"}
     # the CPU shapes that are not the baselines' stay optional
     assert set(asked["elements"]) - set(asked["required"])
+    # a GPU at two precisions in the budget's estimate, as profiled
+    assert {e.name for e in profiles.expected_elements(plat, "auto")
+            if e.kind == "gpu"} == {"gpu0", "gpu0@fp16"}
+
+    # a later bench reuses it unless its tolerance refuses the precision the screen kept
+    prof.layer_times["gpu0@bf16"] = {}
+    assert profiles._screen_outdated(prof, None) is None
+    why = profiles._screen_outdated(prof, Tolerance(rel_l2=0.0001))
+    assert "gpu0@bf16 misses this tolerance" in why and "gpu0@tf32" in why
 
 
 def test_a_profile_timed_by_another_backend_revision_is_not_reused():

@@ -73,7 +73,7 @@ def test_a_budget_too_small_for_the_profile_fails_the_model_in_one_line(hetflow,
 
 
 def test_quick_keeps_a_budget_that_goes_on_at_the_minimums_when_a_model_needs_more(hetflow,
-                                                                                  small):
+                                                                                  small, monkeypatch):
     from hetflow.bench.core import BenchSettings, bench_model
     from hetflow.rules import QUICK_MODEL_SECONDS
     from hetflow.platform import resolve_platform
@@ -92,9 +92,23 @@ def test_quick_keeps_a_budget_that_goes_on_at_the_minimums_when_a_model_needs_mo
                for r in mb.rows if r["kind"] == "plan")
     assert any(not r.get("infeasible") for r in mb.rows if r["kind"] == "plan")
     assert {"pilots of pipeline", "re-timing of pipeline"} <= set(notes["skipped"])
+    import time
+
+    from hetflow.cli import bench_cmd
+
+    slow = bench_cmd.resolve_platform
+
+    def resolve_platform(*a, **k):  # a platform that takes a second to detect
+        time.sleep(1.0)
+        return slow(*a, **k)
+
+    monkeypatch.setattr(bench_cmd, "resolve_platform", resolve_platform)
     code, out, err = hetflow("bench", model, "-p", plat, "--quick", "--json")
     assert code == 0, err
     data = json.loads(out)
     assert data["settings"]["budget_seconds"] == QUICK_MODEL_SECONDS.value
     assert data["settings"]["budget_strict"] is False and not data["failed"]
     assert data["models"][0]["notes"]["budget"]["spent"] < QUICK_MODEL_SECONDS.value
+    # --quick bounds the wall: what the command did before the model (the platform) counts
+    first = data["models"][0]["notes"]["budget"]["seconds"]
+    assert QUICK_MODEL_SECONDS.value - 30 < first <= QUICK_MODEL_SECONDS.value - 1.0
