@@ -78,7 +78,8 @@ def test_bench_stops_at_each_step_and_keeps_what_it_measured(work, tmp_path, ste
 
 def test_a_second_bench_is_refused_the_report_folder_the_first_writes(work, tmp_path):
     report = tmp_path / "r"
-    first = hetflow(work, *BENCH, "--report", report)
+    # (many head-to-head rounds: still running when the second has been refused)
+    first = hetflow(work, *BENCH, "--head-to-head", "50", "--report", report)
     first.wait_for("profiling tiny|baseline")
     second = hetflow(work, *BENCH, "--report", report)
     assert second.finish() == 2
