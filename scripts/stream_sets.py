@@ -3,10 +3,12 @@
 `plan` draws random stream sets of the models whose profiles are in PROFILE_DIR (2 or 3
 applications, each 1 to 127 streams (`--max-streams`) of one model at a period of 5 to 100 ms, the deadline 0.5
 to 3 times the period) and asks `hetflow map-multi` whether each is admitted (with the
-profile's worst measured times, `--time-stat max`, by default), until `--sets`
-are or `--tries` were drawn; it writes each admitted multi-plan and `index.json` (every set
-drawn, with its specs and the admission's answer). The search needs no GPU: it can run on
-another machine from the profiles and the platform file of the one that will run the sets.
+profile's worst measured times, `--time-stat max`, by default, and `--verify SECONDS`: a
+trial run of each set the analysis admits, whose longest firings the analysis takes again),
+until `--sets` are or `--tries` were drawn; it writes each admitted multi-plan and
+`index.json` (every set drawn, with its specs and the admission's answer). With `--verify 0`
+the search needs no GPU: it can run on another machine from the profiles and the platform
+file of the one that will run the sets; a trial runs on the machine itself.
 
 `run` runs every admitted set (or those `--only` names) with `hetflow run-multi` for at
 least `--seconds`, and long enough that every stream gets 1,000 frames: with fewer, one late
@@ -71,7 +73,8 @@ def plan(args) -> int:
         specs = draw_set(rng, models, args.max_streams)
         path = out / f"set{i:02d}.json"
         r = hetflow("map-multi", *specs, "--profile-dir", args.profile_dir, "-p", args.platform,
-                    "-o", str(path), "--seed", str(args.seed), "--time-stat", args.time_stat)
+                    "-o", str(path), "--seed", str(args.seed), "--time-stat", args.time_stat,
+                    "--verify", str(args.verify))
         ok = r.returncode == 0 and "every deadline is met" in r.stdout
         if r.returncode not in (0, 2):
             print(r.stderr, file=sys.stderr)
@@ -79,7 +82,9 @@ def plan(args) -> int:
         if not ok:
             path.unlink(missing_ok=True)
         admitted += ok
-        why = "" if ok else (r.stderr.strip().splitlines() or ["missed (predicted)"])[-1]
+        why = "" if ok else (r.stderr.strip().splitlines()
+                             or [line for line in r.stdout.splitlines() if "MISSED" in line]
+                             or ["missed (predicted)"])[-1]
         index.append({"set": i, "specs": specs, "admitted": ok, "plan": path.name if ok else None,
                       "refused": why})
         print(f"set {i}: {'admitted' if ok else 'refused'}  {' '.join(specs)}", flush=True)
@@ -148,6 +153,8 @@ def main() -> int:
                    help="the profile's whole-model time the admission scales to (max: the "
                         "measured worst case, what a bound on the worst response needs)")
     p.add_argument("-o", "--output", default="stream_sets")
+    p.add_argument("--verify", type=float, default=10.0, metavar="SECONDS",
+                   help="map-multi's trial run of each set the analysis admits (0: none)")
     r = sub.add_parser("run", help="run every admitted set")
     r.add_argument("folder")
     r.add_argument("--seconds", type=float, default=10.0,

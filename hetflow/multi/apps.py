@@ -183,7 +183,7 @@ class AppRun:
                 "done": self.order.finished[:n] if self.delivers else None,
                 "kept": {f: self.sink.outputs[f] for f in range(warmup, min(n, warmup + n_check))
                          if f in self.sink.outputs},
-                "execs": times.execs, "busy": busy,
+                "execs": times.execs, "task_times": times.tasks, "busy": busy,
                 "events": [(me, f"{self.name}:{actor}", ph, f, t0, t1)
                            for me, actor, ph, f, t0, t1 in times.events or ()]}
 
@@ -191,8 +191,8 @@ class AppRun:
 def app_results(parts: list[dict]) -> dict:
     """One application's results from what each process measured of it (`AppRun.measured`):
     per frame completed in order its response from the nominal release, completion time and
-    seconds of firings; late releases, the most frames in flight at once, the kept outputs,
-    the busy seconds per element and the trace events."""
+    seconds of firings (in all, and per task); late releases, the most frames in flight at
+    once, the kept outputs, the busy seconds per element and the trace events."""
     loader = next(p for p in parts if p["release"] is not None)
     done = next(p["done"] for p in parts if p["done"] is not None)
     n = len(done)
@@ -203,7 +203,10 @@ def app_results(parts: list[dict]) -> dict:
             busy[el] = busy.get(el, 0.0) + b
     late = int(np.sum(arrive[:n] > release[:n])) if loader["period"] > 0 else 0
     return {"responses": (done - release[:n]).tolist(), "done_at": done.tolist(),
-            "execs": sum(p["execs"][:n] for p in parts).tolist(), "late_releases": late,
+            "execs": sum(p["execs"][:n] for p in parts).tolist(),
+            "task_times": {t: sum(p["task_times"][t][:n] for p in parts if t in p["task_times"])
+                           for t in {t for p in parts for t in p["task_times"]}},
+            "late_releases": late,
             "peak_in_flight": peak_in_flight(arrive, loader["completed_at"]),
             "kept": {f: x for p in parts for f, x in p["kept"].items()}, "busy": busy,
             "events": [ev for p in parts for ev in p["events"]]}
@@ -211,16 +214,24 @@ def app_results(parts: list[dict]) -> dict:
 
 class FiringTimes:
     """A stream's trace events as the loop appends them (`Stream.events`): the seconds each
-    frame's firings ran, summed per frame; the events themselves only if `keep` (a trace)."""
+    frame's firings ran, summed per frame, and per task (actor#phase) the seconds of each
+    frame's firing of it; the events themselves only if `keep` (a trace)."""
 
     def __init__(self, frames: int, keep: bool):
+        self.frames = frames
         self.execs = np.zeros(frames)
+        self.tasks: dict[str, np.ndarray] = {}
         self.events: list | None = [] if keep else None
         self.lock = threading.Lock()  # several elements' threads fire one frame
 
     def append(self, ev: tuple) -> None:
+        _, actor, phase, f, t0, t1 = ev
+        task = f"{actor}#{phase}"
         with self.lock:
-            self.execs[ev[3]] += ev[5] - ev[4]
+            self.execs[f] += t1 - t0
+            if task not in self.tasks:
+                self.tasks[task] = np.zeros(self.frames)
+            self.tasks[task][f] += t1 - t0
         if self.events is not None:
             self.events.append(ev)
 

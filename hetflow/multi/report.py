@@ -35,13 +35,15 @@ class MultiRunReport:
 
 def app_report(entry: AppEntry, index: int, responses: list[float], done_at: list[float],
                late_releases: int, peak_in_flight: int, kept: dict, warmup: int,
-               complete: bool, graph, seed: int, execs: list[float] | None = None) -> RunReport:
+               complete: bool, graph, seed: int, execs: list[float] | None = None,
+               task_times: dict | None = None) -> RunReport:
     """One application's report: response times of the frames after `warmup`, the deadlines
     they missed (a response beyond `relative_deadline`), and the reference check of the kept
     frames (inputs from the same seeded source as the run). `execs`: per frame, the seconds
     its firings ran; the report splits each response into that and waiting (late release,
     blocking, queueing), which says whether a long response came from a slow firing or from
-    the schedule."""
+    the schedule. `task_times`: per task (actor#phase), the seconds of each frame's firing of
+    it; the report gives their statistics (what an admission measured under load reads)."""
 
     resp = responses[warmup:]
     done = done_at[warmup:]
@@ -60,6 +62,9 @@ def app_report(entry: AppEntry, index: int, responses: list[float], done_at: lis
         ex = np.asarray(execs[warmup:], dtype=float)
         r.notes["exec_s"] = latency_stats(ex)
         r.notes["wait_s"] = latency_stats(np.asarray(resp, dtype=float) - ex)
+    if task_times and len(resp):
+        r.notes["task_s"] = {t: latency_stats(np.asarray(x[warmup:len(responses)], dtype=float))
+                             for t, x in sorted(task_times.items())}
     if kept:
         src = random_source(graph, seed + index)
         r.max_abs_error = check_outputs(graph, entry.plan.app, kept, src)
@@ -91,7 +96,7 @@ def multi_report(mp: MultiPlan, graphs: dict, results: list[dict],
     element's (seconds of dispatch delay, firings), its trace written."""
     reports = [app_report(entry, i, d["responses"], d["done_at"], d["late_releases"],
                           d["peak_in_flight"], d["kept"], warmup, complete, graphs[entry.name],
-                          seed, d["execs"])
+                          seed, d["execs"], d.get("task_times"))
                for i, (entry, d) in enumerate(zip(mp.apps, results))]
     busy: dict[str, float] = {}
     for d in results:

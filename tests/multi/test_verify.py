@@ -1,0 +1,115 @@
+"""`map-multi --verify`: the admission analysed again with each task's longest firing in a trial
+run of the plan; admitted only if that meets every deadline and the trial missed none."""
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import onnx
+import pytest
+
+from hetflow.mapping.problem import Problem
+from hetflow.model import load_model
+from hetflow.model.synthetic import random_cnn_model
+from hetflow.multi import verify as verify_mod
+from hetflow.multi.multiplan import make_multiplan
+from hetflow.multi.problem import AppProblem, MultiProblem
+from hetflow.multi.search import search_multi
+from hetflow.multi.spec import AppSpec
+from hetflow.platform.spec import ProcessingElement
+
+from multi_helpers import transfer
+
+
+def local_problem(tmp_path, deadlines=(None, None)) -> MultiProblem:
+    """Two tiny models on this machine's first core, each layer timed 0.1 ms (synthetic)."""
+    core = sorted(os.sched_getaffinity(0))[0]
+    els = [ProcessingElement(f"cpu{core}", "cpu", (core,), cluster="cpu")]
+    apps = []
+    for (name, seed, period), deadline in zip((("x", 31, 0.05), ("y", 32, 0.06)), deadlines):
+        path = tmp_path / f"{name}.onnx"
+        onnx.save(random_cnn_model(5, seed=seed), path)
+        g = load_model(path)
+        p = Problem(g, els, np.full((len(g.layers), 1), 1e-4), transfer)
+        apps.append(AppProblem(AppSpec(str(path), period, len(apps) + 1, name,
+                                       deadline=deadline), g, p))
+    return MultiProblem(apps)
+
+
+def fake_run(longest: dict[str, float], missed: dict[str, int]):
+    """A stand-in for `run_multiplan`: every task of an application fired at most `longest`."""
+    def run(mplan, **kwargs):
+        apps = [SimpleNamespace(name=a.name, frames=20,
+                                notes={"missed": missed.get(a.name, 0), "task_s": {
+                                    t: {"max": longest[a.name]} for t in a.predicted_tasks}})
+                for a in mplan.apps]
+        return SimpleNamespace(apps=apps, wall_s=1.0)
+    return run
+
+
+@pytest.mark.parametrize("longest, missed, admitted", [
+    ({"x": 1e-5, "y": 1e-5}, {}, True),     # faster than the profile: nothing changes
+    ({"x": 0.004, "y": 0.003}, {}, True),    # slower, still far inside 50 and 60 ms
+    ({"x": 0.004, "y": 0.07}, {}, False),    # y's firing alone outlasts its 60 ms deadline
+    ({"x": 1e-5, "y": 1e-5}, {"y": 1}, False),  # the trial itself missed a deadline
+])
+def test_the_trial_s_longest_firings_decide(tmp_path, monkeypatch, longest, missed, admitted):
+    mp = local_problem(tmp_path)
+    result = search_multi(mp, pop_size=4, generations=1)
+    mplan = make_multiplan(mp, result)
+    tasks = {s.name: [t.name for t in s.tasks] for s in result.chosen.schedules}
+    for a in mplan.apps:
+        a.predicted_tasks = tasks[a.name]
+    monkeypatch.setattr(verify_mod, "run_multiplan", fake_run(longest, missed))
+    again, record = verify_mod.verify(mp, result, mplan, 1.0)
+    assert record["admitted"] is admitted
+    for s in again.chosen.schedules:
+        before = next(b for b in result.chosen.schedules if b.name == s.name)
+        # each task's time: its own, or the trial's longest firing where that is longer
+        assert [t.time for t in s.tasks] == [max(t.time, longest[s.name]) for t in before.tasks]
+        assert record["bound_s"][s.name] >= record["bound_profile_s"][s.name]
+        # a frame's response is at least its own firings' time
+        assert record["bound_s"][s.name] >= sum(t.time for t in s.tasks) - 1e-12
+
+
+def test_a_trial_run_on_this_machine_measures_every_task_of_the_plan(tmp_path):
+    mp = local_problem(tmp_path)
+    result = search_multi(mp, pop_size=4, generations=1)
+    mplan = make_multiplan(mp, result)
+    again, record = verify_mod.verify(mp, result, mplan, 0.5)
+    assert all(n >= 20 for n in record["frames"].values())
+    for s in result.chosen.schedules:  # the run's tasks are the analysis's, by name
+        measured = record["longest_firing_s"][s.name]
+        assert sorted(measured) == sorted(t.name for t in s.tasks)
+        assert all(x > 0 for x in measured.values())
+    assert record["admitted"] == (again.chosen.feasible and not any(record["missed"].values()))
+
+
+def test_map_multi_verify_on_this_machine(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from hetflow.cli.main import app
+    from hetflow.errors import InputError
+
+    runner = CliRunner()
+    core = sorted(os.sched_getaffinity(0))[0]
+    plat = tmp_path / "one.yaml"
+    plat.write_text(f"name: one\nclusters: [{{name: cpu, cores: [{core}], peak_gflops_per_core: 20, "
+                    "mem_gbps: 10}]\n")
+    onnx.save(random_cnn_model(6, seed=5), tmp_path / "a.onnx")
+    r = runner.invoke(app, ["profile", str(tmp_path / "a.onnx"), "-p", str(plat), "--estimate",
+                            "-o", str(tmp_path / "prof" / "a.one.profile.json")])
+    assert r.exit_code == 0, r.output
+    args = ["map-multi", f"{tmp_path}/a.onnx:period=50ms:streams=2", "--profile-dir",
+            str(tmp_path / "prof"), "-p", str(plat), "--pop-size", "4", "--generations", "1"]
+    out = tmp_path / "m.json"
+    r = runner.invoke(app, [*args, "--verify", "0.5", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "every deadline is met (predicted, with the longest firings of a" in r.output
+    plan = json.loads(out.read_text())
+    trial = plan["search"]["verified"]
+    assert trial["admitted"] is True and plan["predicted"]["schedulable"] is True
+    assert plan["apps"][0]["predicted"]["response_worst"] == pytest.approx(trial["bound_s"]["a"])
+    bad = runner.invoke(app, [*args, "--verify", "0.5", "--max-streams", "a"])
+    assert isinstance(bad.exception, InputError) and "--verify checks one set" in str(bad.exception)
