@@ -82,9 +82,8 @@ def plan(args) -> int:
         if not ok:
             path.unlink(missing_ok=True)
         admitted += ok
-        why = "" if ok else (r.stderr.strip().splitlines()
-                             or [line for line in r.stdout.splitlines() if "MISSED" in line]
-                             or ["missed (predicted)"])[-1]
+        why = "" if ok else ([line for line in r.stdout.splitlines() if "MISSED" in line]
+                             or r.stderr.strip().splitlines() or ["missed (predicted)"])[-1]
         index.append({"set": i, "specs": specs, "admitted": ok, "plan": path.name if ok else None,
                       "refused": why})
         print(f"set {i}: {'admitted' if ok else 'refused'}  {' '.join(specs)}", flush=True)
