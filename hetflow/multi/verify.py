@@ -16,6 +16,7 @@ import math
 from dataclasses import replace
 from typing import Callable
 
+from hetflow import interrupt
 from hetflow.multi.multiplan import MultiPlan
 from hetflow.multi.problem import MultiProblem
 from hetflow.multi.run import run_multiplan
@@ -53,6 +54,7 @@ def verify(mp: MultiProblem, result: MultiSearchResult, mplan: MultiPlan, second
     before and after, and whether the set is admitted)."""
     report = run_multiplan(mplan, frames=trial_frames(mplan, seconds), warmup=TRIAL_WARMUP,
                            progress=progress, seed=seed)
+    interrupt.check()  # a trial a signal cut short admits nothing (and no plan is written)
     longest = longest_firings(report)
     cand = result.chosen
     schedules = [with_times(s, longest.get(s.name, {})) for s in cand.schedules]

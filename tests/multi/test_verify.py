@@ -113,3 +113,24 @@ def test_map_multi_verify_on_this_machine(tmp_path):
     assert plan["apps"][0]["predicted"]["response_worst"] == pytest.approx(trial["bound_s"]["a"])
     bad = runner.invoke(app, [*args, "--verify", "0.5", "--max-streams", "a"])
     assert isinstance(bad.exception, InputError) and "--verify checks one set" in str(bad.exception)
+
+
+def test_a_trial_cut_short_by_a_signal_admits_nothing(tmp_path, monkeypatch):
+    from hetflow import interrupt
+
+    mp = local_problem(tmp_path)
+    result = search_multi(mp, pop_size=4, generations=1)
+    mplan = make_multiplan(mp, result)
+    tasks = {s.name: [t.name for t in s.tasks] for s in result.chosen.schedules}
+    for a in mplan.apps:
+        a.predicted_tasks = tasks[a.name]
+    run = fake_run({"x": 1e-5, "y": 1e-5}, {})
+
+    def signalled(mplan, **kwargs):  # the run returns what it measured after a signal
+        interrupt.STOP.set()
+        return run(mplan, **kwargs)
+
+    monkeypatch.setattr(verify_mod, "run_multiplan", signalled)
+    with interrupt.handled():
+        with pytest.raises(interrupt.Interrupted):
+            verify_mod.verify(mp, result, mplan, 1.0)
