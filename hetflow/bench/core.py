@@ -84,6 +84,9 @@ class BenchSettings:
     # reference (None: `Tolerance()`); besides fp32, baselines run at each of them too
     precision: str = DEFAULT_PRECISION
     tolerance: Tolerance | None = None
+    # frames a firing takes at most on any element, in the plans and the baselines alike
+    # (`Profile.up_to_batch`; None: every batch the profile measured)
+    max_batch: int | None = None
 
 
 @dataclass
@@ -146,7 +149,7 @@ def _bench_model(model: str, platform, settings: BenchSettings, log: Callable[[s
                                          is not None else [])
     ctx = Context(resolve_model(model, fuse=True), platform, settings, said, budget, report_dir,
                   kinds)
-    prof = bench_profile(ctx)
+    prof = bench_profile(ctx).up_to_batch(settings.max_batch)
     base = problem_from_profile(ctx.graph, prof, platform, settings.capacity,
                                 precision=settings.precision, tolerance=settings.tolerance)
     alone = {e: st["median"] for e, st in prof.whole_model.items() if e in base.element_index}

@@ -13,7 +13,7 @@ from hetflow import interrupt
 from hetflow.io import claimed, write_json
 from hetflow.rules import QUICK_MODEL_SECONDS
 
-from hetflow.cli.common import PRECISION_HELP, check_writable, console, err_console, positive, print_json, progress, strategy_list, strategy_names
+from hetflow.cli.common import MAX_BATCH_HELP, PRECISION_HELP, check_writable, console, err_console, positive, print_json, progress, strategy_list, strategy_names
 from hetflow.bench.core import BenchSettings, bench_model, cache_dir
 from hetflow.bench.html import write_report
 from hetflow.errors import HetflowError, InputError
@@ -187,6 +187,8 @@ def bench(
         None, "--tolerance", help="how far outputs may be from the fp32 reference at "
                                   "another precision, e.g. 'rel_l2=0.02,top1_flips=0' "
                                   "(default rel_l2=0.05,top1_flips=0)"),
+    max_batch: Optional[int] = typer.Option(None, "--max-batch", min=1,
+                                            help=MAX_BATCH_HELP + "; the baselines too"),
 ) -> None:
     """Profile, map and run MODELs against the baselines; print one table per model."""
     started = time.perf_counter()
@@ -198,6 +200,7 @@ def bench(
     plat = resolve_platform(platform, check_devices=True)
     precision_variants(plat, precision)  # a bad setting fails before any model is benched
     s = settings_of(strategies, pilots, budget, head_to_head, precision, tol, quick, frames)
+    s.max_batch = max_batch
     err_console.print(f"profiles are cached in {cache_dir() / 'profiles'}", highlight=False)
     results, failed = [], {}
     interrupted = False

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from hetflow import interrupt
 
-from hetflow.cli.common import PRECISION_HELP, check_writable, console, positive, print_json, progress, strategy_name, strategy_names
+from hetflow.cli.common import MAX_BATCH_HELP, PRECISION_HELP, check_writable, console, positive, print_json, progress, strategy_name, strategy_names
 import json
 from hetflow.errors import InfeasibleError, InputError
 from hetflow.mapping.energy import energy_method, require_power
@@ -261,6 +261,8 @@ def register(app: typer.Typer) -> None:
             None, "--tolerance", help="how far outputs may be from the fp32 reference at "
                                       "another precision, e.g. 'rel_l2=0.02,top1_flips=0' "
                                       "(default rel_l2=0.05,top1_flips=0)"),
+        max_batch: Optional[int] = typer.Option(
+            None, "--max-batch", min=1, help=MAX_BATCH_HELP),
     ) -> None:
         """Search a mapping of the model's layers onto the platform's elements; write a plan."""
         tol = Tolerance.parse(tolerance) if tolerance is not None else None
@@ -272,6 +274,7 @@ def register(app: typer.Typer) -> None:
             opts["latency_cap"] = latency_cap_ms / 1e3
         graph, plat, prof, calib = load_inputs(model, profile, platform, capacity, input_shape,
                                                calibration)
+        prof = prof.up_to_batch(max_batch)
         title = "pilot runs" if pilots > 1 else "search"
         # held from the search on: two maps writing one plan would both say they wrote it
         with claimed(output), claimed(pareto):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -62,6 +62,19 @@ class Profile:
     meta: dict[str, Any] = field(default_factory=dict)  # how it was made: repeats, method, ...
     version: int = PROFILE_VERSION
     source: str = field(default="", compare=False)  # file it was read from, for messages
+
+    def up_to_batch(self, max_batch: int | None) -> "Profile":
+        """This profile with each batch table cut to batches of at most `max_batch` frames
+        (`--max-batch`: everything the search and the baselines see of batches; None: as
+        it is)."""
+        if max_batch is None:
+            return self
+        if max_batch < 1:
+            raise InputError(f"--max-batch {max_batch}: a firing takes at least one frame")
+        return replace(self, gpu_batches={
+            e: {key: row for key, row in table.items()
+                if "," not in key or int(key.split(",")[0]) <= max_batch}  # "b,k"; notes stay
+            for e, table in self.gpu_batches.items()})
 
     # ---- lookups ----
     def layer_stats(self, layer: str, element: "str | ProcessingElement") -> Stats:

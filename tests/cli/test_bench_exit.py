@@ -37,6 +37,7 @@ def fake_bench(outcomes: dict):
     (["--pilots", "0"], "--pilots"),
     (["--budget", "0"], "--budget"),
     (["--budget", "-5"], "--budget"),
+    (["--max-batch", "0"], "--max-batch"),
 ])
 def test_bad_input_is_refused_before_any_work(hetflow, tmp_path, monkeypatch, args, says):
     patch_everywhere(monkeypatch, core, "bench_model", fake_bench({}))  # would raise KeyError if called
@@ -101,3 +102,16 @@ def test_progress_through_a_pipe_is_plain_lines(hetflow, tmp_path, monkeypatch):
     assert code == 0, err
     assert f"profiles are cached in {tmp_path / 'cache' / 'profiles'}" in err
     assert "hetflow: bench resnet18\nhetflow: resnet18: profiling\n" in err
+
+
+def test_max_batch_reaches_the_model_s_bench(hetflow, monkeypatch):
+    seen = []
+
+    def bench_model(model, platform, settings, log, report_dir=None):
+        seen.append(settings.max_batch)
+        return ModelBench(model, platform.name, [], 0.0)
+
+    patch_everywhere(monkeypatch, core, "bench_model", bench_model)
+    code, out, err = hetflow("bench", "resnet18", "--max-batch", "1", "--json")
+    assert code == 0, err
+    assert seen == [1] and json.loads(out)["settings"]["max_batch"] == 1

@@ -33,6 +33,7 @@ def test_every_option_and_argument_has_help(name):
     (["run", "p.json", "--engine", "mpi"], "--engine"),
     (["map", "m.onnx", "--profile", "p.json", "--strategy", "nosuch"], "--strategy"),
     (["map", "m.onnx", "--profile", "p.json", "--capacity", "0"], "--capacity"),
+    (["map", "m.onnx", "--profile", "p.json", "--max-batch", "0"], "--max-batch"),
     (["map", "m.onnx", "--profile", "p.json", "--rate", "0"], "--rate"),
     (["map", "m.onnx", "--profile", "p.json", "--batch-wait-ms", "-1"], "--batch-wait-ms"),
     (["profile", "m.onnx", "--repeats", "0"], "--repeats"),

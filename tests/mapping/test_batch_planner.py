@@ -130,3 +130,24 @@ def test_the_front_holds_each_batch_as_its_plan_runs_it():
     kept = {(round(m.throughput, 6), round(m.latency, 9))
             for m in (every[i] for i in non_dominated(points))}
     assert {(round(m.throughput, 6), round(m.latency, 9)) for _, m in front} == kept
+
+
+@pytest.mark.parametrize("max_batch", [1, 2, 4])
+def test_max_batch_keeps_the_plan_at_or_below_it(max_batch):
+    """`--max-batch`: the profile's batch tables cut (`Profile.up_to_batch`), the planner that
+    chose batch 8 above chooses no more than the cut."""
+    from hetflow.profile.profile import Profile
+
+    p = synthetic_problem("squeezenet1_0", n_cores=2, gpu_speedup=40.0)
+    p = dataclasses.replace(p, lane_slowdown={"gpu0": dict(CURVE)})
+    t1 = p.actor_time([l.name for l in p.graph.layers], "gpu0")
+    prof = Profile("m", "h", "p", "ph", gpu_batches={"gpu0": {
+        **fake_batch_table(t1, 4 / 7), "seconds": {"batch 8": 1.0}}})
+    cut = prof.up_to_batch(max_batch)
+    assert cut.gpu_batches["gpu0"]["seconds"] == {"batch 8": 1.0}  # the table's notes stay
+    plan, _ = search_plan(with_batches(p, cut.gpu_batches), "single", "synthetic")
+    assert plan.mapping.batch_of("gpu0") <= max_batch
+    assert plan.mapping.batch_of("gpu0") == max_batch  # a larger batch runs faster here
+    assert prof.up_to_batch(None) is prof
+    with pytest.raises(Exception, match="--max-batch 0"):
+        prof.up_to_batch(0)
