@@ -35,6 +35,18 @@ def local_problem(tmp_path, deadlines=(None, None)) -> MultiProblem:
     return MultiProblem(apps)
 
 
+def planned(tmp_path):
+    """(problem, search result, its multi-plan), each application of the plan told the names
+    of its tasks (what `fake_run` reports on)."""
+    mp = local_problem(tmp_path)
+    result = search_multi(mp, pop_size=4, generations=1)
+    mplan = make_multiplan(mp, result)
+    tasks = {s.name: [t.name for t in s.tasks] for s in result.chosen.schedules}
+    for a in mplan.apps:
+        a.predicted_tasks = tasks[a.name]
+    return mp, result, mplan
+
+
 def fake_run(longest: dict[str, float], missed: dict[str, int]):
     """A stand-in for `run_multiplan`: every task of an application fired at most `longest`."""
     def run(mplan, **kwargs):
@@ -53,12 +65,7 @@ def fake_run(longest: dict[str, float], missed: dict[str, int]):
     ({"x": 1e-5, "y": 1e-5}, {"y": 1}, False),  # the trial itself missed a deadline
 ])
 def test_the_trial_s_longest_firings_decide(tmp_path, monkeypatch, longest, missed, admitted):
-    mp = local_problem(tmp_path)
-    result = search_multi(mp, pop_size=4, generations=1)
-    mplan = make_multiplan(mp, result)
-    tasks = {s.name: [t.name for t in s.tasks] for s in result.chosen.schedules}
-    for a in mplan.apps:
-        a.predicted_tasks = tasks[a.name]
+    mp, result, mplan = planned(tmp_path)
     monkeypatch.setattr(verify_mod, "run_multiplan", fake_run(longest, missed))
     again, record = verify_mod.verify(mp, result, mplan, 1.0)
     assert record["admitted"] is admitted
@@ -118,12 +125,7 @@ def test_map_multi_verify_on_this_machine(tmp_path):
 def test_a_trial_cut_short_by_a_signal_admits_nothing(tmp_path, monkeypatch):
     from hetflow import interrupt
 
-    mp = local_problem(tmp_path)
-    result = search_multi(mp, pop_size=4, generations=1)
-    mplan = make_multiplan(mp, result)
-    tasks = {s.name: [t.name for t in s.tasks] for s in result.chosen.schedules}
-    for a in mplan.apps:
-        a.predicted_tasks = tasks[a.name]
+    mp, result, mplan = planned(tmp_path)
     run = fake_run({"x": 1e-5, "y": 1e-5}, {})
 
     def signalled(mplan, **kwargs):  # the run returns what it measured after a signal
