@@ -17,7 +17,8 @@ from dataclasses import replace
 from typing import Callable
 
 from hetflow import interrupt
-from hetflow.multi.multiplan import MultiPlan
+from hetflow.errors import InfeasibleError
+from hetflow.multi.multiplan import MultiPlan, make_multiplan
 from hetflow.multi.problem import MultiProblem
 from hetflow.multi.run import run_multiplan
 from hetflow.multi.schedulability import AppSchedule, Task
@@ -71,3 +72,27 @@ def verify(mp: MultiProblem, result: MultiSearchResult, mplan: MultiPlan, second
         "admitted": again.feasible and not any(missed.values()),
     }
     return replace(result, chosen=again), record
+
+
+def verified(mp: MultiProblem, result: MultiSearchResult, seconds: float, strategy: str,
+             progress: Callable[[str], None] | None = None, seed: int = 0
+             ) -> MultiSearchResult:
+    """`result` analysed again with a trial run's firings (`verify`), its record in
+    `notes["verified"]`; InfeasibleError naming the application and why where the trial
+    refuses it (as the search refuses a set it cannot admit)."""
+    if progress:
+        progress(f"a trial run of about {seconds:g} s")
+    again, record = verify(mp, result, make_multiplan(mp, result, strategy), seconds,
+                           progress, seed)
+    if not record["admitted"]:
+        late = {n: k for n, k in record["missed"].items() if k}
+        over = {n: (b, next(a.spec.relative_deadline for a in mp.apps if a.name == n))
+                for n, b in record["bound_s"].items()}
+        why = ("; ".join(f"{n} missed {k} of {record['frames'][n]} deadlines" for n, k in
+                         late.items()) if late else
+               "; ".join(f"{n}: bound {1e3 * b:.1f} ms with the trial's firings, deadline "
+                         f"{1e3 * d:.1f} ms" for n, (b, d) in over.items() if b > d)
+               or "the analysis with the trial's firings misses a deadline")
+        raise InfeasibleError(f"refused by a {record['seconds']:.0f} s trial run of the plan: "
+                              f"{why}")
+    return replace(again, notes={**again.notes, "verified": record})

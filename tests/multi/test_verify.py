@@ -118,8 +118,9 @@ def test_map_multi_verify_on_this_machine(tmp_path):
     trial = plan["search"]["verified"]
     assert trial["admitted"] is True and plan["predicted"]["schedulable"] is True
     assert plan["apps"][0]["predicted"]["response_worst"] == pytest.approx(trial["bound_s"]["a"])
-    bad = runner.invoke(app, [*args, "--verify", "0.5", "--max-streams", "a"])
-    assert isinstance(bad.exception, InputError) and "--verify checks one set" in str(bad.exception)
+    bad = runner.invoke(app, [*args, "--verify", "0.5", "--naive"])
+    assert isinstance(bad.exception, InputError) and "--verify checks an admission" in \
+        str(bad.exception)
 
 
 def test_a_trial_cut_short_by_a_signal_admits_nothing(tmp_path, monkeypatch):
@@ -136,3 +137,33 @@ def test_a_trial_cut_short_by_a_signal_admits_nothing(tmp_path, monkeypatch):
     with interrupt.handled():
         with pytest.raises(interrupt.Interrupted):
             verify_mod.verify(mp, result, mplan, 1.0)
+
+
+def test_a_set_the_trial_refuses_is_refused_as_the_search_refuses_one(tmp_path, monkeypatch):
+    from hetflow.errors import InfeasibleError
+
+    mp, result, _ = planned(tmp_path)
+    names = {s.name: [t.name for t in s.tasks] for s in result.chosen.schedules}
+
+    def run(mplan, **kwargs):  # the plan the trial runs is the result's own
+        for a in mplan.apps:
+            a.predicted_tasks = names[a.name]
+        return fake_run({"x": 0.004, "y": 0.07}, {})(mplan, **kwargs)
+
+    monkeypatch.setattr(verify_mod, "run_multiplan", run)
+    # y's 70 ms firing outlasts its own 60 ms deadline, and blocks x on their one core
+    with pytest.raises(InfeasibleError, match=r"refused by a 1 s trial run of the plan: x: .*"
+                                              r"; y: bound \d+\.\d ms with the trial's "
+                                              r"firings, deadline 60\.0 ms"):
+        verify_mod.verified(mp, result, 1.0, "multi-nsga2")
+    ok = fake_run({"x": 0.001, "y": 0.001}, {})
+
+    def run_ok(mplan, **kwargs):
+        for a in mplan.apps:
+            a.predicted_tasks = names[a.name]
+        return ok(mplan, **kwargs)
+
+    monkeypatch.setattr(verify_mod, "run_multiplan", run_ok)
+    again = verify_mod.verified(mp, result, 1.0, "multi-nsga2")
+    assert again.notes["verified"]["admitted"] is True
+    assert make_multiplan(mp, again).search["verified"]["admitted"] is True
