@@ -16,12 +16,14 @@ from hetflow.cli.common import PRECISION_HELP, check_writable, console, err_cons
 from hetflow.mapping.calibration import busy_slowdowns
 from hetflow.mapping.from_profile import searched_elements
 from hetflow.model import parse_input_shapes, resolve_model
+from hetflow.model.accuracy import Tolerance
 from hetflow.errors import InputError
 from hetflow.platform import resolve_platform
-from hetflow.platform.precision import DEFAULT_PRECISION, precision_variants
+from hetflow.platform.precision import AUTO, DEFAULT_PRECISION, precision_variants
 from hetflow.platform.spec import ProcessingElement
 from hetflow.profile import estimate_profile, profile_model
-from hetflow.profile.deviation import record_deviations
+from hetflow.profile.deviation import (META_KEY as DEVIATIONS, record_deviations,
+                                       screen_gpu_precisions)
 from hetflow.profile.power import POWER_WINDOW_S
 from hetflow.profile.table_import import import_table
 
@@ -199,7 +201,13 @@ def profile(
     json_out: bool = typer.Option(False, "--json", help="print the summary as JSON"),
     precision: str = typer.Option(
         "fp32", "--precision", help=PRECISION_HELP + "; each element that is not fp32 also "
-                                    "runs the whole model against the fp32 reference"),
+                                    "runs the whole model against the fp32 reference (auto: "
+                                    "a GPU at fp32 and at the first of fp16, bf16, tf32 "
+                                    "within --tolerance)"),
+    tolerance: Optional[str] = typer.Option(
+        None, "--tolerance", help="with --precision auto: how far a GPU's reduced precision "
+                                  "may be from the fp32 reference to be profiled, e.g. "
+                                  "'rel_l2=0.02,top1_flips=0' (default rel_l2=0.05,top1_flips=0)"),
 ) -> None:
     """Profile every layer of MODEL on every processing element of a platform.
 
@@ -212,8 +220,14 @@ def profile(
     out = output or _default_output(graph.name, plat.name)
     if output is None:  # the default name, known once model and platform are
         check_writable(out)
+    tol = Tolerance.parse(tolerance) if tolerance is not None else Tolerance()
     searched = elements is None and not all_elements
     elements = precision_elements(plat, precision, elements, searched)
+    screened, records = {}, {}
+    if searched and not estimate and precision.strip() == AUTO:
+        elements, screened, records = screen_gpu_precisions(graph, elements, tol)
+        for name, why in screened.items():
+            err_console.print(f"hetflow: {name}: {why}", highlight=False)
     with claimed(out):
         if estimate:
             prof = estimate_profile(graph, plat, elements=elements)
@@ -227,6 +241,9 @@ def profile(
                                  skip_unavailable=searched, keep_partial=True,
                                  power_seconds=power_seconds,
                                  progress=not json_out and err_console.is_terminal)
+            prof.meta.setdefault(DEVIATIONS, {}).update(records)
+            if screened:
+                prof.meta["screened"] = screened
             if not prof.meta.get("interrupted"):
                 record_deviations(prof, graph, elements or plat.all_elements())
         if precision != DEFAULT_PRECISION:

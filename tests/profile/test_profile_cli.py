@@ -67,3 +67,42 @@ def test_by_default_only_the_searched_configurations_elements_are_profiled(tmp_p
                                      "--estimate", "-o", str(out), *flag])
         assert result.exit_code == 0, result.output
         assert set(Profile.load(out).layer_times) == expect
+
+
+def test_precision_auto_profiles_a_gpu_at_fp32_and_the_first_precision_in_tolerance(
+        tmp_path, model_path, monkeypatch):
+    """`hetflow profile --precision auto` screens a GPU's reduced precisions as the bench does
+    (profile.deviation.screen_gpu_precisions): here fp16 misses the tolerance given, bf16 is
+    within it, tf32 is not profiled. The GPU is a platform file's; nothing runs on it."""
+    import hetflow.cli.profile_cmd as cmd
+
+    yaml = tmp_path / "g.yaml"
+    yaml.write_text("name: g\nclusters:\n  - name: c\n    cores: [0]\n    peak_gflops_per_core: 10\n"
+                    "    mem_gbps: 10\ngpus:\n  - {index: 0, name: gpu}\n")
+    asked = {}
+
+    def profile_model(graph, platform, elements, **kwargs):
+        asked["elements"] = sorted(e.name for e in elements)
+        return Profile(graph.name, graph.model_hash, platform.name, platform.platform_hash)
+
+    def deviation(graph, element):
+        error = {"fp16": 0.03, "bf16": 0.005, "tf32": 0.001}[element.precision]
+        return {"frames": 8, "passed": True, "outputs": [
+            {"name": "y", "frames": 8, "rel_l2_worst": error, "rel_l2_median": error,
+             "max_abs_worst": 0.1, "max_abs_median": 0.1, "top1_agreement": None}]}
+
+    monkeypatch.setattr(cmd, "profile_model", profile_model)
+    monkeypatch.setattr(cmd, "record_deviations", lambda *a, **k: None)
+    monkeypatch.setattr("hetflow.profile.deviation.whole_model_deviation", deviation)
+    out = tmp_path / "p.json"
+    r = runner.invoke(app, ["profile", str(model_path), "-p", str(yaml), "--precision", "auto",
+                            "--tolerance", "rel_l2=0.01", "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    gpus = [n for n in asked["elements"] if n.startswith("gpu0")]
+    assert gpus == ["gpu0", "gpu0@bf16"]
+    meta = json.loads(out.read_text())["meta"]
+    assert set(meta["screened"]) == {"gpu0@fp16", "gpu0@tf32"}
+    assert set(meta["deviation"]) == {"gpu0@fp16", "gpu0@bf16"}
+    bad = runner.invoke(app, ["profile", str(model_path), "-p", str(yaml), "--precision",
+                              "auto", "--tolerance", "rel_l2=-1", "-o", str(out)])
+    assert "tolerance rel_l2: -1.0 is below zero" in str(bad.exception)
