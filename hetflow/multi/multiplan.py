@@ -203,6 +203,6 @@ def make_multiplan(mp, result, strategy: str = "multi") -> MultiPlan:
               "seconds": round(result.seconds, 3), "front_size": len(result.front),
               "objectives": result.objectives, "time_stat": mp.time_stat}
     if (thin := thin_bounds(mp, uses)):
-        search["notes"] = thin
+        search["notes"] = [*search.get("notes", []), *thin]
     return MultiPlan(mp.platform_name, sorted(apps, key=lambda e: e.priority), predicted, search,
                      "own" if cand.own_lanes else "shared")

@@ -47,10 +47,12 @@ def planned(tmp_path):
     return mp, result, mplan
 
 
-def fake_run(longest: dict[str, float], missed: dict[str, int]):
-    """A stand-in for `run_multiplan`: every task of an application fired at most `longest`."""
+def fake_run(longest: dict[str, float], missed: dict[str, int], worst: dict | None = None):
+    """A stand-in for `run_multiplan`: every task of an application fired at most `longest`;
+    its worst response `worst` (default: its longest firing)."""
+    worst = worst or longest
     def run(mplan, **kwargs):
-        apps = [SimpleNamespace(name=a.name, frames=20,
+        apps = [SimpleNamespace(name=a.name, frames=20, latency={"max": worst.get(a.name)},
                                 notes={"missed": missed.get(a.name, 0), "task_s": {
                                     t: {"max": longest[a.name]} for t in a.predicted_tasks}})
                 for a in mplan.apps]
@@ -167,3 +169,22 @@ def test_a_set_the_trial_refuses_is_refused_as_the_search_refuses_one(tmp_path, 
     again = verify_mod.verified(mp, result, 1.0, "multi-nsga2")
     assert again.notes["verified"]["admitted"] is True
     assert make_multiplan(mp, again).search["verified"]["admitted"] is True
+
+
+def test_a_trial_response_past_its_bound_is_noted_in_the_plan(tmp_path, monkeypatch):
+    mp, result, _ = planned(tmp_path)
+    names = {s.name: [t.name for t in s.tasks] for s in result.chosen.schedules}
+    ok = fake_run({"x": 0.001, "y": 0.001}, {}, worst={"x": 0.001, "y": 0.045})
+
+    def run(mplan, **kwargs):
+        for a in mplan.apps:
+            a.predicted_tasks = names[a.name]
+        return ok(mplan, **kwargs)
+
+    monkeypatch.setattr(verify_mod, "run_multiplan", run)
+    again = verify_mod.verified(mp, result, 1.0, "multi-nsga2")
+    bound = again.notes["verified"]["bound_s"]["y"]
+    assert bound < 0.045  # the stand-in's worst response passed it, inside the 60 ms deadline
+    notes = make_multiplan(mp, again).search["notes"]
+    assert any(n.startswith("the trial's worst response passed its bound") and
+               "y: 45.0 ms in the trial" in n and "x:" not in n for n in notes)
