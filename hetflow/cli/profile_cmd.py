@@ -261,6 +261,13 @@ def profile(
     if json_out:
         print_json(summary)
         return
+    print_summary(prof, summary, graph, plat, repeats)
+    console.print(f"wrote {out}")
+
+
+def print_summary(prof, summary: dict, graph, plat, repeats: int) -> None:
+    """`hetflow profile`'s tables: each element's layer sum against its whole model, the links,
+    the busy run, the power read."""
     kind = "estimated" if prof.estimated else f"measured ({summary['method']}, {repeats} repeats)"
     console.print(f"{graph.name} on {plat.name}: {len(graph.layers)} layers, {kind}"
                   + (f", {summary['seconds']} s" if summary["seconds"] else ""))
@@ -296,7 +303,6 @@ def profile(
         console.print(line, highlight=False)
     for e, why in summary["skipped"].items():
         console.print(f"skipped {e}: {why}")
-    console.print(f"wrote {out}")
 
 
 def register(app: typer.Typer) -> None:
