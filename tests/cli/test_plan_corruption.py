@@ -68,6 +68,8 @@ def apply(d, op, path, pick, valid):
             parent = parent[p]
         except (KeyError, IndexError, TypeError):
             return False  # an earlier corruption removed it
+    if not isinstance(parent, (dict, list)):
+        return False  # an earlier corruption made it a scalar (a string indexes, but is no container)
     key = path[-1]
     try:
         old = parent[key]
