@@ -18,8 +18,8 @@ from hetflow.platform.configs import default_config, finest_config
 from hetflow.model.accuracy import Tolerance
 from hetflow.platform.precision import (AUTO, DEFAULT_PRECISION, GPU_PREFERENCE,
                                         precision_variants)
-from hetflow.profile.deviation import (META_KEY, deviation_failures, record_deviations,
-                                       screen_gpu_precisions)
+from hetflow.profile.deviation import (META_KEY, SCREENED_KEY, deviation_failures,
+                                       record_deviations, record_screen, screen_gpu_precisions)
 from hetflow.profile import profile_model
 from hetflow.profile.lanes import lanes_complete
 from hetflow.profile.measure import random_feeds, time_runner
@@ -88,7 +88,7 @@ def cached_profile(graph, platform, log: Callable[[str], None], partial: bool = 
 def _screen_outdated(prof, tolerance: Tolerance | None) -> str | None:
     """Why a profile whose GPU precisions were screened cannot serve `tolerance`: a precision
     it kept now misses it, and those the screen left out after it were never measured."""
-    screened = prof.meta.get("screened")
+    screened = prof.meta.get(SCREENED_KEY)
     if not screened:
         return None
     for name in prof.meta.get(META_KEY, {}):
@@ -128,14 +128,12 @@ def expected_elements(platform, precision: str | None = None) -> list:
     every = profiled_elements(platform, precision)
     if precision is None or precision.strip() != AUTO:
         return every
-    rank = {p: i for i, p in enumerate(GPU_PREFERENCE)}
-    first: dict[str, object] = {}  # a GPU -> its reduced precision tried first
-    for e in every:
-        if e.kind == "gpu" and e.precision in rank:
-            if e.base_name not in first or rank[e.precision] < rank[first[e.base_name].precision]:
-                first[e.base_name] = e
-    return [e for e in every if not (e.kind == "gpu" and e.precision in rank)
-            or first[e.base_name] is e]
+    reduced = [e for e in every if e.kind == "gpu" and e.precision in GPU_PREFERENCE]
+    first: dict[str, str] = {}  # a GPU -> the name of its reduced precision tried first
+    for e in sorted(reduced, key=lambda e: GPU_PREFERENCE.index(e.precision)):
+        first.setdefault(e.base_name, e.name)
+    skipped = {e.name for e in reduced} - set(first.values())
+    return [e for e in every if e.name not in skipped]
 
 
 def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
@@ -169,9 +167,7 @@ def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
                          + [e.name for e in needed if e.kind == "gpu"],
                          # under a budget, the shortest power windows NVML resolves
                          power_seconds=None if time_limit_s is None else 1.0)
-    prof.meta.setdefault(META_KEY, {}).update(records)
-    if left_out:
-        prof.meta["screened"] = left_out
+    record_screen(prof, left_out, records)
     record_deviations(prof, graph, needed)
     if precision not in (None, DEFAULT_PRECISION):
         prof.meta["precision"] = precision

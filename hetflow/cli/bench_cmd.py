@@ -13,7 +13,7 @@ from hetflow import interrupt
 from hetflow.io import claimed, write_json
 from hetflow.rules import QUICK_MODEL_SECONDS
 
-from hetflow.cli.common import MAX_BATCH_HELP, PRECISION_HELP, check_writable, console, err_console, positive, print_json, progress, strategy_list, strategy_names
+from hetflow.cli.common import MAX_BATCH_HELP, PRECISION_HELP, TOLERANCE_HELP, check_writable, console, err_console, positive, print_json, progress, strategy_list, strategy_names
 from hetflow.bench.core import BenchSettings, bench_model, cache_dir
 from hetflow.bench.html import write_report
 from hetflow.errors import HetflowError, InputError
@@ -126,11 +126,13 @@ def check_models(models: list[str]) -> None:
 
 
 def settings_of(strategies, pilots: int, budget: float | None, head_to_head: int,
-                precision: str, tolerance, quick: bool, frames: int | None) -> BenchSettings:
+                precision: str, tolerance, quick: bool, frames: int | None,
+                max_batch: int | None = None) -> BenchSettings:
     """The bench's settings from its options (`--quick`: every measurement shortened, and
     QUICK_MODEL_SECONDS a model unless a budget is given)."""
     s = BenchSettings(strategies=strategies, pilot_candidates=pilots, budget_seconds=budget,
-                      head_to_head=head_to_head, precision=precision, tolerance=tolerance)
+                      head_to_head=head_to_head, precision=precision, tolerance=tolerance,
+                      max_batch=max_batch)
     if quick:
         s.frames, s.warmup, s.baseline_seconds, s.profile_repeats = 120, 20, 2.0, 5
         s.plan_seconds = s.under_load_seconds = 1.0
@@ -184,9 +186,7 @@ def bench(
                                     "--tolerance on the profile's check); baselines run "
                                     "at each precision besides fp32 too"),
     tolerance: Optional[str] = typer.Option(
-        None, "--tolerance", help="how far outputs may be from the fp32 reference at "
-                                  "another precision, e.g. 'rel_l2=0.02,top1_flips=0' "
-                                  "(default rel_l2=0.05,top1_flips=0)"),
+        None, "--tolerance", help=TOLERANCE_HELP),
     max_batch: Optional[int] = typer.Option(None, "--max-batch", min=1,
                                             help=MAX_BATCH_HELP + "; the baselines too"),
 ) -> None:
@@ -199,8 +199,8 @@ def bench(
     check_writable(report, folder=True)
     plat = resolve_platform(platform, check_devices=True)
     precision_variants(plat, precision)  # a bad setting fails before any model is benched
-    s = settings_of(strategies, pilots, budget, head_to_head, precision, tol, quick, frames)
-    s.max_batch = max_batch
+    s = settings_of(strategies, pilots, budget, head_to_head, precision, tol, quick, frames,
+                    max_batch)
     err_console.print(f"profiles are cached in {cache_dir() / 'profiles'}", highlight=False)
     results, failed = [], {}
     interrupted = False

@@ -29,6 +29,8 @@ err_console = Console(stderr=True, markup=False, soft_wrap=True)  # messages: on
 PRECISION_HELP = ("number formats of the elements: fp32 (default), a setting such as "
                   "'gpu=fp16 cpu=int8' (a kind, a GPU such as gpu0 or a cluster by name), or "
                   "auto: every precision each element can run")
+TOLERANCE_HELP = ("how far outputs may be from the fp32 reference at another precision, e.g. "
+                  "'rel_l2=0.02,top1_flips=0' (default rel_l2=0.05,top1_flips=0)")
 MAX_BATCH_HELP = ("frames a firing takes at most, on every element (1: one frame at a time, "
                   "as a stream that cannot wait for a batch needs); default: every batch "
                   "the profile measured")

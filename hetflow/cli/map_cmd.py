@@ -9,7 +9,7 @@ from rich.table import Table
 
 from hetflow import interrupt
 
-from hetflow.cli.common import MAX_BATCH_HELP, PRECISION_HELP, check_writable, console, positive, print_json, progress, strategy_name, strategy_names
+from hetflow.cli.common import MAX_BATCH_HELP, PRECISION_HELP, TOLERANCE_HELP, check_writable, console, positive, print_json, progress, strategy_name, strategy_names
 import json
 from hetflow.errors import InfeasibleError, InputError
 from hetflow.mapping.energy import energy_method, require_power
@@ -258,9 +258,7 @@ def register(app: typer.Typer) -> None:
             "fp32", "--precision", help=PRECISION_HELP + " (auto: among those within "
                                         "--tolerance on the profile's check)"),
         tolerance: Optional[str] = typer.Option(
-            None, "--tolerance", help="how far outputs may be from the fp32 reference at "
-                                      "another precision, e.g. 'rel_l2=0.02,top1_flips=0' "
-                                      "(default rel_l2=0.05,top1_flips=0)"),
+            None, "--tolerance", help=TOLERANCE_HELP),
         max_batch: Optional[int] = typer.Option(
             None, "--max-batch", min=1, help=MAX_BATCH_HELP),
     ) -> None:

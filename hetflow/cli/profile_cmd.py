@@ -12,7 +12,7 @@ from rich.table import Table
 from hetflow import interrupt
 from hetflow.io import claimed
 
-from hetflow.cli.common import PRECISION_HELP, check_writable, console, err_console, print_json
+from hetflow.cli.common import PRECISION_HELP, TOLERANCE_HELP, check_writable, console, err_console, print_json
 from hetflow.mapping.calibration import busy_slowdowns
 from hetflow.mapping.from_profile import searched_elements
 from hetflow.model import parse_input_shapes, resolve_model
@@ -22,7 +22,7 @@ from hetflow.platform import resolve_platform
 from hetflow.platform.precision import AUTO, DEFAULT_PRECISION, precision_variants
 from hetflow.platform.spec import ProcessingElement
 from hetflow.profile import estimate_profile, profile_model
-from hetflow.profile.deviation import (META_KEY as DEVIATIONS, record_deviations,
+from hetflow.profile.deviation import (record_deviations, record_screen,
                                        screen_gpu_precisions)
 from hetflow.profile.power import POWER_WINDOW_S
 from hetflow.profile.table_import import import_table
@@ -205,9 +205,8 @@ def profile(
                                     "a GPU at fp32 and at the first of fp16, bf16, tf32 "
                                     "within --tolerance)"),
     tolerance: Optional[str] = typer.Option(
-        None, "--tolerance", help="with --precision auto: how far a GPU's reduced precision "
-                                  "may be from the fp32 reference to be profiled, e.g. "
-                                  "'rel_l2=0.02,top1_flips=0' (default rel_l2=0.05,top1_flips=0)"),
+        None, "--tolerance", help="with --precision auto: " + TOLERANCE_HELP
+                                  + "; a GPU's reduced precision beyond it is not profiled"),
 ) -> None:
     """Profile every layer of MODEL on every processing element of a platform.
 
@@ -241,9 +240,7 @@ def profile(
                                  skip_unavailable=searched, keep_partial=True,
                                  power_seconds=power_seconds,
                                  progress=not json_out and err_console.is_terminal)
-            prof.meta.setdefault(DEVIATIONS, {}).update(records)
-            if screened:
-                prof.meta["screened"] = screened
+            record_screen(prof, screened, records)
             if not prof.meta.get("interrupted"):
                 record_deviations(prof, graph, elements or plat.all_elements())
         if precision != DEFAULT_PRECISION:

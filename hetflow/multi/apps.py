@@ -218,7 +218,6 @@ class FiringTimes:
     frame's firing of it; the events themselves only if `keep` (a trace)."""
 
     def __init__(self, frames: int, keep: bool):
-        self.frames = frames
         self.execs = np.zeros(frames)
         self.tasks: dict[str, np.ndarray] = {}
         self.events: list | None = [] if keep else None
@@ -230,7 +229,7 @@ class FiringTimes:
         with self.lock:
             self.execs[f] += t1 - t0
             if task not in self.tasks:
-                self.tasks[task] = np.zeros(self.frames)
+                self.tasks[task] = np.zeros_like(self.execs)
             self.tasks[task][f] += t1 - t0
         if self.events is not None:
             self.events.append(ev)

@@ -84,24 +84,23 @@ def verified(mp: MultiProblem, result: MultiSearchResult, seconds: float, strate
     refuses it (as the search refuses a set it cannot admit)."""
     if progress:
         progress(f"a trial run of about {seconds:g} s")
-    again, record = verify(mp, result, make_multiplan(mp, result, strategy), seconds,
-                           progress, seed)
+    checked, record = verify(mp, result, make_multiplan(mp, result, strategy), seconds,
+                             progress, seed)
     if not record["admitted"]:
         late = {n: k for n, k in record["missed"].items() if k}
-        over = {n: (b, next(a.spec.relative_deadline for a in mp.apps if a.name == n))
-                for n, b in record["bound_s"].items()}
         why = ("; ".join(f"{n} missed {k} of {record['frames'][n]} deadlines" for n, k in
                          late.items()) if late else
-               "; ".join(f"{n}: bound {1e3 * b:.1f} ms with the trial's firings, deadline "
-                         f"{1e3 * d:.1f} ms" for n, (b, d) in over.items() if b > d)
+               "; ".join(f"{n}: bound {1e3 * x.response_worst:.1f} ms with the trial's firings, "
+                         f"deadline {1e3 * x.relative_deadline:.1f} ms"
+                         for n, x in checked.chosen.analysis.items() if not x.schedulable)
                or "the analysis with the trial's firings misses a deadline")
         raise InfeasibleError(f"refused by a {record['seconds']:.0f} s trial run of the plan: "
                               f"{why}")
     past = [f"{n}: {1e3 * w:.1f} ms in the trial, bound {1e3 * record['bound_s'][n]:.1f} ms"
             for n, w in record["worst_response_s"].items()
             if w is not None and w > record["bound_s"].get(n, float("inf"))]
-    notes = {**again.notes, "verified": record}
+    notes = {**checked.notes, "verified": record}
     if past:  # (admitted: no deadline missed; the bound is still not the worst seen)
         notes["notes"] = [*notes.get("notes", []), "the trial's worst response passed its "
                           "bound (a wait the analysis leaves out): " + "; ".join(past)]
-    return replace(again, notes=notes)
+    return replace(checked, notes=notes)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 DEVIATION_FRAMES = 8  # random frames per element; the run's own check covers its frames
 META_KEY = "deviation"  # profile.meta[META_KEY][element] = AccuracyReport.to_dict()
+SCREENED_KEY = "screened"  # profile.meta[SCREENED_KEY][element] = why it was not profiled
 
 
 def whole_model_deviation(graph: "CnnGraph", element: ProcessingElement,
@@ -100,3 +101,11 @@ def screen_gpu_precisions(graph: "CnnGraph", elements: Iterable[ProcessingElemen
             else:
                 kept = e
     return [e for e in elements if e.name not in left_out], left_out, records
+
+
+def record_screen(profile: "Profile", left_out: dict[str, str], records: dict[str, Any]) -> None:
+    """Keep a `screen_gpu_precisions` in `profile.meta`: the deviations it measured, and the
+    elements it left out with why (what a later reuse of the profile checks)."""
+    profile.meta.setdefault(META_KEY, {}).update(records)
+    if left_out:
+        profile.meta[SCREENED_KEY] = dict(left_out)

@@ -36,25 +36,23 @@ def local_problem(tmp_path, deadlines=(None, None)) -> MultiProblem:
 
 
 def planned(tmp_path):
-    """(problem, search result, its multi-plan), each application of the plan told the names
-    of its tasks (what `fake_run` reports on)."""
+    """(problem, search result, its multi-plan, {application: its task names})."""
     mp = local_problem(tmp_path)
     result = search_multi(mp, pop_size=4, generations=1)
-    mplan = make_multiplan(mp, result)
     tasks = {s.name: [t.name for t in s.tasks] for s in result.chosen.schedules}
-    for a in mplan.apps:
-        a.predicted_tasks = tasks[a.name]
-    return mp, result, mplan
+    return mp, result, make_multiplan(mp, result), tasks
 
 
-def fake_run(longest: dict[str, float], missed: dict[str, int], worst: dict | None = None):
-    """A stand-in for `run_multiplan`: every task of an application fired at most `longest`;
-    its worst response `worst` (default: its longest firing)."""
+def fake_run(tasks: dict[str, list[str]], longest: dict[str, float], missed: dict[str, int],
+             worst: dict | None = None):
+    """A stand-in for `run_multiplan`: every task (`tasks`, per application) of an application
+    fired at most `longest`; its worst response `worst` (default: its longest firing)."""
     worst = worst or longest
+
     def run(mplan, **kwargs):
         apps = [SimpleNamespace(name=a.name, frames=20, latency={"max": worst.get(a.name)},
                                 notes={"missed": missed.get(a.name, 0), "task_s": {
-                                    t: {"max": longest[a.name]} for t in a.predicted_tasks}})
+                                    t: {"max": longest[a.name]} for t in tasks[a.name]}})
                 for a in mplan.apps]
         return SimpleNamespace(apps=apps, wall_s=1.0)
     return run
@@ -67,8 +65,8 @@ def fake_run(longest: dict[str, float], missed: dict[str, int], worst: dict | No
     ({"x": 1e-5, "y": 1e-5}, {"y": 1}, False),  # the trial itself missed a deadline
 ])
 def test_the_trial_s_longest_firings_decide(tmp_path, monkeypatch, longest, missed, admitted):
-    mp, result, mplan = planned(tmp_path)
-    monkeypatch.setattr(verify_mod, "run_multiplan", fake_run(longest, missed))
+    mp, result, mplan, tasks = planned(tmp_path)
+    monkeypatch.setattr(verify_mod, "run_multiplan", fake_run(tasks, longest, missed))
     again, record = verify_mod.verify(mp, result, mplan, 1.0)
     assert record["admitted"] is admitted
     for s in again.chosen.schedules:
@@ -128,8 +126,8 @@ def test_map_multi_verify_on_this_machine(tmp_path):
 def test_a_trial_cut_short_by_a_signal_admits_nothing(tmp_path, monkeypatch):
     from hetflow import interrupt
 
-    mp, result, mplan = planned(tmp_path)
-    run = fake_run({"x": 1e-5, "y": 1e-5}, {})
+    mp, result, mplan, tasks = planned(tmp_path)
+    run = fake_run(tasks, {"x": 1e-5, "y": 1e-5}, {})
 
     def signalled(mplan, **kwargs):  # the run returns what it measured after a signal
         interrupt.STOP.set()
@@ -144,44 +142,23 @@ def test_a_trial_cut_short_by_a_signal_admits_nothing(tmp_path, monkeypatch):
 def test_a_set_the_trial_refuses_is_refused_as_the_search_refuses_one(tmp_path, monkeypatch):
     from hetflow.errors import InfeasibleError
 
-    mp, result, _ = planned(tmp_path)
-    names = {s.name: [t.name for t in s.tasks] for s in result.chosen.schedules}
-
-    def run(mplan, **kwargs):  # the plan the trial runs is the result's own
-        for a in mplan.apps:
-            a.predicted_tasks = names[a.name]
-        return fake_run({"x": 0.004, "y": 0.07}, {})(mplan, **kwargs)
-
-    monkeypatch.setattr(verify_mod, "run_multiplan", run)
+    mp, result, _, tasks = planned(tmp_path)
+    monkeypatch.setattr(verify_mod, "run_multiplan", fake_run(tasks, {"x": 0.004, "y": 0.07}, {}))
     # y's 70 ms firing outlasts its own 60 ms deadline, and blocks x on their one core
     with pytest.raises(InfeasibleError, match=r"refused by a 1 s trial run of the plan: x: .*"
                                               r"; y: bound \d+\.\d ms with the trial's "
                                               r"firings, deadline 60\.0 ms"):
         verify_mod.verified(mp, result, 1.0, "multi-nsga2")
-    ok = fake_run({"x": 0.001, "y": 0.001}, {})
-
-    def run_ok(mplan, **kwargs):
-        for a in mplan.apps:
-            a.predicted_tasks = names[a.name]
-        return ok(mplan, **kwargs)
-
-    monkeypatch.setattr(verify_mod, "run_multiplan", run_ok)
+    monkeypatch.setattr(verify_mod, "run_multiplan", fake_run(tasks, {"x": 0.001, "y": 0.001}, {}))
     again = verify_mod.verified(mp, result, 1.0, "multi-nsga2")
     assert again.notes["verified"]["admitted"] is True
     assert make_multiplan(mp, again).search["verified"]["admitted"] is True
 
 
 def test_a_trial_response_past_its_bound_is_noted_in_the_plan(tmp_path, monkeypatch):
-    mp, result, _ = planned(tmp_path)
-    names = {s.name: [t.name for t in s.tasks] for s in result.chosen.schedules}
-    ok = fake_run({"x": 0.001, "y": 0.001}, {}, worst={"x": 0.001, "y": 0.045})
-
-    def run(mplan, **kwargs):
-        for a in mplan.apps:
-            a.predicted_tasks = names[a.name]
-        return ok(mplan, **kwargs)
-
-    monkeypatch.setattr(verify_mod, "run_multiplan", run)
+    mp, result, _, tasks = planned(tmp_path)
+    monkeypatch.setattr(verify_mod, "run_multiplan", fake_run(
+        tasks, {"x": 0.001, "y": 0.001}, {}, worst={"x": 0.001, "y": 0.045}))
     again = verify_mod.verified(mp, result, 1.0, "multi-nsga2")
     bound = again.notes["verified"]["bound_s"]["y"]
     assert bound < 0.045  # the stand-in's worst response passed it, inside the 60 ms deadline
