@@ -87,7 +87,8 @@ def plan(args) -> int:
         index.append({"set": i, "specs": specs, "admitted": ok, "plan": path.name if ok else None,
                       "refused": why})
         print(f"set {i}: {'admitted' if ok else 'refused'}  {' '.join(specs)}", flush=True)
-    (out / "index.json").write_text(json.dumps(index, indent=1))
+        # after every set: a search cut short keeps the sets it answered
+        (out / "index.json").write_text(json.dumps(index, indent=1))
     print(f"{admitted} of {len(index)} sets admitted; wrote {out / 'index.json'}")
     return 0
 
