@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hetflow.io import write_json
+
 PERIODS_MS = (5.0, 10.0, 20.0, 33.333, 50.0, 100.0)
 DEADLINE_FACTORS = (0.5, 1.0, 2.0, 3.0)
 MISS_LIMIT = 0.001  # the most of any stream's deadlines an admitted set may miss
@@ -88,7 +90,7 @@ def plan(args) -> int:
                       "refused": why})
         print(f"set {i}: {'admitted' if ok else 'refused'}  {' '.join(specs)}", flush=True)
         # after every set: a search cut short keeps the sets it answered
-        (out / "index.json").write_text(json.dumps(index, indent=1))
+        write_json(out / "index.json", index)
     print(f"{admitted} of {len(index)} sets admitted; wrote {out / 'index.json'}")
     return 0
 
@@ -131,7 +133,7 @@ def run(args) -> int:
     result = {"sets_run": len({r["set"] for r in rows}), "worst_stream_miss_share": worst,
               "limit": MISS_LIMIT, "rows": rows}
     if args.output:
-        Path(args.output).write_text(json.dumps(result, indent=1))
+        write_json(args.output, result)
     print(f"{result['sets_run']} admitted sets run; the worst stream missed "
           f"{100 * worst:.3f}% of its deadlines (limit {100 * MISS_LIMIT:.1f}%)")
     return 0 if worst <= MISS_LIMIT else 1
