@@ -147,7 +147,9 @@ def test_a_set_the_trial_refuses_is_refused_as_the_search_refuses_one(tmp_path, 
     # y's 70 ms firing outlasts its own 60 ms deadline, and blocks x on their one core
     with pytest.raises(InfeasibleError, match=r"refused by a 1 s trial run of the plan: x: .*"
                                               r"; y: bound \d+\.\d ms with the trial's "
-                                              r"firings, deadline 60\.0 ms"):
+                                              r"firings, deadline 60\.0 ms \(its longest"
+                                              r"-grown firing: y's .* on cpu\d+, 70\.0 ms in "
+                                              r"the trial, 0\.\d+ ms in the analysis\)"):
         verify_mod.verified(mp, result, 1.0, "multi-nsga2")
     monkeypatch.setattr(verify_mod, "run_multiplan", fake_run(tasks, {"x": 0.001, "y": 0.001}, {}))
     again = verify_mod.verified(mp, result, 1.0, "multi-nsga2")
@@ -165,3 +167,14 @@ def test_a_trial_response_past_its_bound_is_noted_in_the_plan(tmp_path, monkeypa
     notes = make_multiplan(mp, again).search["notes"]
     assert any(n.startswith("the trial's worst response passed its bound") and
                "y: 45.0 ms in the trial" in n and "x:" not in n for n in notes)
+
+
+def test_the_refusal_names_the_firing_that_grew_most_and_none_where_none_grew(tmp_path):
+    mp, result, _, tasks = planned(tmp_path)
+    times = {t.name: t.time for s in result.chosen.schedules for t in s.tasks}
+    assert verify_mod.grown_most(result, {}) == ""
+    faster = {a: {t: 0.5 * times[t] for t in ts} for a, ts in tasks.items()}
+    assert verify_mod.grown_most(result, faster) == ""
+    grown = {a: {t: 2 * times[t] for t in ts} for a, ts in tasks.items()}
+    grown["x"][tasks["x"][-1]] = 9 * times[tasks["x"][-1]]
+    assert f"x's {tasks['x'][-1]} on" in verify_mod.grown_most(result, grown)
