@@ -23,6 +23,7 @@ from hetflow.mapping.problem import (
     batch_fill,
     build_app,
     evaluate,
+    batched_takers,
     frame_parts,
     latency_at_rate,
     saturated_latency,
@@ -383,3 +384,31 @@ def test_staging_is_never_faster_than_all_its_threads_were_seen_to_stage(factory
     m.lanes, m.batch = {"gpu0": 4}, {"gpu0": b}
     assert evaluate(q, m).throughput == pytest.approx(
         1 / max(split, floor * per_byte * nbytes / full), rel=1e-6)
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 200), b=st.sampled_from(BATCHES[1:]), k=st.sampled_from(LANES),
+       n_cpu=st.integers(1, 3), share=st.floats(0.05, 0.9), median=st.booleans())
+def test_at_a_rate_a_group_s_batched_member_takes_its_frames_while_it_keeps_up(
+        factory, seed, b, k, n_cpu, share, median):
+    """Under the dynamic dispatch a batched member's lanes take the frames their batch lacks
+    in one block as they start gathering (`Dispatch.take_block`): the group's frames at a rate
+    that member keeps up with alone go through it, so the group's latency is the member's."""
+    p = batched_problem(factory, seed, n_cpu=n_cpu, affine=0.3)
+    members = [f"cpu{i}" for i in range(n_cpu)] + ["gpu0"]
+    group = whole(p, group_name(members))
+    group.lanes, group.batch, group.batch_wait = {"gpu0": k}, {"gpu0": b}, {"gpu0": 2e-3}
+    alone = batched_takers(group)
+    assert alone.actors == ["gpu0"] and alone.batch == group.batch and alone.lanes == group.lanes
+    rate = share * evaluate(p, alone).throughput
+    expected = latency_at_rate(p, alone, rate, median)
+    assume(math.isfinite(expected))
+    assert latency_at_rate(p, group, rate, median) == expected
+    # by a static pattern each member takes its share whatever the rate: no such member
+    assert batched_takers(dataclasses.replace(group, dispatch_mode="static")) is None
+    # nor where no member batches, or two do (which of them takes a frame is not known)
+    assert batched_takers(dataclasses.replace(group, batch={})) is None
+    two = whole(p, group_name(["cpu0", "gpu0"]))
+    two.batch = {"cpu0": 2, "gpu0": b}
+    assert batched_takers(two) is None
