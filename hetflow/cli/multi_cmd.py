@@ -60,7 +60,8 @@ def print_multiplan(mplan) -> None:
                   + "naive mapping "
                   + ("meets every deadline" if p.get("naive_schedulable") else "misses deadlines")
                   + f"; search: {s.get('algorithm')}, {s.get('evaluations')} mappings, "
-                    f"{s.get('front_size')} on the front, {s.get('seconds', 0):.1f} s")
+                    f"{s.get('front_size')} on the front, {s.get('seconds', 0):.1f} s"
+                  + (f" in {s['processes']} processes" if s.get("processes", 1) > 1 else ""))
 
 
 def print_multi_report(report) -> None:

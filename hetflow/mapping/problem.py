@@ -26,6 +26,7 @@ from hetflow.plan.mapping import Mapping, group_members
 from hetflow.backends.staging import row_chunks
 from hetflow.dataflow.analysis import (
     StateSpaceLimitError,
+    check_liveness,
     latency,
     saturated_latency as analysed,
     throughput_mcr,
@@ -422,6 +423,18 @@ def frame_parts(g: CsdfGraph, batches: dict[str, int]) -> list[tuple[CsdfGraph, 
                        [c for c in g.channels if c.src in names]),
              frames_per_iteration({a: b for a, b in batches.items() if a in names}))
             for names in map(set, groups.values())]
+
+
+def check_batches(problem: Problem, mapping: Mapping, app: CsdfApp | None = None) -> None:
+    """DeadlockError naming the actors and what they wait for where the mapping's batches
+    cannot fill in the graph `evaluate` analyses (its channels bounded as the runtime's): a
+    batch in a round trip through an element that fires each frame's phases in turn, or
+    behind a channel that bypasses it and holds fewer frames than the batch waits for."""
+    app = app or build_app(problem, mapping)
+    batches = actor_batches(problem, mapping, app)
+    if batches:
+        for sub, _ in frame_parts(timed_graph(problem, app, mapping), batches):
+            check_liveness(sub)
 
 
 def saturated_latency(problem: Problem, mapping: Mapping, app: CsdfApp | None = None) -> float:

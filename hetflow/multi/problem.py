@@ -38,9 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
-from hetflow.errors import InfeasibleError, InputError
+from hetflow.errors import DeadlockError, InfeasibleError, InputError
 from hetflow.plan.mapping import Mapping, group_members
-from hetflow.mapping.problem import Problem, build_app
+from hetflow.mapping.problem import Problem, build_app, check_batches
 from hetflow.model.graph import CnnGraph
 from hetflow.model.subnet import subnet_key
 from hetflow.platform.spec import ProcessingElement
@@ -208,10 +208,15 @@ def schedule_of(app: AppProblem, mapping: Mapping, own: dict[str, int] | None = 
     for c in csdf.channels:
         edges.append((index[(c.src, c.src_phase)], index[(c.dst, c.dst_phase)],
                       p.transfer(c.nbytes, c.src, c.dst)))
+    try:
+        check_batches(p, mapping, csdf)
+        deadlock = None
+    except DeadlockError as e:
+        deadlock = str(e)
     return AppSchedule(app.name, app.spec.period, app.spec.priority, tasks, edges,
                        app.spec.streams, app.spec.deadline,
                        {pool_name(e, app.name) if e in own else e: b
-                        for e, b in mapping.batch.items() if b > 1})
+                        for e, b in mapping.batch.items() if b > 1}, deadlock)
 
 
 def device_frames(mp: MultiProblem, mappings: list[Mapping]) -> dict[str, int]:

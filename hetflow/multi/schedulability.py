@@ -95,6 +95,9 @@ class AppSchedule:
     streams: int = 1
     deadline: float | None = None  # None: the period
     batch: dict[str, int] = field(default_factory=dict)  # element -> frames a firing (1)
+    # why its batches cannot fill (`mapping.problem.check_batches`): it never runs, whatever
+    # its bound; None where they can
+    deadlock: str | None = None
 
     @property
     def relative_deadline(self) -> float:

@@ -24,8 +24,13 @@ is their non-dominated set.
 """
 from __future__ import annotations
 
+import functools
+import multiprocessing
+import os
+import signal
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -206,6 +211,10 @@ def evaluate_joint(mp: MultiProblem, mappings: list[Mapping], config: list[str] 
     schedules = schedules or [schedule_of(a, m, {e: device[e] for e in m.elements if e in device})
                               for a, m in zip(mp.apps, mappings)]
     analysis = analyse(schedules, lanes)
+    for s in schedules:  # never runs, whatever its bound
+        if s.deadlock is not None:
+            analysis[s.name] = replace(analysis[s.name], schedulable=False,
+                                       bottleneck=f"a batch that cannot fill ({s.deadlock})")
     energy = energy_rate(schedules, powers, lanes)
     f = [analysis[a.name].response_worst + penalty(analysis[a.name]) for a in mp.apps]
     if with_energy:
@@ -450,17 +459,113 @@ def _miss_message(mp: MultiProblem, c: Candidate, searched: int) -> str:
             f"{f' x{k}' if k > 1 else ''} (busy {c.utilisation.get(el, 0.0):.0%}: {share})")
 
 
+@dataclass
+class _Found:
+    """What the search of one configuration and way of giving lanes found."""
+    kept: dict[bytes, Candidate]  # feasible candidates, the non-dominated when many
+    closest: Candidate | None  # the infeasible one that misses its deadlines by least
+    count: int  # mappings evaluated
+
+
+def _missed(c: Candidate) -> float:
+    return sum(a.missed_by for a in c.analysis.values())
+
+
+def _prune(kept: dict[bytes, Candidate]) -> dict[bytes, Candidate]:
+    """Only the non-dominated can reach the front: the rest go once there are many."""
+    if len(kept) <= ARCHIVE_LIMIT:
+        return kept
+    front = {id(c) for c in _front(list(kept.values()))}
+    return {k: c for k, c in kept.items() if id(c) in front}
+
+
+def _search_way(mp: MultiProblem, own: bool, config: list[str], seed: np.random.SeedSequence,
+                algorithm: str, pop_size: int, generations: int, mutation: float,
+                crossover: float, with_energy: bool) -> _Found:
+    """NSGA-II or SPEA2 over the joint mappings of one configuration and way of giving lanes,
+    its randomness from `seed` alone (the same plan whichever process runs it)."""
+    from pymoo.algorithms.moo.nsga2 import NSGA2
+    from pymoo.algorithms.moo.spea2 import SPEA2
+
+    rs = np.random.default_rng(seed)
+    enc = JointEncoding(mp, config, own)
+    ev = _Evaluator(mp, enc, with_energy)
+    found = _Found({}, None, 0)
+
+    def on_eval(x: np.ndarray) -> np.ndarray:
+        cand = ev(x)
+        if cand.feasible:
+            found.kept.setdefault(x.tobytes() + str((own, config)).encode(), cand)
+            found.kept = _prune(found.kept)
+        elif found.closest is None or _missed(cand) < _missed(found.closest):
+            found.closest = cand
+        return cand.objectives
+
+    n_obj = len(mp.apps) + (1 if with_energy else 0)
+    ops = dict(pop_size=pop_size, sampling=initial_population(enc, pop_size, rs),
+               crossover=AppBlockCrossover(enc.blocks + enc.server_blocks, crossover),
+               mutation=SegmentMutation(enc.blocks + enc.server_blocks, enc.upper, mutation),
+               eliminate_duplicates=RowDuplicates())
+    algo = NSGA2(**ops) if algorithm == "nsga2" else SPEA2(**ops)
+    minimize(_PymooProblem(enc, n_obj, on_eval), algo, ("n_gen", generations),
+             seed=int(rs.integers(2**31)), verbose=False)
+    found.count = ev.count
+    return found
+
+
+_FORKED: list[Callable[[int], _Found]] = []  # the job forked workers inherit (`each_way`)
+
+
+def _run_forked(i: int) -> _Found:
+    return _FORKED[0](i)
+
+
+def _worker_start() -> None:
+    # Ctrl-C reaches the whole process group: the parent stops the pool; SIGTERM is how the
+    # pool stops a worker, so it must not go through the parent's handler inherited here
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def search_workers() -> int:
+    """Processes the search may use: the cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+
+
+def each_way(job: Callable[[int], _Found], n: int, workers: int,
+             each: Callable[[int, _Found], None]) -> int:
+    """each(i, job(i)) for i = 0 ... n - 1 in order, as the jobs end, over up to `workers`
+    forked processes where this process has one thread (a fork copies another thread's held
+    locks and not the thread), else here; the processes that ran them. The ways are
+    independent searches of about equal size (16 of about 2 s each for three CNNs on 12 cores
+    and a GPU), and a fork shares the problem, which would be tens of MB to send to a fresh
+    interpreter."""
+    workers = min(workers, n)
+    if workers <= 1 or threading.active_count() > 1 or \
+            "fork" not in multiprocessing.get_all_start_methods():
+        for i in range(n):
+            each(i, job(i))
+        return 1
+    _FORKED[:] = [job]
+    try:
+        with multiprocessing.get_context("fork").Pool(workers, _worker_start) as pool:
+            for i, got in enumerate(pool.imap(_run_forked, range(n))):
+                each(i, got)
+    finally:
+        _FORKED.clear()
+    return workers
+
+
 def search_multi(mp: MultiProblem, algorithm: str = "nsga2", pop_size: int = 48,
                  generations: int = 40, seed: int = 0, prefer: str = "margin",
                  mutation: float = 0.9, crossover: float = 0.9,
                  configs: list[list[str]] | None = None,
                  progress: Callable[[str], None] | None = None,
-                 gpu_lanes: str = "auto") -> MultiSearchResult:
+                 gpu_lanes: str = "auto", workers: int | None = None) -> MultiSearchResult:
     """NSGA-II or SPEA2 over joint mappings, once per configuration and way of giving lanes
-    (`gpu_lanes`: shared, own or auto, both); see the module docstring."""
-    from pymoo.algorithms.moo.nsga2 import NSGA2
-    from pymoo.algorithms.moo.spea2 import SPEA2
-
+    (`gpu_lanes`: shared, own or auto, both), in up to `workers` processes (default: one a
+    core; the result does not depend on it); see the module docstring."""
     if algorithm not in ALGORITHMS:
         raise InputError(f"unknown algorithm {algorithm!r} (use {' or '.join(ALGORITHMS)})")
     if prefer not in PREFER:
@@ -471,47 +576,34 @@ def search_multi(mp: MultiProblem, algorithm: str = "nsga2", pop_size: int = 48,
         raise InputError("the population needs at least 4 mappings and 1 generation")
     check_periods(mp)
     t0 = time.perf_counter()
-    rs = np.random.default_rng(seed)
     configs = configs or mp.configurations()
     # energy is an objective when every element has a power (else it would compare unknowns)
     with_energy = all(w is not None for w in mp.powers().values())
     naive = evaluate_joint(mp, naive_mappings(mp), with_energy=with_energy)
+    ways = [(own, config) for own in lane_ways(mp, gpu_lanes) for config in configs]
+    seeds = np.random.SeedSequence(seed).spawn(len(ways))
+    job = functools.partial(
+        lambda i, **kw: _search_way(mp, *ways[i], seeds[i], **kw), algorithm=algorithm,
+        pop_size=pop_size, generations=generations, mutation=mutation, crossover=crossover,
+        with_energy=with_energy)
     kept: dict[bytes, Candidate] = {}
     closest: Candidate | None = naive if not naive.feasible else None
     total = 0
-    ways = [(own, config) for own in lane_ways(mp, gpu_lanes) for config in configs]
-    for ci, (own, config) in enumerate(ways):
-        enc = JointEncoding(mp, config, own)
-        ev = _Evaluator(mp, enc, with_energy)
 
-        def on_eval(x: np.ndarray, enc=enc, ev=ev) -> np.ndarray:
-            nonlocal closest, kept
-            cand = ev(x)
-            if cand.feasible:
-                kept.setdefault(x.tobytes() + str((enc.own, enc.config)).encode(), cand)
-                if len(kept) > ARCHIVE_LIMIT:  # only the non-dominated can reach the front
-                    front = {id(c) for c in _front(list(kept.values()))}
-                    kept = {k: c for k, c in kept.items() if id(c) in front}
-            elif closest is None or (sum(a.missed_by for a in cand.analysis.values())
-                                     < sum(a.missed_by for a in closest.analysis.values())):
-                closest = cand
-            return cand.objectives
-
-        n_obj = len(mp.apps) + (1 if with_energy else 0)
-        X0 = initial_population(enc, pop_size, rs)
-        ops = dict(pop_size=pop_size, sampling=X0,
-                   crossover=AppBlockCrossover(enc.blocks + enc.server_blocks, crossover),
-                   mutation=SegmentMutation(enc.blocks + enc.server_blocks, enc.upper,
-                                            mutation),
-                   eliminate_duplicates=RowDuplicates())
-        algo = NSGA2(**ops) if algorithm == "nsga2" else SPEA2(**ops)
-        minimize(_PymooProblem(enc, n_obj, on_eval), algo, ("n_gen", generations),
-                 seed=int(rs.integers(2**31)), verbose=False)
-        total += ev.count
+    def take(ci: int, got: _Found) -> None:
+        nonlocal kept, closest, total
+        kept = _prune({**kept, **got.kept})
+        if got.closest is not None and (closest is None or _missed(got.closest)
+                                        < _missed(closest)):
+            closest = got.closest
+        total += got.count
         if progress:
+            own, config = ways[ci]
             lanes = " lanes of each application's own" if own else ""
             progress(f"configuration {ci + 1}/{len(ways)} ({' '.join(config)}{lanes}): "
-                     f"{ev.count} mappings, {len(kept)} kept that meet every deadline")
+                     f"{got.count} mappings, {len(got.kept)} kept that meet every deadline")
+
+    used = each_way(job, len(ways), search_workers() if workers is None else workers, take)
     feasible = list(kept.values()) + ([naive] if naive.feasible else [])
     if not feasible:
         raise InfeasibleError(_miss_message(mp, closest, total))
@@ -521,7 +613,8 @@ def search_multi(mp: MultiProblem, algorithm: str = "nsga2", pop_size: int = 48,
                              time.perf_counter() - t0, names,
                              {"algorithm": algorithm, "pop_size": pop_size,
                               "generations": generations, "seed": seed, "prefer": prefer,
-                              "configurations": len(configs), "gpu_lanes": gpu_lanes})
+                              "configurations": len(configs), "gpu_lanes": gpu_lanes,
+                              "processes": used})
 
 
 __all__ = ["JointEncoding", "Candidate", "device_frames", "lane_ways", "MultiSearchResult", "evaluate_joint", "search_multi",

@@ -1,7 +1,7 @@
 """Schedulability on task sets small enough to work out by hand (times in ms, as seconds x1e-3
 would only add noise to the arithmetic: the functions are unit-free)."""
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 from hetflow.errors import InputError
@@ -261,3 +261,35 @@ def test_simulated_responses_never_exceed_the_bound(apps, offsets):
     seen = simulate(apps, {a.name: o for a, o in zip(apps, offsets)}, horizon)
     for a in apps:
         assert seen[a.name] <= res[a.name].response_worst + 1e-9, (a.name, seen, res)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 500), n_layers=st.integers(3, 8), b=st.sampled_from([2, 4]),
+       data=st.data())
+def test_a_schedule_s_batches_deadlock_where_the_csdf_application_s_do(
+        seed, n_layers, b, data):
+    """A schedule's `deadlock` (its batches cannot fill) exactly where the throughput
+    analysis of the same mapping's CSDF application (`mapping.problem.evaluate`) finds one,
+    on random CNNs and random assignments of their layers to two cores and a batched GPU:
+    the multi-CNN search marks such an application as missing its deadline."""
+    from hetflow.errors import DeadlockError
+    from hetflow.mapping.problem import evaluate
+    from hetflow.multi.problem import schedule_of
+    from hetflow.plan.mapping import Mapping
+
+    from multi_helpers import app_problem, with_batches
+
+    app = with_batches(app_problem(n_layers, seed, 0.1, 1))
+    layers = [layer.name for layer in app.graph.layers]
+    where = data.draw(st.lists(st.sampled_from(["cpu0", "cpu1", "gpu0"]), min_size=len(layers),
+                               max_size=len(layers)))
+    assume("gpu0" in where)
+    mapping = Mapping(dict(zip(layers, where)), batch={"gpu0": b})
+    try:
+        evaluate(app.problem, mapping, with_latency=False)
+        deadlocks = False
+    except DeadlockError:
+        deadlocks = True
+    why = schedule_of(app, mapping).deadlock
+    event("deadlocks" if deadlocks else "runs")
+    assert (why is not None) == deadlocks

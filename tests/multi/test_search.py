@@ -183,3 +183,38 @@ def test_margin_ties_are_broken_by_the_next_largest_ratio():
     costly, cheap = cand(0.6, 0.3, 0.4, energy=2.0), cand(0.9, 0.1, 0.1, energy=1.0)
     assert choose([costly, cheap]) is costly
     assert choose([costly, cheap], "energy") is cheap
+
+
+SAME_ANSWER = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from test_search import tight_three
+from hetflow.multi.search import search_multi
+out = []
+for workers in (1, 2):
+    r = search_multi(tight_three(), pop_size=16, generations=4, seed=int(sys.argv[2]),
+                     configs=[["cpu0", "cpu1", "gpu0"], ["cpu0", "gpu0"], ["cpu1", "gpu0"]],
+                     workers=workers)
+    out.append({"processes": r.notes["processes"], "evaluations": r.evaluations,
+                "front": [c.objectives.tolist() for c in r.front],
+                "chosen": [m.to_dict() for m in r.chosen.mappings]})
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_search_s_answer_does_not_depend_on_its_processes(seed):
+    """Each configuration's search draws from its own seed, so forked workers find what one
+    process finds: the same front, the same chosen plan, the same count of mappings. (In a
+    fresh interpreter: the search forks only from a process of one thread, and this one may
+    have others.)"""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    r = subprocess.run([sys.executable, "-c", SAME_ANSWER, str(Path(__file__).parent),
+                        str(seed)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    alone, forked = json.loads(r.stdout)
+    assert (alone["processes"], forked["processes"]) == (1, 2)
+    assert forked.pop("processes") != alone.pop("processes") and forked == alone
