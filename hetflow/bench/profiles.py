@@ -150,14 +150,16 @@ def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
 
     path = _profile_path(graph, platform, precision)
     needed, left_out, records = profiled_elements(platform, precision), {}, {}
+    t0 = time.perf_counter()
     if precision is not None and precision.strip() == AUTO:
         needed, left_out, records = screen_gpu_precisions(graph, needed,
                                                           tolerance or Tolerance())
         for name, why in left_out.items():
             log(f"{name}: {why}")
+        if time_limit_s is not None:  # the screen is part of the profile's time
+            time_limit_s = max(0.0, time_limit_s - (time.perf_counter() - t0))
     log(f"profiling {graph.name} on {platform.name} ({len(graph.layers)} layers, "
         f"{len(needed)} elements)")
-    t0 = time.perf_counter()
     singles, parallel = baseline_elements(platform)
     # no busy-copies run of its own: the bench's parallel baseline measures that load, longer
     prof = profile_model(graph, platform, elements=needed, repeats=repeats, progress=False,

@@ -1,6 +1,8 @@
 """The bench's own profile: under a time limit the baselines' element shapes are measured
 first, and so is every GPU at every precision the search may choose (without its layer times
 the search could not offer that precision at all)."""
+import time
+
 from hetflow.bench import profiles
 from hetflow.model.accuracy import Tolerance
 from hetflow.model.synthetic import random_cnn_graph
@@ -20,10 +22,12 @@ def test_every_gpu_precision_is_required_under_a_time_limit(monkeypatch, tmp_pat
     asked = {}
 
     def profile_model(graph, platform, elements, required, **kwargs):
-        asked.update(elements=[e.name for e in elements], required=list(required))
+        asked.update(elements=[e.name for e in elements], required=list(required),
+                     limit=kwargs["time_limit_s"])
         return Profile(graph.name, graph.model_hash, platform.name, platform.platform_hash)
 
     def deviation(graph, element):
+        time.sleep(0.1)  # a whole-model run at this precision
         error = 0.3 if element.precision == "fp16" else 0.001
         return {"frames": 8, "passed": True, "outputs": [
             {"name": "y", "frames": 8, "rel_l2_worst": error, "rel_l2_median": error,
@@ -39,6 +43,8 @@ def test_every_gpu_precision_is_required_under_a_time_limit(monkeypatch, tmp_pat
     gpus = {n for n in asked["elements"] if n.startswith("gpu0")}
     assert gpus == {"gpu0", "gpu0@bf16"}
     assert gpus <= set(asked["required"])
+    # the screen's two whole-model runs came out of the profile's time
+    assert asked["limit"] <= 1.0 - 0.2
     assert set(prof.meta["screened"]) == {"gpu0@fp16", "gpu0@tf32"}
     assert "misses the tolerance" in prof.meta["screened"]["gpu0@fp16"]
     # the deviations the screen measured are the profile's record of them
