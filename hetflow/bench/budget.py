@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from hetflow.errors import HetflowError
+from hetflow.profile.deviation import DEVIATION_FRAMES
 from hetflow.profile.lanes import LANE_COUNTS, MORE_COUNTS
 
 # the least each setting is shortened to (a setting already below it is kept as given)
@@ -135,6 +136,7 @@ class Facts:
     copies: int = 0  # whole-model CPU copies the lane table keeps busy (the baselines reuse them)
     build_s: float = 0.0  # building one whole-model runner
     references: int = 0  # one-lane reference runs beside the baselines
+    screens: int = 0  # whole-model checks of GPU precisions before the profile (--precision auto)
     search_s: float = 0.5  # one plan kind's search
     pilots: int = 1  # pilot candidates per plan kind (1: none run)
     piloted: bool = False  # designs were piloted already: a later kind's candidates mostly
@@ -165,8 +167,10 @@ def costs(k: Mapping[str, float], f: Facts) -> list[tuple[str, float, int | None
     if f.profile:
         per_element = 2 * f.build_s + (1 + 2 * (PROFILE_WARMUP + k["profile_repeats"])) * f.frame_s
         lanes = f.gpus * (LANE_RUNS * k["lane_seconds"] + 2 * f.frame_s + LANES_BUILD_S)
-        out.append(("profile", f.elements * per_element + COMM_S + lanes + f.copies * f.build_s,
-                    None, 0))
+        # a screen builds the reference session and the runner, and runs its frames on both
+        screens = f.screens * (2 * f.build_s + 2 * DEVIATION_FRAMES * f.frame_s)
+        out.append(("profile", f.elements * per_element + COMM_S + lanes + f.copies * f.build_s
+                    + screens, None, 0))
     baseline = k["baseline_seconds"] + 5 * f.frame_s + RUN_OVERHEAD_S
     if f.baselines:
         out.append(("baselines", 3 * baseline, None, 0))  # peak single, parallel twice

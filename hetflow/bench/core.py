@@ -14,7 +14,7 @@ from hetflow.rules import BALANCED_TAIL
 
 from hetflow.bench.budget import MINIMUMS, Budget, Facts, over, plan_extra, summary as budget_summary
 # the profile cache, imported from here by the other benches
-from hetflow.bench.profiles import baseline_elements, cache_dir, cached_profile, expected_elements, get_profile, measure_profile, probe
+from hetflow.bench.profiles import baseline_elements, cache_dir, cached_profile, expected_elements, get_profile, measure_profile, probe, screened_precisions
 from hetflow.backends.reuse import reusing_runners
 from hetflow.bench import plans
 from hetflow.bench.baselines import run_baselines
@@ -211,7 +211,8 @@ def bench_profile(ctx: Context):
                       elements=len(distinct_elements([*singles, *parallel])), gpus=gpus,
                       build_s=ctx.build_s, copies=len(parallel) - gpus if gpus else 0,
                       references=gpus + (gpus > 0), pilots=settings.pilot_candidates,
-                      refine=settings.refine, plan_extra_s=plan_extra(ctx.build_s, ctx.overruns))
+                      refine=settings.refine, plan_extra_s=plan_extra(ctx.build_s, ctx.overruns),
+                      screens=screened_precisions(needed, settings.precision))
         got = budget.decide("the profile", facts)
         if not got.ok:
             over(budget, settings, graph.name, "its profile and baselines", got)

@@ -136,6 +136,13 @@ def expected_elements(platform, precision: str | None = None) -> list:
     return [e for e in every if e.name not in skipped]
 
 
+def screened_precisions(needed, precision: str | None) -> int:
+    """Whole-model checks the screen of GPU precisions runs before the profile (at least one
+    a GPU under 'auto': the first reduced precision usually passes), of `expected_elements`."""
+    auto = precision is not None and precision.strip() == AUTO
+    return sum(e.kind == "gpu" and e.precision != DEFAULT_PRECISION for e in needed) if auto else 0
+
+
 def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
                     lane_seconds: float = 1.0, time_limit_s: float | None = None,
                     precision: str | None = None, tolerance: Tolerance | None = None):

@@ -1,6 +1,8 @@
 """`hetflow bench --budget`'s decisions, without timing anything: `fit` (what to shorten and
 what to skip in the time left), the bench's cost estimates and drop order, and `Budget` on a
 clock the test moves by hand."""
+import dataclasses
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -111,6 +113,18 @@ def test_cost_estimates_follow_the_settings():
     again = {name: s for name, s, _, _ in costs(FULL, plan_facts(piloted=True))}
     assert again["pilots of pipeline"] == pytest.approx(at["pilots of pipeline"] / 3)
     assert "re-timing of single" not in {n for n, *_ in costs(FULL, plan_facts(refine=False))}
+
+
+def test_a_precision_screen_counts_in_the_profile_s_estimate():
+    """Each screened GPU precision builds the reference and the runner and runs the check's
+    frames on both before the profile starts (its time is in the profile's limit too)."""
+    from hetflow.profile.deviation import DEVIATION_FRAMES
+
+    f = dataclasses.replace(plan_facts(), profile=True, gpus=1, build_s=2.0, frame_s=0.01)
+    plain = {name: s for name, s, _, _ in costs(FULL, f)}["profile"]
+    screened = {name: s for name, s, _, _ in costs(FULL, dataclasses.replace(f, screens=2))}
+    assert screened["profile"] - plain == pytest.approx(2 * (2 * 2.0 + 2 * DEVIATION_FRAMES
+                                                             * 0.01))
 
 
 PILOTS = ("pilots of balanced", "pilots of single", "pilots of pipeline")

@@ -54,6 +54,9 @@ def test_every_gpu_precision_is_required_under_a_time_limit(monkeypatch, tmp_pat
     # a GPU at two precisions in the budget's estimate, as profiled
     assert {e.name for e in profiles.expected_elements(plat, "auto")
             if e.kind == "gpu"} == {"gpu0", "gpu0@fp16"}
+    # and one screen before it in the budget's estimate; none without 'auto'
+    assert profiles.screened_precisions(profiles.expected_elements(plat, "auto"), "auto") == 1
+    assert profiles.screened_precisions(profiles.expected_elements(plat, None), None) == 0
 
     # a later bench reuses it unless its tolerance refuses the precision the screen kept
     prof.layer_times["gpu0@bf16"] = {}
