@@ -16,8 +16,8 @@ from hetflow.backends.reuse import release, runners_for
 from hetflow.mapping.from_profile import searched_elements
 from hetflow.platform.configs import default_config, finest_config
 from hetflow.model.accuracy import Tolerance
-from hetflow.platform.precision import (AUTO, DEFAULT_PRECISION, GPU_PREFERENCE,
-                                        precision_variants)
+from hetflow.platform.precision import (DEFAULT_PRECISION, GPU_PREFERENCE,
+                                        is_auto, precision_variants)
 from hetflow.profile.deviation import (META_KEY, SCREENED_KEY, deviation_failures,
                                        record_deviations, record_screen, screen_gpu_precisions)
 from hetflow.profile import profile_model
@@ -126,7 +126,7 @@ def expected_elements(platform, precision: str | None = None) -> list:
     """The elements a bench's profile will measure, for its time estimate: under 'auto' a GPU
     at fp32 and at one reduced precision (`screen_gpu_precisions` keeps one at most)."""
     every = profiled_elements(platform, precision)
-    if precision is None or precision.strip() != AUTO:
+    if not is_auto(precision):
         return every
     reduced = [e for e in every if e.kind == "gpu" and e.precision in GPU_PREFERENCE]
     first: dict[str, str] = {}  # a GPU -> the name of its reduced precision tried first
@@ -139,8 +139,9 @@ def expected_elements(platform, precision: str | None = None) -> list:
 def screened_precisions(needed, precision: str | None) -> int:
     """Whole-model checks the screen of GPU precisions runs before the profile (at least one
     a GPU under 'auto': the first reduced precision usually passes), of `expected_elements`."""
-    auto = precision is not None and precision.strip() == AUTO
-    return sum(e.kind == "gpu" and e.precision != DEFAULT_PRECISION for e in needed) if auto else 0
+    if not is_auto(precision):
+        return 0
+    return sum(e.kind == "gpu" and e.precision != DEFAULT_PRECISION for e in needed)
 
 
 def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
@@ -158,7 +159,7 @@ def measure_profile(graph, platform, repeats: int, log: Callable[[str], None],
     path = _profile_path(graph, platform, precision)
     needed, left_out, records = profiled_elements(platform, precision), {}, {}
     t0 = time.perf_counter()
-    if precision is not None and precision.strip() == AUTO:
+    if is_auto(precision):
         needed, left_out, records = screen_gpu_precisions(graph, needed,
                                                           tolerance or Tolerance())
         for name, why in left_out.items():

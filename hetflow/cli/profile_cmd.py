@@ -19,7 +19,7 @@ from hetflow.model import parse_input_shapes, resolve_model
 from hetflow.model.accuracy import Tolerance
 from hetflow.errors import InputError
 from hetflow.platform import resolve_platform
-from hetflow.platform.precision import AUTO, DEFAULT_PRECISION, precision_variants
+from hetflow.platform.precision import DEFAULT_PRECISION, is_auto, precision_variants
 from hetflow.platform.spec import ProcessingElement
 from hetflow.profile import estimate_profile, profile_model
 from hetflow.profile.deviation import (record_deviations, record_screen,
@@ -223,7 +223,7 @@ def profile(
     searched = elements is None and not all_elements
     elements = precision_elements(plat, precision, elements, searched)
     screened, records = {}, {}
-    if searched and not estimate and precision.strip() == AUTO:
+    if searched and not estimate and is_auto(precision):
         elements, screened, records = screen_gpu_precisions(graph, elements, tol)
         for name, why in screened.items():
             err_console.print(f"hetflow: {name}: {why}", highlight=False)

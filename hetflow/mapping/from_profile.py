@@ -17,7 +17,7 @@ from hetflow.mapping.calibration import calibrate, profile_calibration
 from hetflow.model.subnet import subnet_key
 from hetflow.platform.configs import configurations
 from hetflow.model.accuracy import Tolerance
-from hetflow.platform.precision import AUTO, DEFAULT_PRECISION, precision_variants
+from hetflow.platform.precision import DEFAULT_PRECISION, is_auto, precision_variants
 from hetflow.profile.deviation import deviation_failures
 from hetflow.profile.lanes import parse_batch_key
 
@@ -69,7 +69,7 @@ def precision_configurations(profile, platform, precision: str | None = None,
     naming the element and the setting; under 'auto' such an element is not offered (nor an
     element of another precision than fp32 that the profile did not check)."""
     tolerance = tolerance or Tolerance()
-    auto = precision is not None and precision.strip() == AUTO
+    auto = is_auto(precision)
     configs = [c for v in precision_variants(platform, precision)
                for c in select_configurations(v)]
     where = f"profile {profile.source}" if profile.source else "the profile"

@@ -104,6 +104,11 @@ def with_precisions(platform: "Platform", setting: Mapping[str, str] | str,
 AUTO = "auto"
 
 
+def is_auto(setting: str | None) -> bool:
+    """Whether a --precision setting lets the search choose among every precision."""
+    return setting is not None and setting.strip() == AUTO
+
+
 def precision_settings(platform: "Platform", setting: str | None,
                        where: str = "--precision") -> list[dict[str, str]]:
     """The precision settings a search may choose among: none for fp32 (the platform as it is),
@@ -111,7 +116,7 @@ def precision_settings(platform: "Platform", setting: str | None,
     precisions each GPU and cluster can run, so that each device runs one precision in a plan."""
     if setting is None or setting.strip() in ("", DEFAULT_PRECISION):
         return [{}]
-    if setting.strip() != AUTO:
+    if not is_auto(setting):
         wanted = parse_precisions(setting, where)
         with_precisions(platform, wanted, where)  # InputError now for a target or precision
         return [wanted]
