@@ -790,9 +790,11 @@ def taken_latency(problem: Problem, mapping: Mapping, rate: float, median: bool)
         return math.inf
     taker, takers = found
     first = latency_at_rate(problem, taker, rate)  # a batch's first frame: it waits longest
+    if not math.isfinite(first):  # the members alone do not keep up
+        return math.inf
     for group, member in takers.items():
         for other in group_members(group):
-            if other == member or not math.isfinite(first):
+            if other == member:
                 continue
             alone = replace(taker, assignment={layer: other if mapping.assignment[layer] == group
                                                else a for layer, a in taker.assignment.items()})

@@ -24,9 +24,7 @@ is their non-dominated set.
 """
 from __future__ import annotations
 
-import functools
 import multiprocessing
-import os
 import signal
 import threading
 import time
@@ -42,6 +40,7 @@ from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 
 from hetflow.errors import InfeasibleError, InputError
 from hetflow.plan.mapping import Mapping
+from hetflow.platform.detect import usable_cores
 from hetflow.mapping.strategies.ga import RowDuplicates
 
 from hetflow.multi.problem import MultiProblem, check_periods, device_frames, own_servers, schedule_of
@@ -467,8 +466,13 @@ class _Found:
     count: int  # mappings evaluated
 
 
-def _missed(c: Candidate) -> float:
-    return sum(a.missed_by for a in c.analysis.values())
+def _closer(a: Candidate | None, b: Candidate | None) -> Candidate | None:
+    """Of two infeasible candidates, the one that misses its deadlines by less in all (`a` on
+    a tie); either where the other is None."""
+    if a is None or b is None:
+        return a or b
+    missed = [sum(x.missed_by for x in c.analysis.values()) for c in (a, b)]
+    return b if missed[1] < missed[0] else a
 
 
 def _prune(kept: dict[bytes, Candidate]) -> dict[bytes, Candidate]:
@@ -497,8 +501,8 @@ def _search_way(mp: MultiProblem, own: bool, config: list[str], seed: np.random.
         if cand.feasible:
             found.kept.setdefault(x.tobytes() + str((own, config)).encode(), cand)
             found.kept = _prune(found.kept)
-        elif found.closest is None or _missed(cand) < _missed(found.closest):
-            found.closest = cand
+        else:
+            found.closest = _closer(found.closest, cand)
         return cand.objectives
 
     n_obj = len(mp.apps) + (1 if with_energy else 0)
@@ -529,8 +533,7 @@ def _worker_start() -> None:
 
 def search_workers() -> int:
     """Processes the search may use: the cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-        (os.cpu_count() or 1)
+    return len(usable_cores())
 
 
 def each_way(job: Callable[[int], _Found], n: int, workers: int,
@@ -582,10 +585,11 @@ def search_multi(mp: MultiProblem, algorithm: str = "nsga2", pop_size: int = 48,
     naive = evaluate_joint(mp, naive_mappings(mp), with_energy=with_energy)
     ways = [(own, config) for own in lane_ways(mp, gpu_lanes) for config in configs]
     seeds = np.random.SeedSequence(seed).spawn(len(ways))
-    job = functools.partial(
-        lambda i, **kw: _search_way(mp, *ways[i], seeds[i], **kw), algorithm=algorithm,
-        pop_size=pop_size, generations=generations, mutation=mutation, crossover=crossover,
-        with_energy=with_energy)
+
+    def job(i: int) -> _Found:
+        return _search_way(mp, *ways[i], seeds[i], algorithm, pop_size, generations, mutation,
+                           crossover, with_energy)
+
     kept: dict[bytes, Candidate] = {}
     closest: Candidate | None = naive if not naive.feasible else None
     total = 0
@@ -593,9 +597,7 @@ def search_multi(mp: MultiProblem, algorithm: str = "nsga2", pop_size: int = 48,
     def take(ci: int, got: _Found) -> None:
         nonlocal kept, closest, total
         kept = _prune({**kept, **got.kept})
-        if got.closest is not None and (closest is None or _missed(got.closest)
-                                        < _missed(closest)):
-            closest = got.closest
+        closest = _closer(closest, got.closest)
         total += got.count
         if progress:
             own, config = ways[ci]

@@ -101,13 +101,15 @@ def verified(mp: MultiProblem, result: MultiSearchResult, seconds: float, strate
                              progress, seed)
     if not record["admitted"]:
         late = {n: k for n, k in record["missed"].items() if k}
-        why = ("; ".join(f"{n} missed {k} of {record['frames'][n]} deadlines" for n, k in
-                         late.items()) if late else
-               "; ".join(f"{n}: bound {1e3 * x.response_worst:.1f} ms with the trial's firings, "
-                         f"deadline {1e3 * x.relative_deadline:.1f} ms"
-                         for n, x in checked.chosen.analysis.items() if not x.schedulable)
-               or "the analysis with the trial's firings misses a deadline"
-               ) + ("" if late else grown_most(result, record["longest_firing_s"]))
+        if late:
+            why = "; ".join(f"{n} missed {k} of {record['frames'][n]} deadlines"
+                            for n, k in late.items())
+        else:
+            why = ("; ".join(f"{n}: bound {1e3 * x.response_worst:.1f} ms with the trial's "
+                             f"firings, deadline {1e3 * x.relative_deadline:.1f} ms"
+                             for n, x in checked.chosen.analysis.items() if not x.schedulable)
+                   or "the analysis with the trial's firings misses a deadline"
+                   ) + grown_most(result, record["longest_firing_s"])
         raise InfeasibleError(f"refused by a {record['seconds']:.0f} s trial run of the plan: "
                               f"{why}")
     past = [f"{n}: {1e3 * w:.1f} ms in the trial, bound {1e3 * record['bound_s'][n]:.1f} ms"
