@@ -218,18 +218,22 @@ class FiringTimes:
     frame's firing of it; the events themselves only if `keep` (a trace)."""
 
     def __init__(self, frames: int, keep: bool):
-        self.execs = np.zeros(frames)
+        self.frames = frames
         self.tasks: dict[str, np.ndarray] = {}
         self.events: list | None = [] if keep else None
         self.lock = threading.Lock()  # several elements' threads fire one frame
+
+    @property
+    def execs(self) -> np.ndarray:
+        """Per frame, the seconds all its firings ran: the sum over its tasks."""
+        return sum(self.tasks.values(), np.zeros(self.frames))
 
     def append(self, ev: tuple) -> None:
         _, actor, phase, f, t0, t1 = ev
         task = f"{actor}#{phase}"
         with self.lock:
-            self.execs[f] += t1 - t0
             if task not in self.tasks:
-                self.tasks[task] = np.zeros_like(self.execs)
+                self.tasks[task] = np.zeros(self.frames)
             self.tasks[task][f] += t1 - t0
         if self.events is not None:
             self.events.append(ev)
